@@ -1,0 +1,55 @@
+package shim
+
+import (
+	"context"
+	"io"
+)
+
+// Transport is the one capability a container backend must provide: run a
+// program inside the sandbox with raw stdio streams (docker exec, containerd
+// task.Exec, pod exec). Everything else — process groups, signals, exact exit
+// status, files, Dial — is done by the agent (berth-shim) through it.
+type Transport interface {
+	// Exec starts spec.Args inside the sandbox and returns its raw streams.
+	// ctx bounds only the start. Errors wrap sandbox.ErrGone when the
+	// sandbox stopped or vanished.
+	Exec(ctx context.Context, spec ExecSpec) (Stream, error)
+
+	// Place makes the agent binary available inside the sandbox (copying it
+	// in when it is not there yet) and returns its absolute path there.
+	// Errors wrap sandbox.ErrGone when the sandbox stopped or vanished, and
+	// sandbox.ErrUnsupported when no writable location exists.
+	Place(ctx context.Context, bin *Binary) (string, error)
+}
+
+// ExecSpec is a program to run through a [Transport].
+type ExecSpec struct {
+	Args []string // Args[0] is an absolute path or looked up in PATH
+	Env  []string // KEY=VALUE added to the sandbox's environment
+	Dir  string   // working directory; empty for the sandbox's default
+	User string   // user; empty for the sandbox's default
+}
+
+// Stream is a running program's raw stdio. The caller must drain Stdout and
+// Stderr concurrently; Wait returns after both reached EOF.
+type Stream interface {
+	// Stdin is the program's standard input. Close half-closes it: the
+	// program reads EOF.
+	Stdin() io.WriteCloser
+	// Stdout and Stderr are the program's outputs, EOF when it ended.
+	Stdout() io.Reader
+	Stderr() io.Reader
+	// Wait waits for the program to end and returns its exit code. Errors
+	// wrap sandbox.ErrGone when the sandbox went away.
+	Wait() (int, error)
+	// Close tears the stream down at once, unblocking readers and writers.
+	// It does not wait for the program.
+	Close() error
+}
+
+// Binary is the agent executable for the sandbox's platform, found or built
+// on this machine by [Locate].
+type Binary struct {
+	Path string // absolute path on the machine berth runs on
+	Hash string // hex SHA-256 of the file; names the copy placed in a sandbox
+}

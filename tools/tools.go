@@ -1,0 +1,286 @@
+// Package tools holds what every berth tool shares: the [Tool] description,
+// approval [Level]s and [Surface]s, the per-run [Registry] that enforces them,
+// and the [Result] shape (MCP's CallToolResult).
+//
+// A tool package (tools/files, tools/lsp, …) registers handlers bound to one
+// run's resources; the controller builds one Registry per run. Every entry
+// into a tool — HTTP, the Go API, the eval tool() bridge, workers — goes
+// through [Registry.Call], which checks the surface before it decodes a single
+// argument.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/google/jsonschema-go/jsonschema"
+)
+
+// Level is what a tool may do. Levels are ordered: a surface that allows
+// LevelExec also allows LevelWrite and LevelRead.
+type Level int
+
+const (
+	LevelRead  Level = iota + 1 // no side effects
+	LevelWrite                  // changes files
+	LevelExec                   // starts or controls a process
+)
+
+func (l Level) String() string {
+	switch l {
+	case LevelRead:
+		return "read"
+	case LevelWrite:
+		return "write"
+	case LevelExec:
+		return "exec"
+	}
+	return fmt.Sprintf("Level(%d)", int(l))
+}
+
+// MarshalText encodes the level as "read", "write" or "exec".
+func (l Level) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// Surface is where a tool list is shown: the main agent, plan mode, or a
+// read-only sub-agent (LVL-2).
+type Surface string
+
+const (
+	SurfaceDefault  Surface = "default"
+	SurfacePlan     Surface = "plan"
+	SurfaceReadonly Surface = "readonly"
+)
+
+// Surfaces lists the known surfaces.
+var Surfaces = []Surface{SurfaceDefault, SurfacePlan, SurfaceReadonly}
+
+// MaxLevel is the highest level a surface may see and call.
+func (s Surface) MaxLevel() Level {
+	switch s {
+	case SurfaceDefault:
+		return LevelExec
+	case SurfacePlan, SurfaceReadonly:
+		return LevelRead
+	}
+	return 0
+}
+
+// ParseSurface validates a surface name; empty means SurfaceDefault.
+func ParseSurface(s string) (Surface, error) {
+	if s == "" {
+		return SurfaceDefault, nil
+	}
+	for _, k := range Surfaces {
+		if string(k) == s {
+			return k, nil
+		}
+	}
+	return "", &InputError{Msg: fmt.Sprintf("unknown surface %q: use one of default, plan, readonly", s)}
+}
+
+// Tool describes one tool.
+type Tool struct {
+	Name        string
+	Description string
+	Level       Level
+	// Serial tools (debug, eval) keep state across calls; the registry runs
+	// at most one call of all Serial tools of a run at a time.
+	Serial bool
+}
+
+// Info is a tool as listed to a surface.
+type Info struct {
+	Name        string             `json:"name"`
+	Description string             `json:"description"`
+	Level       Level              `json:"level"`
+	InputSchema *jsonschema.Schema `json:"inputSchema"`
+}
+
+// Handler runs a tool with raw JSON arguments.
+type Handler func(ctx context.Context, args json.RawMessage) (*Result, error)
+
+// Middleware wraps the handler of a tool, for cross-cutting behaviour such as
+// diagnostics after a write. It is applied at Call time, so middleware added
+// after a tool was registered still applies.
+type Middleware func(t Tool, next Handler) Handler
+
+// Call errors. A tool's own failure that the model should act on is a
+// Result with IsError set, not an error.
+var (
+	// ErrUnknownTool: no tool of that name is registered for this run (HTTP 404).
+	ErrUnknownTool = errors.New("unknown tool")
+	// ErrDenied: the tool exists but the surface's level does not allow it,
+	// or a permission gate refused it (HTTP 403).
+	ErrDenied = errors.New("denied")
+)
+
+// InputError is a call error caused by the caller's input: malformed JSON,
+// arguments that do not fit the schema (HTTP 400).
+type InputError struct {
+	Tool string
+	Msg  string
+	Err  error
+}
+
+func (e *InputError) Error() string {
+	if e.Tool != "" {
+		return fmt.Sprintf("tools: bad arguments for %s: %s", e.Tool, e.Msg)
+	}
+	return "tools: " + e.Msg
+}
+
+func (e *InputError) Unwrap() error { return e.Err }
+
+// Registry is one run's set of tools. It is safe for concurrent use.
+type Registry struct {
+	serial chan struct{} // a token held by the running call of a Serial tool
+
+	mu         sync.RWMutex
+	tools      map[string]*entry
+	middleware []Middleware
+}
+
+type entry struct {
+	tool    Tool
+	schema  *jsonschema.Schema
+	handler Handler
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{tools: map[string]*entry{}, serial: make(chan struct{}, 1)}
+}
+
+// Register adds a tool whose input is decoded into In, with its JSON Schema
+// derived from In (field tags `json` and `jsonschema:"description"`). Unknown
+// fields and malformed JSON are InputErrors before h runs. It panics on a
+// programming error: a duplicate name, a missing level, or an In that has no
+// schema.
+func Register[In any](r *Registry, t Tool, h func(ctx context.Context, in In) (*Result, error)) {
+	schema, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("tools: schema for %s: %v", t.Name, err))
+	}
+	resolved, err := schema.Resolve(nil)
+	if err != nil {
+		panic(fmt.Sprintf("tools: schema for %s: %v", t.Name, err))
+	}
+	raw := func(ctx context.Context, args json.RawMessage) (*Result, error) {
+		if len(args) == 0 || string(args) == "null" {
+			args = json.RawMessage("{}")
+		}
+		var generic any
+		if err := json.Unmarshal(args, &generic); err != nil {
+			return nil, &InputError{Tool: t.Name, Msg: "arguments are not valid JSON: " + err.Error(), Err: err}
+		}
+		if err := resolved.Validate(generic); err != nil {
+			return nil, &InputError{Tool: t.Name, Msg: err.Error(), Err: err}
+		}
+		var in In
+		dec := json.NewDecoder(strings.NewReader(string(args)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			return nil, &InputError{Tool: t.Name, Msg: err.Error(), Err: err}
+		}
+		return h(ctx, in)
+	}
+	r.add(t, schema, raw)
+}
+
+// RegisterRaw adds a tool with a hand-written schema and raw arguments.
+func (r *Registry) RegisterRaw(t Tool, schema *jsonschema.Schema, h Handler) {
+	r.add(t, schema, h)
+}
+
+func (r *Registry) add(t Tool, schema *jsonschema.Schema, h Handler) {
+	if t.Name == "" || t.Level < LevelRead || t.Level > LevelExec {
+		panic(fmt.Sprintf("tools: tool %q needs a name and a level", t.Name))
+	}
+	if reflect.ValueOf(h).IsNil() {
+		panic("tools: nil handler for " + t.Name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.tools[t.Name]; dup {
+		panic("tools: duplicate tool " + t.Name)
+	}
+	r.tools[t.Name] = &entry{tool: t, schema: schema, handler: h}
+}
+
+// Use adds middleware that wraps every tool's handler, outermost last.
+func (r *Registry) Use(m Middleware) {
+	r.mu.Lock()
+	r.middleware = append(r.middleware, m)
+	r.mu.Unlock()
+}
+
+// List returns the tools the surface may see, sorted by name. An unknown
+// surface sees nothing.
+func (r *Registry) List(s Surface) []Info {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []Info
+	for _, e := range r.tools {
+		if e.tool.Level <= s.MaxLevel() {
+			out = append(out, Info{Name: e.tool.Name, Description: e.tool.Description, Level: e.tool.Level, InputSchema: e.schema})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Lookup returns a registered tool's description.
+func (r *Registry) Lookup(name string) (Tool, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.tools[name]
+	if !ok {
+		return Tool{}, false
+	}
+	return e.tool, true
+}
+
+// Call runs a tool on behalf of a surface. The surface is checked before the
+// arguments are decoded (LVL-1, LVL-2): a tool above the surface's level is
+// refused with ErrDenied even when called by name. Tool failures the model
+// should act on come back as a Result with IsError; err is a call error
+// (ErrUnknownTool, ErrDenied, *InputError) or ctx's error.
+func (r *Registry) Call(ctx context.Context, s Surface, name string, args json.RawMessage) (*Result, error) {
+	r.mu.RLock()
+	e, ok := r.tools[name]
+	mws := r.middleware
+	r.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("tools: %w %q: call one of the tools listed for this run", ErrUnknownTool, name)
+	}
+	if s.MaxLevel() == 0 {
+		return nil, &InputError{Tool: name, Msg: fmt.Sprintf("unknown surface %q: use one of default, plan, readonly", s)}
+	}
+	if e.tool.Level > s.MaxLevel() {
+		return nil, fmt.Errorf("tools: %s is a %s-level tool and the %s surface allows only %s: %w",
+			name, e.tool.Level, s, s.MaxLevel(), ErrDenied)
+	}
+	h := e.handler
+	for _, m := range mws {
+		h = m(e.tool, h)
+	}
+	if e.tool.Serial {
+		select {
+		case r.serial <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("tools: %s waited for another debug/eval call of this run to finish: %w", name, ctx.Err())
+		}
+		defer func() { <-r.serial }()
+	}
+	res, err := h(ctx, args)
+	if err == nil && res == nil {
+		res = &Result{}
+	}
+	return res, err
+}
