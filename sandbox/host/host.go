@@ -1,0 +1,255 @@
+// Package host is the sandbox backend for the machine berth runs on. Its
+// processes run under the same agent (berth-shim) as in containers, so they
+// get their own process group and die when berth goes away; its files are
+// served by [berth.dev/berth/sandbox/dirfs] directly.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"berth.dev/berth/sandbox"
+	"berth.dev/berth/sandbox/dirfs"
+	"berth.dev/berth/sandbox/shim"
+)
+
+// Options configure the host sandbox.
+type Options struct {
+	// Env is the base environment of every process; nil means os.Environ().
+	Env []string
+	// Binary is the agent; nil means shim.Locate.
+	Binary *shim.Binary
+}
+
+// Sandbox is the host. It is safe for concurrent use.
+type Sandbox struct {
+	*shim.Sandbox
+
+	mu     sync.Mutex
+	closed bool
+	fss    []io.Closer
+}
+
+// New returns the host sandbox.
+func New(opts Options) *Sandbox {
+	env := opts.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	t := &transport{env: env}
+	return &Sandbox{Sandbox: shim.New(t, shim.Options{Name: "host", Binary: opts.Binary})}
+}
+
+// Ref returns "host".
+func (s *Sandbox) Ref() string { return "host" }
+
+// Check reports nil: the host is always there.
+func (s *Sandbox) Check(ctx context.Context) error { return nil }
+
+// Start starts cmd under the agent. cmd.User must be empty or the user berth
+// runs as.
+func (s *Sandbox) Start(ctx context.Context, cmd *sandbox.Cmd) (sandbox.Process, error) {
+	if err := checkUser(cmd.User); err != nil {
+		return nil, err
+	}
+	c := *cmd
+	c.User = ""
+	return s.Sandbox.Start(ctx, &c)
+}
+
+// checkUser accepts only the current user, by name, uid or uid:gid.
+func checkUser(u string) error {
+	if u == "" {
+		return nil
+	}
+	cur, err := user.Current()
+	if err != nil {
+		return fmt.Errorf("host: cannot run as user %q: look up the current user: %w", u, err)
+	}
+	switch u {
+	case cur.Username, cur.Uid, cur.Uid + ":" + cur.Gid:
+		return nil
+	}
+	return fmt.Errorf("host: cannot run as user %q: the host backend runs processes only as berth's own user %q (uid %s); leave Cmd.User empty: %w", u, cur.Username, cur.Uid, sandbox.ErrUnsupported)
+}
+
+// FS returns the host directory root, which must be absolute.
+func (s *Sandbox) FS(ctx context.Context, root string) (sandbox.FS, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("host: sandbox is closed; open it again")
+	}
+	if !filepath.IsAbs(root) {
+		return nil, fmt.Errorf("host: fs %q: the root must be an absolute path", root)
+	}
+	f, err := dirfs.New(root)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := f.(io.Closer); ok {
+		s.fss = append(s.fss, c)
+	}
+	return f, nil
+}
+
+// Dial connects to a loopback tcp address or a unix socket on the host.
+// ctx bounds only the dial.
+func (s *Sandbox) Dial(ctx context.Context, network, address string) (sandbox.Conn, error) {
+	if err := shim.CheckDialAddress(network, address); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, fmt.Errorf("host: dial %s %s: %w", network, address, err)
+	}
+	sc, ok := c.(sandbox.Conn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("host: dial %s %s: connection cannot half-close: %w", network, address, sandbox.ErrUnsupported)
+	}
+	return sc, nil
+}
+
+// Close kills every process started through s that still runs.
+func (s *Sandbox) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	fss := s.fss
+	s.fss = nil
+	s.mu.Unlock()
+	err := s.Sandbox.Close()
+	for _, c := range fss {
+		c.Close()
+	}
+	return err
+}
+
+var _ sandbox.Sandbox = (*Sandbox)(nil)
+
+// Provider serves the "host" reference.
+type Provider struct {
+	// Options configure the sandbox Open returns.
+	Options Options
+}
+
+// Scheme returns "host".
+func (p *Provider) Scheme() string { return "host" }
+
+// Open returns a new host sandbox for ref "" (or "host"); the caller closes
+// it.
+func (p *Provider) Open(ctx context.Context, ref string) (sandbox.Sandbox, error) {
+	if ref != "" && ref != "host" {
+		return nil, fmt.Errorf("host: open %q: the host sandbox has no name; use the reference \"host\": %w", ref, sandbox.ErrNotFound)
+	}
+	return New(p.Options), nil
+}
+
+// Locate always fails: conversations have no host sandbox of their own.
+func (p *Provider) Locate(ctx context.Context, conversationID string) (string, error) {
+	return "", fmt.Errorf("host: locate conversation %q: the host is not labelled per conversation: %w", conversationID, sandbox.ErrNotFound)
+}
+
+var _ sandbox.Provider = (*Provider)(nil)
+
+// transport runs the agent on this machine with os/exec.
+type transport struct {
+	env []string
+}
+
+func (t *transport) Place(ctx context.Context, bin *shim.Binary) (string, error) {
+	return bin.Path, nil
+}
+
+func (t *transport) Exec(ctx context.Context, spec shim.ExecSpec) (shim.Stream, error) {
+	if err := checkUser(spec.User); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(spec.Args[0], spec.Args[1:]...)
+	cmd.Env = append(append([]string(nil), t.env...), spec.Env...)
+	cmd.Dir = spec.Dir
+	// Its own process group: a terminal's Ctrl-C reaches berth, which then
+	// closes the agent's stdin, and the agent ends its children in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("host: exec: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, fmt.Errorf("host: exec: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("host: exec: %w", err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		if spec.Dir != "" {
+			if _, serr := os.Stat(spec.Dir); serr != nil {
+				return nil, fmt.Errorf("host: working directory %s: %w", spec.Dir, serr)
+			}
+		}
+		return nil, fmt.Errorf("host: exec %s: %w", spec.Args[0], err)
+	}
+	return &stream{cmd: cmd, in: inW, out: outR, err: errR}, nil
+}
+
+// stream is the agent's stdio on this machine.
+type stream struct {
+	cmd       *exec.Cmd
+	in        *os.File
+	out, err  *os.File
+	closeOnce sync.Once
+}
+
+func (s *stream) Stdin() io.WriteCloser { return s.in }
+func (s *stream) Stdout() io.Reader     { return s.out }
+func (s *stream) Stderr() io.Reader     { return s.err }
+
+func (s *stream) Wait() (int, error) {
+	err := s.cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("host: agent: %w", err)
+	}
+	return 0, nil
+}
+
+func (s *stream) Close() error {
+	s.closeOnce.Do(func() {
+		s.in.Close()
+		s.out.Close()
+		s.err.Close()
+	})
+	return nil
+}

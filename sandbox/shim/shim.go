@@ -1,0 +1,220 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"berth.dev/berth/sandbox"
+)
+
+// Options configure a [Sandbox].
+type Options struct {
+	// Name labels error messages, for example "docker://3f2a…"; empty
+	// means "sandbox".
+	Name string
+	// Binary is the agent executable to place; nil means [Locate].
+	Binary *Binary
+	// FSUser runs the file server of [Sandbox.FS] as this user, so written
+	// files get that user as owner; empty means the sandbox's default user.
+	FSUser string
+	// MaxFSSessions bounds how many file-server processes run at once for
+	// one FS; zero means 4.
+	MaxFSSessions int
+}
+
+// Sandbox runs processes, serves files and relays Dial streams inside a
+// sandbox through the agent (berth-shim), using only a [Transport]. Backends
+// embed it and add Ref, Check and their own Close. It is safe for
+// concurrent use.
+type Sandbox struct {
+	t    Transport
+	opts Options
+
+	placeMu sync.Mutex
+	placed  string // agent path inside the sandbox, once placed
+
+	mu     sync.Mutex
+	closed bool
+	procs  map[*process]struct{}
+	fss    map[*fsys]struct{}
+	conns  map[*conn]struct{}
+}
+
+// New returns a Sandbox that reaches its sandbox through t. The agent is
+// placed on first use.
+func New(t Transport, opts Options) *Sandbox {
+	if opts.Name == "" {
+		opts.Name = "sandbox"
+	}
+	if opts.MaxFSSessions <= 0 {
+		opts.MaxFSSessions = 4
+	}
+	return &Sandbox{
+		t:     t,
+		opts:  opts,
+		procs: make(map[*process]struct{}),
+		fss:   make(map[*fsys]struct{}),
+		conns: make(map[*conn]struct{}),
+	}
+}
+
+// errClosed is returned by calls on a closed Sandbox.
+var errClosed = errors.New("shim: sandbox is closed; open it again")
+
+// AgentPath places the agent in the sandbox when it is not there yet and
+// returns its path inside the sandbox. ctx bounds locating and placing.
+func (s *Sandbox) AgentPath(ctx context.Context) (string, error) {
+	s.placeMu.Lock()
+	defer s.placeMu.Unlock()
+	if s.placed != "" {
+		return s.placed, nil
+	}
+	bin := s.opts.Binary
+	if bin == nil {
+		var err error
+		if bin, err = Locate(ctx); err != nil {
+			return "", err
+		}
+	}
+	p, err := s.t.Place(ctx, bin)
+	if err != nil {
+		return "", fmt.Errorf("shim: place the agent in %s: %w", s.opts.Name, err)
+	}
+	s.placed = p
+	return p, nil
+}
+
+// exec places the agent and runs it with args through the transport.
+func (s *Sandbox) exec(ctx context.Context, spec ExecSpec, args ...string) (Stream, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	p, err := s.AgentPath(ctx)
+	if err != nil {
+		return nil, err
+	}
+	spec.Args = append([]string{p}, args...)
+	st, err := s.t.Exec(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("shim: exec the agent in %s: %w", s.opts.Name, err)
+	}
+	return st, nil
+}
+
+func (s *Sandbox) checkOpen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	return nil
+}
+
+// track registers a resource for Close; it fails once the sandbox closed.
+func track[T comparable](s *Sandbox, m map[T]struct{}, v T) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	m[v] = struct{}{}
+	return nil
+}
+
+func untrack[T comparable](s *Sandbox, m map[T]struct{}, v T) {
+	s.mu.Lock()
+	delete(m, v)
+	s.mu.Unlock()
+}
+
+// closeGrace is how long Close waits for killed processes to report their
+// exit before it tears their streams down.
+const closeGrace = 2 * time.Second
+
+// Close kills every process started through s that is still running,
+// closes every FS session and Dial stream, and makes later calls fail. It
+// does not stop or remove the sandbox.
+func (s *Sandbox) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	procs := keys(s.procs)
+	fss := keys(s.fss)
+	conns := keys(s.conns)
+	s.mu.Unlock()
+
+	for _, p := range procs {
+		p.kill()
+	}
+	deadline := time.NewTimer(closeGrace)
+	defer deadline.Stop()
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-deadline.C:
+		}
+		// The agent kills the group and its descendants when its input
+		// ends, so closing the stream finishes what SIGKILL began.
+		p.stream.Close()
+		<-p.done
+	}
+	for _, f := range fss {
+		f.closeAll()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	return nil
+}
+
+func keys[T comparable](m map[T]struct{}) []T {
+	out := make([]T, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// tailBuffer keeps the last bytes written to it, for agent diagnostics.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailMax = 4 << 10
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > tailMax {
+		b.buf = b.buf[len(b.buf)-tailMax:]
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+// drain copies r into a tailBuffer until EOF and closes done.
+func drain(r io.Reader, b *tailBuffer, done chan<- struct{}) {
+	io.Copy(b, r)
+	close(done)
+}
+
+var _ interface {
+	Start(context.Context, *sandbox.Cmd) (sandbox.Process, error)
+	FS(context.Context, string) (sandbox.FS, error)
+	Dial(context.Context, string, string) (sandbox.Conn, error)
+	Close() error
+} = (*Sandbox)(nil)
