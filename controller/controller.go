@@ -1,0 +1,640 @@
+// Package controller owns berth's runs: it places each run in a sandbox
+// (the conversation's container, or the host), builds the run's tool
+// registry, routes every tool call through that registry's level gate, and
+// closes everything a run started when the run ends.
+//
+// The controller sees sandboxes only through [sandbox.Provider]; which
+// backends exist (host, docker, …) is decided by whoever builds the
+// [Config], normally cmd/berth.
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
+)
+
+// DefaultLabelKey is the container label whose value is a conversation id.
+const DefaultLabelKey = "berth.conversation"
+
+// HostScheme is the scheme of the host provider and the reference "host".
+const HostScheme = "host"
+
+// AutoSandbox is the sandbox reference that places a run by conversation id.
+const AutoSandbox = "auto"
+
+// DefaultCloseGrace is how long Close waits for in-flight calls of a run to
+// return after cancelling them, before it closes the sandbox under them.
+const DefaultCloseGrace = 5 * time.Second
+
+// Errors of the controller. Test them with errors.Is.
+var (
+	// ErrUnknownRun: no open run has this id (it never existed or was closed).
+	ErrUnknownRun = errors.New("unknown run")
+	// ErrBadSpec: a RunSpec field is malformed (HTTP 400).
+	ErrBadSpec = errors.New("bad run spec")
+	// ErrClosed: the controller is shutting down and opens no more runs.
+	ErrClosed = errors.New("controller closed")
+)
+
+// Binder registers the tools of one run into r. It runs once, in Open, after
+// the run's sandbox and workspace FS are open. Resources that must end with
+// the run are handed to env.OnClose.
+type Binder func(ctx context.Context, r *tools.Registry, env *Env) error
+
+// Env is what a [Binder] gets to wire a run's tools.
+type Env struct {
+	// RunID is the run's id.
+	RunID string
+	// Spec is the run's spec, with defaults filled in.
+	Spec RunSpec
+	// Sandbox is the run's sandbox. The run closes it; binders must not.
+	Sandbox sandbox.Sandbox
+	// Workspace is the sandbox FS rooted at Spec.Workspace.
+	Workspace sandbox.FS
+	// Context lives as long as the run: it is cancelled when the run closes.
+	// Resources started for the run (language servers, kernels) use it.
+	Context context.Context
+	// Logger logs with the run's id attached.
+	Logger *slog.Logger
+
+	closers *[]func() error
+}
+
+// OnClose registers fn to run when the run closes, before the sandbox is
+// closed. Closers run in reverse order of registration.
+func (e *Env) OnClose(fn func() error) { *e.closers = append(*e.closers, fn) }
+
+// Config configures a [Controller].
+type Config struct {
+	// Providers open sandboxes, one per scheme. For "auto" placement their
+	// Locate methods are asked in this order; the host provider (scheme
+	// "host") is never asked to locate, it is the fallback.
+	Providers []sandbox.Provider
+
+	// LabelKey is the container label that names a conversation; it is used
+	// in messages (providers do the matching). Empty means DefaultLabelKey.
+	LabelKey string
+
+	// NoHostFallback disables placing a run on the host when its
+	// conversation has no container: such a run fails with ErrNotFound.
+	// A hosted platform sets it so that nothing ever runs on the host.
+	// The host is used only when a provider with scheme "host" is
+	// configured.
+	NoHostFallback bool
+
+	// Tools wire each run's tools, in order. Nil means DefaultTools.
+	Tools []Binder
+
+	// DefaultWorkspace is the workspace of a host run whose spec names
+	// none; empty means berth's working directory.
+	DefaultWorkspace string
+
+	// Registerer receives the controller's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+
+	// Logger receives lifecycle logs; nil discards them.
+	Logger *slog.Logger
+
+	// CloseGrace overrides DefaultCloseGrace.
+	CloseGrace time.Duration
+}
+
+// RunSpec says where and how to open a run.
+type RunSpec struct {
+	// ConversationID names the conversation; "auto" placement finds its
+	// container by the label LabelKey=ConversationID.
+	ConversationID string `json:"conversation_id,omitempty"`
+	// Workspace is the absolute path of the checkout inside the sandbox.
+	// Required for a container; a host run defaults to Config.DefaultWorkspace.
+	Workspace string `json:"workspace,omitempty"`
+	// Sandbox is "auto" (the default), "host", or "SCHEME://REF" of a
+	// configured provider, such as "docker://NAME-or-ID".
+	Sandbox string `json:"sandbox,omitempty"`
+	// Mode is the run's surface: "default" (the default), "plan" or
+	// "readonly". It is a ceiling, not only a default: a call that names a
+	// surface allowing more than the mode is refused (a plan-mode run can
+	// never write, whatever its calls claim).
+	Mode tools.Surface `json:"mode,omitempty"`
+	// Vibe enables the vibe_* worker tools where they are wired.
+	Vibe bool `json:"vibe,omitempty"`
+}
+
+// RunInfo describes an open run.
+type RunInfo struct {
+	ID             string        `json:"id"`
+	Sandbox        string        `json:"sandbox"`
+	Workspace      string        `json:"workspace"`
+	ConversationID string        `json:"conversation_id,omitempty"`
+	Mode           tools.Surface `json:"mode"`
+	Vibe           bool          `json:"vibe,omitempty"`
+	Opened         time.Time     `json:"opened"`
+	// Placement says how the sandbox was chosen, for a human: for example
+	// "docker: container labelled berth.conversation=c-42" or
+	// "host: no container labelled berth.conversation=c-42".
+	Placement string `json:"placement,omitempty"`
+}
+
+// Controller holds the open runs. It is safe for concurrent use.
+type Controller struct {
+	cfg       Config
+	providers map[string]sandbox.Provider
+	schemes   []string // in Config order
+	log       *slog.Logger
+	m         *metrics
+
+	mu     sync.Mutex
+	runs   map[string]*Run
+	closed bool
+}
+
+// New returns a controller. It fails when two providers share a scheme or
+// a metric cannot be registered.
+func New(cfg Config) (*Controller, error) {
+	if cfg.LabelKey == "" {
+		cfg.LabelKey = DefaultLabelKey
+	}
+	if cfg.Tools == nil {
+		cfg.Tools = DefaultTools()
+	}
+	if cfg.CloseGrace <= 0 {
+		cfg.CloseGrace = DefaultCloseGrace
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Controller{cfg: cfg, providers: map[string]sandbox.Provider{}, log: log, runs: map[string]*Run{}}
+	for _, p := range cfg.Providers {
+		s := p.Scheme()
+		if _, dup := c.providers[s]; dup {
+			return nil, fmt.Errorf("controller: two sandbox providers for scheme %q: configure one", s)
+		}
+		c.providers[s] = p
+		c.schemes = append(c.schemes, s)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	c.m = m
+	return c, nil
+}
+
+// Open places a run, opens its sandbox and workspace, and wires its tools.
+// ctx bounds only the opening; the run lives until Close.
+func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
+	if spec.Mode == "" {
+		spec.Mode = tools.SurfaceDefault
+	}
+	if _, err := tools.ParseSurface(string(spec.Mode)); err != nil {
+		return nil, fmt.Errorf("controller: mode %q is not a surface: use default, plan or readonly: %w", spec.Mode, ErrBadSpec)
+	}
+	if spec.Sandbox == "" {
+		spec.Sandbox = AutoSandbox
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("controller: %w: berth is shutting down", ErrClosed)
+	}
+
+	sb, placement, err := c.place(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	ref := sb.Ref()
+	ws, err := c.workspace(spec.Workspace, ref)
+	if err != nil {
+		sb.Close()
+		return nil, err
+	}
+	spec.Workspace = ws
+	fsys, err := sb.FS(ctx, ws)
+	if err != nil {
+		sb.Close()
+		return nil, fmt.Errorf("controller: open workspace %s in %s: %w", ws, ref, err)
+	}
+
+	id, err := newID()
+	if err != nil {
+		sb.Close()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	r := &Run{
+		c:      c,
+		id:     id,
+		sb:     sb,
+		reg:    tools.NewRegistry(),
+		cancel: cancel,
+		ctx:    runCtx,
+		log:    c.log.With("run", id, "sandbox", ref),
+		info: RunInfo{
+			ID: id, Sandbox: ref, Workspace: ws, ConversationID: spec.ConversationID,
+			Mode: spec.Mode, Vibe: spec.Vibe, Opened: time.Now(), Placement: placement,
+		},
+	}
+	env := &Env{RunID: id, Spec: spec, Sandbox: sb, Workspace: fsys, Context: runCtx, Logger: r.log, closers: &r.closers}
+	for _, bind := range c.cfg.Tools {
+		if err := bind(ctx, r.reg, env); err != nil {
+			r.closeResources()
+			return nil, fmt.Errorf("controller: wire tools for run in %s: %w", ref, err)
+		}
+	}
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		r.closeResources()
+		return nil, fmt.Errorf("controller: %w: berth is shutting down", ErrClosed)
+	}
+	c.runs[id] = r
+	c.mu.Unlock()
+	c.m.runsOpen.Inc()
+	c.m.runsOpened.WithLabelValues(scheme(ref)).Inc()
+	r.log.Info("run opened", "workspace", ws, "conversation", spec.ConversationID, "placement", placement)
+	return r, nil
+}
+
+// place resolves spec.Sandbox to an open sandbox and says how it chose.
+func (c *Controller) place(ctx context.Context, spec RunSpec) (sandbox.Sandbox, string, error) {
+	ref := spec.Sandbox
+	if ref != AutoSandbox {
+		sch, rest, err := splitRef(ref)
+		if err != nil {
+			return nil, "", err
+		}
+		p, ok := c.providers[sch]
+		if !ok {
+			return nil, "", fmt.Errorf("controller: sandbox %q: no %s provider is configured (configured: %s): %w",
+				ref, sch, c.schemeList(), ErrBadSpec)
+		}
+		sb, err := p.Open(ctx, rest)
+		if err != nil {
+			return nil, "", fmt.Errorf("controller: open sandbox %s: %w", ref, err)
+		}
+		return sb, sch + ": named explicitly", nil
+	}
+
+	label := c.cfg.LabelKey + "=" + spec.ConversationID
+	var tried []string
+	if spec.ConversationID != "" {
+		for _, sch := range c.schemes {
+			if sch == HostScheme {
+				continue
+			}
+			p := c.providers[sch]
+			found, err := p.Locate(ctx, spec.ConversationID)
+			switch {
+			case err == nil:
+				full := sch + "://" + found
+				sb, err := p.Open(ctx, found)
+				if err != nil {
+					return nil, "", fmt.Errorf("controller: open sandbox %s (labelled %s): %w", full, label, err)
+				}
+				return sb, fmt.Sprintf("%s: container labelled %s", sch, label), nil
+			case errors.Is(err, sandbox.ErrNotFound):
+				tried = append(tried, fmt.Sprintf("%s: no container labelled %s", sch, label))
+			case errors.Is(err, sandbox.ErrGone):
+				// The engine cannot be reached: treat it as absent, but say so.
+				c.log.Warn("sandbox provider unreachable during placement", "scheme", sch, "conversation", spec.ConversationID, "err", err)
+				tried = append(tried, fmt.Sprintf("%s: unreachable (%v)", sch, err))
+			default:
+				// Several candidates, or a failure that must not silently
+				// put the run on the host.
+				return nil, "", fmt.Errorf("controller: locate the sandbox of conversation %q: %w", spec.ConversationID, err)
+			}
+		}
+	} else {
+		tried = append(tried, "no conversation id given, so no container was looked up")
+	}
+
+	host, ok := c.providers[HostScheme]
+	if c.cfg.NoHostFallback || !ok {
+		why := "host fallback is disabled"
+		if !ok {
+			why = "no host provider is configured"
+		}
+		return nil, "", fmt.Errorf("controller: no sandbox for conversation %q (%s) and %s: start the conversation's container with label %s or name one with sandbox docker://NAME: %w",
+			spec.ConversationID, strings.Join(tried, "; "), why, label, sandbox.ErrNotFound)
+	}
+	sb, err := host.Open(ctx, "")
+	if err != nil {
+		return nil, "", fmt.Errorf("controller: open the host sandbox (fallback after: %s): %w", strings.Join(tried, "; "), err)
+	}
+	return sb, "host: " + strings.Join(tried, "; "), nil
+}
+
+// workspace checks and defaults the workspace path for the sandbox ref.
+func (c *Controller) workspace(ws, ref string) (string, error) {
+	if ref == HostScheme {
+		if ws == "" {
+			ws = c.cfg.DefaultWorkspace
+		}
+		abs, err := filepath.Abs(ws) // "" is the working directory
+		if err != nil {
+			return "", fmt.Errorf("controller: workspace %q: %w", ws, err)
+		}
+		return abs, nil
+	}
+	if ws == "" {
+		return "", fmt.Errorf("controller: the run is placed in %s and needs a workspace: pass the absolute path of the checkout inside the container (for example /workspace): %w", ref, ErrBadSpec)
+	}
+	if !path.IsAbs(ws) {
+		return "", fmt.Errorf("controller: workspace %q in %s is not absolute: pass a path starting with /: %w", ws, ref, ErrBadSpec)
+	}
+	return path.Clean(ws), nil
+}
+
+func (c *Controller) schemeList() string {
+	if len(c.schemes) == 0 {
+		return "none"
+	}
+	return strings.Join(c.schemes, ", ")
+}
+
+// splitRef splits "scheme://rest" or "host".
+func splitRef(ref string) (scheme, rest string, err error) {
+	if ref == HostScheme {
+		return HostScheme, "", nil
+	}
+	sch, rest, ok := strings.Cut(ref, "://")
+	if !ok || sch == "" || rest == "" {
+		return "", "", fmt.Errorf("controller: sandbox %q: use auto, host, or SCHEME://REF such as docker://NAME: %w", ref, ErrBadSpec)
+	}
+	return sch, rest, nil
+}
+
+func scheme(ref string) string {
+	if sch, _, ok := strings.Cut(ref, "://"); ok {
+		return sch
+	}
+	return ref
+}
+
+// Get returns the open run with this id.
+func (c *Controller) Get(id string) (*Run, error) {
+	c.mu.Lock()
+	r, ok := c.runs[id]
+	c.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("controller: %w %q: open a run with POST /v1/runs (it may have been closed)", ErrUnknownRun, id)
+	}
+	return r, nil
+}
+
+// List returns the open runs, oldest first.
+func (c *Controller) List() []RunInfo {
+	c.mu.Lock()
+	out := make([]RunInfo, 0, len(c.runs))
+	for _, r := range c.runs {
+		out = append(out, r.Info())
+	}
+	c.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Opened.Equal(out[j].Opened) {
+			return out[i].Opened.Before(out[j].Opened)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Close closes every run and refuses new ones. It returns the errors of
+// the runs that did not close cleanly.
+func (c *Controller) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	runs := make([]*Run, 0, len(c.runs))
+	for _, r := range c.runs {
+		runs = append(runs, r)
+	}
+	c.mu.Unlock()
+	errs := make([]error, len(runs))
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Go(func() { errs[i] = r.Close() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *Controller) remove(id string) {
+	c.mu.Lock()
+	_, ok := c.runs[id]
+	delete(c.runs, id)
+	c.mu.Unlock()
+	if ok {
+		c.m.runsOpen.Dec()
+	}
+}
+
+func newID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("controller: make a run id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Run is one conversation's run: a sandbox, a workspace and a tool
+// registry. It is safe for concurrent use.
+type Run struct {
+	c      *Controller
+	id     string
+	sb     sandbox.Sandbox
+	reg    *tools.Registry
+	info   RunInfo
+	log    *slog.Logger
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+
+	closers []func() error // written only during Open
+
+	calls sync.WaitGroup // in-flight calls
+
+	mu      sync.Mutex
+	closing bool  // Close has begun: new calls are refused
+	gone    error // set once the sandbox was found gone
+
+	closeMu  sync.Mutex // serialises Close
+	done     bool
+	closeErr error
+}
+
+// ID returns the run's id: 32 hex digits.
+func (r *Run) ID() string { return r.id }
+
+// Sandbox returns the resolved sandbox reference, such as "host" or
+// "docker://<full id>".
+func (r *Run) Sandbox() string { return r.info.Sandbox }
+
+// Info describes the run.
+func (r *Run) Info() RunInfo { return r.info }
+
+// Tools lists the tools the surface may see; an empty surface is the run's
+// mode, and a surface above the mode sees only what the mode allows. An
+// unknown surface sees nothing.
+func (r *Run) Tools(s tools.Surface) []tools.Info {
+	if s == "" || s.MaxLevel() > r.info.Mode.MaxLevel() {
+		s = r.info.Mode
+	}
+	return r.reg.List(s)
+}
+
+// surface picks the surface of a call: the run's mode when s is empty, and
+// a refusal when s allows more than the mode.
+func (r *Run) surface(s tools.Surface, name string) (tools.Surface, error) {
+	if s == "" {
+		return r.info.Mode, nil
+	}
+	if s.MaxLevel() > r.info.Mode.MaxLevel() {
+		return "", fmt.Errorf("controller: run %s is in %s mode; the %s surface is not available to it, so %s is refused: %w",
+			r.id, r.info.Mode, s, name, tools.ErrDenied)
+	}
+	return s, nil
+}
+
+// Call runs a tool on behalf of a surface (empty: the run's mode). Tool
+// failures the model should act on are a Result with IsError; err is a call
+// error: tools.ErrUnknownTool, tools.ErrDenied, *tools.InputError,
+// ErrUnknownRun after Close, an error wrapping sandbox.ErrGone naming the
+// sandbox when it stopped or vanished, or ctx's error. ctx bounds the call;
+// closing the run cancels it too.
+func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.RawMessage) (res *tools.Result, err error) {
+	start := time.Now()
+	label := name
+	if _, ok := r.reg.Lookup(name); !ok {
+		label = "_unknown" // keep the metric's cardinality bounded
+	}
+	defer func() {
+		o := outcome(res, err)
+		r.c.m.calls.WithLabelValues(label, o).Inc()
+		r.c.m.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
+		r.log.Debug("tool call", "tool", name, "surface", s, "outcome", o, "duration", time.Since(start))
+	}()
+
+	if s, err = r.surface(s, name); err != nil {
+		return nil, err
+	}
+
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("controller: run %s is closed: %w; open a new run", r.id, ErrUnknownRun)
+	}
+	if r.gone != nil {
+		gone := r.gone
+		r.mu.Unlock()
+		return nil, gone
+	}
+	r.calls.Add(1)
+	r.mu.Unlock()
+	defer r.calls.Done()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(r.ctx, cancel)
+	defer stop()
+
+	res, err = r.reg.Call(ctx, s, name, args)
+	if r.ctx.Err() != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("controller: run %s was closed during the %s call: %w", r.id, name, ErrUnknownRun)
+	}
+	if errors.Is(err, sandbox.ErrGone) || (err == nil && res.IsError) || (err != nil && !isCallError(err)) {
+		if gone := r.checkGone(ctx, name, err); gone != nil {
+			return nil, gone
+		}
+	}
+	return res, err
+}
+
+// checkGone asks the sandbox whether it is still usable after a failed
+// call. When it is gone, the run remembers it: later calls fail at once,
+// without touching the sandbox again.
+func (r *Run) checkGone(ctx context.Context, tool string, callErr error) error {
+	cerr := r.sb.Check(ctx)
+	if cerr == nil || !errors.Is(cerr, sandbox.ErrGone) {
+		if errors.Is(callErr, sandbox.ErrGone) {
+			cerr = callErr
+		} else {
+			return nil
+		}
+	}
+	gone := fmt.Errorf("controller: run %s: sandbox %s is gone (%w); berth does not restart containers: open a new run once the container runs again",
+		r.id, r.info.Sandbox, cerr)
+	r.mu.Lock()
+	if r.gone == nil {
+		r.gone = gone
+	}
+	gone = r.gone
+	r.mu.Unlock()
+	r.log.Warn("sandbox gone", "tool", tool, "err", cerr)
+	return gone
+}
+
+func isCallError(err error) bool {
+	var in *tools.InputError
+	return errors.Is(err, tools.ErrUnknownTool) || errors.Is(err, tools.ErrDenied) || errors.As(err, &in) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// Close cancels the run's in-flight calls, runs its closers and closes its
+// sandbox, which kills every process the run started there. It is
+// idempotent: later calls return the first result.
+func (r *Run) Close() error {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	if r.done {
+		return r.closeErr
+	}
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	r.c.remove(r.id)
+	r.cancel()
+
+	waited := make(chan struct{})
+	go func() { r.calls.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(r.c.cfg.CloseGrace):
+		r.log.Warn("in-flight calls did not return after cancellation; closing the sandbox under them", "grace", r.c.cfg.CloseGrace)
+	}
+	r.closeErr = r.closeResources()
+	r.done = true
+	r.log.Info("run closed", "err", r.closeErr)
+	return r.closeErr
+}
+
+// closeResources runs the closers in reverse and closes the sandbox.
+func (r *Run) closeResources() error {
+	r.cancel()
+	var errs []error
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		if err := r.closers[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := r.sb.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("controller: close sandbox %s: %w", r.info.Sandbox, err))
+	}
+	return errors.Join(errs...)
+}

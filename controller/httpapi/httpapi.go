@@ -1,0 +1,380 @@
+// Package httpapi serves a [controller.Controller] over HTTP: the /v1 routes
+// of DESIGN.md, /healthz and /metrics. It holds no tool logic; every call
+// goes through [controller.Run.Call] with the request's context.
+//
+// Routes (all JSON):
+//
+//	POST   /v1/runs                    open a run → 201 RunInfo
+//	GET    /v1/runs                    list open runs → {"runs":[RunInfo…]}
+//	GET    /v1/runs/{id}               one run → RunInfo
+//	GET    /v1/runs/{id}/tools?surface=S → {"tools":[{name,description,level,inputSchema}]}
+//	POST   /v1/runs/{id}/tools/{name}  {"args":{…},"surface":"default"} → 200 tool result
+//	DELETE /v1/runs/{id}               close the run → 204
+//	GET    /healthz                    200 "ok", never authenticated
+//	GET    /metrics                    Prometheus text format, authenticated like /v1
+//
+// A tool result with isError is still 200: it is data for the model. Call
+// errors are 4xx/5xx with {"error":{"code","message"}}:
+//
+//	400 bad_request        malformed JSON body, bad arguments (*tools.InputError), bad run spec
+//	401 unauthorized       missing or wrong bearer token (with WWW-Authenticate)
+//	403 denied             the tool is above the surface's level (tools.ErrDenied)
+//	403 forbidden_origin   a browser request (Origin header): berth serves no browsers
+//	404 unknown_run        no open run has that id
+//	404 unknown_tool       the run has no tool of that name
+//	404 sandbox_not_found  no container for the reference or conversation (sandbox.ErrNotFound)
+//	404 not_found          no such route
+//	405 method_not_allowed
+//	410 sandbox_gone       the run's container stopped, was removed, or its engine is unreachable (sandbox.ErrGone)
+//	413 too_large          the body exceeds MaxBodyBytes
+//	421 misdirected        Host is not a loopback name while serving without a token
+//	499 cancelled          the client went away (logged only; the client sees nothing)
+//	500 internal           anything else
+//	503 shutting_down      the controller is closing
+//	504 timeout            the call's deadline passed
+//
+// 410 was chosen for sandbox_gone because the condition is permanent for the
+// run: berth never restarts a container, so the harness must open a new run.
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"berth.dev/berth/controller"
+	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
+)
+
+// MaxBodyBytes caps a request body.
+const MaxBodyBytes = 8 << 20
+
+// Options configure [New].
+type Options struct {
+	// Token is the bearer token every /v1 and /metrics request must carry.
+	// Empty disables authentication; then LoopbackOnly should be set.
+	Token string
+	// LoopbackOnly refuses requests whose Host header is not a loopback
+	// name or address (DNS-rebinding defence when serving without a token).
+	LoopbackOnly bool
+	// Gatherer serves /metrics; nil serves no /metrics route.
+	Gatherer prometheus.Gatherer
+	// Logger logs requests that fail with 5xx; nil discards.
+	Logger *slog.Logger
+}
+
+type server struct {
+	c     *controller.Controller
+	opts  Options
+	token [32]byte // sha256 of Options.Token
+	log   *slog.Logger
+}
+
+// New returns the HTTP handler for c.
+func New(c *controller.Controller, opts Options) http.Handler {
+	s := &server{c: c, opts: opts, token: sha256.Sum256([]byte(opts.Token)), log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	v1 := http.NewServeMux()
+	v1.HandleFunc("POST /v1/runs", s.openRun)
+	v1.HandleFunc("GET /v1/runs", s.listRuns)
+	v1.HandleFunc("GET /v1/runs/{id}", s.getRun)
+	v1.HandleFunc("DELETE /v1/runs/{id}", s.closeRun)
+	v1.HandleFunc("GET /v1/runs/{id}/tools", s.listTools)
+	v1.HandleFunc("POST /v1/runs/{id}/tools/{name}", s.callTool)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok")
+	})
+	mux.Handle("/v1/", s.auth(methodJSON(v1)))
+	if opts.Gatherer != nil {
+		mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})))
+	}
+	return s.guard(mux)
+}
+
+// guard applies the checks every route shares: no browser origins, the
+// loopback Host check, and the body cap.
+func (s *server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Origin") != "" {
+			writeError(w, http.StatusForbidden, "forbidden_origin", "httpapi: requests from browsers (with an Origin header) are refused; call berth from the harness")
+			return
+		}
+		if s.opts.LoopbackOnly && !loopbackHost(r.Host) {
+			writeError(w, http.StatusMisdirectedRequest, "misdirected", fmt.Sprintf("httpapi: host %q is not a loopback name; berth serves without a token only on localhost", r.Host))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// auth checks the bearer token in constant time.
+func (s *server) auth(next http.Handler) http.Handler {
+	if s.opts.Token == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
+			msg := "httpapi: missing bearer token: send Authorization: Bearer <token> (berth serve reads it from BERTH_TOKEN or --token-file)"
+			if ok {
+				msg = "httpapi: wrong bearer token: send the token berth serve was started with"
+			}
+			writeError(w, http.StatusUnauthorized, "unauthorized", msg)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// methodJSON turns the mux's plain-text 404 and 405 into JSON errors.
+func methodJSON(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(&statusRewriter{ResponseWriter: w, r: r}, r)
+	})
+}
+
+type statusRewriter struct {
+	http.ResponseWriter
+	r        *http.Request
+	rewrote  bool
+	wroteHdr bool
+}
+
+func (w *statusRewriter) WriteHeader(code int) {
+	// Our handlers write JSON; only the mux itself writes plain text.
+	plain := strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain")
+	if !w.wroteHdr && plain && (code == http.StatusMethodNotAllowed || code == http.StatusNotFound) {
+		w.rewrote = true
+		w.wroteHdr = true
+		if code == http.StatusNotFound {
+			writeError(w.ResponseWriter, code, "not_found", fmt.Sprintf("httpapi: no route %s %s: the API is under /v1/runs", w.r.Method, w.r.URL.Path))
+			return
+		}
+		writeError(w.ResponseWriter, code, "method_not_allowed",
+			fmt.Sprintf("httpapi: %s is not allowed on %s (allowed: %s)", w.r.Method, w.r.URL.Path, w.Header().Get("Allow")))
+		return
+	}
+	w.wroteHdr = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusRewriter) Write(p []byte) (int, error) {
+	if w.rewrote {
+		return len(p), nil // drop the mux's plain-text body
+	}
+	w.wroteHdr = true
+	return w.ResponseWriter.Write(p)
+}
+
+// openRequest is the body of POST /v1/runs.
+type openRequest struct {
+	ConversationID string `json:"conversation_id"`
+	Workspace      string `json:"workspace"`
+	Sandbox        string `json:"sandbox"`
+	Mode           string `json:"mode"`
+	Vibe           bool   `json:"vibe"`
+}
+
+func (s *server) openRun(w http.ResponseWriter, r *http.Request) {
+	var req openRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	run, err := s.c.Open(r.Context(), controller.RunSpec{
+		ConversationID: req.ConversationID,
+		Workspace:      req.Workspace,
+		Sandbox:        req.Sandbox,
+		Mode:           tools.Surface(req.Mode),
+		Vibe:           req.Vibe,
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/runs/"+run.ID())
+	writeJSON(w, http.StatusCreated, run.Info())
+}
+
+func (s *server) listRuns(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"runs": s.c.List()})
+}
+
+func (s *server) getRun(w http.ResponseWriter, r *http.Request) {
+	run, err := s.c.Get(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, run.Info())
+}
+
+func (s *server) closeRun(w http.ResponseWriter, r *http.Request) {
+	run, err := s.c.Get(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := run.Close(); err != nil {
+		// The run is gone either way; report what did not close cleanly.
+		s.log.Warn("run closed with errors", "run", run.ID(), "err", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) listTools(w http.ResponseWriter, r *http.Request) {
+	run, err := s.c.Get(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	surface := r.URL.Query().Get("surface") // empty: the run's mode
+	if _, err := tools.ParseSurface(surface); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	list := run.Tools(tools.Surface(surface))
+	if list == nil {
+		list = []tools.Info{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tools": list})
+}
+
+// callRequest is the body of POST /v1/runs/{id}/tools/{name}.
+type callRequest struct {
+	Args    json.RawMessage `json:"args"`
+	Surface string          `json:"surface"`
+}
+
+func (s *server) callTool(w http.ResponseWriter, r *http.Request) {
+	run, err := s.c.Get(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req callRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	res, err := run.Call(r.Context(), tools.Surface(req.Surface), r.PathValue("name"), req.Args)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if res.Content == nil {
+		res.Content = []tools.Content{}
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// decode reads a JSON body strictly: one object, no unknown fields.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("extra data after the JSON object")
+	}
+	if err == nil {
+		return true
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large",
+			fmt.Sprintf("httpapi: request body exceeds %d bytes: send smaller arguments (write large files in parts)", tooBig.Limit))
+		return false
+	}
+	if errors.Is(err, io.EOF) {
+		err = errors.New("empty body")
+	}
+	writeError(w, http.StatusBadRequest, "bad_request", "httpapi: the request body is not the expected JSON object: "+err.Error())
+	return false
+}
+
+// fail maps a controller or call error to a status and code.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, code := classify(err)
+	if status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	}
+	writeError(w, status, code, err.Error())
+}
+
+func classify(err error) (int, string) {
+	var in *tools.InputError
+	switch {
+	case errors.Is(err, controller.ErrUnknownRun):
+		return http.StatusNotFound, "unknown_run"
+	case errors.Is(err, tools.ErrUnknownTool):
+		return http.StatusNotFound, "unknown_tool"
+	case errors.Is(err, tools.ErrDenied):
+		return http.StatusForbidden, "denied"
+	case errors.As(err, &in), errors.Is(err, controller.ErrBadSpec):
+		return http.StatusBadRequest, "bad_request"
+	case errors.Is(err, sandbox.ErrGone):
+		return http.StatusGone, "sandbox_gone"
+	case errors.Is(err, sandbox.ErrNotFound):
+		return http.StatusNotFound, "sandbox_not_found"
+	case errors.Is(err, controller.ErrClosed):
+		return http.StatusServiceUnavailable, "shutting_down"
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, "timeout"
+	case errors.Is(err, context.Canceled):
+		return 499, "cancelled"
+	}
+	return http.StatusInternalServerError, "internal"
+}
+
+// errorBody is the JSON shape of every error response.
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	var b errorBody
+	b.Error.Code, b.Error.Message = code, msg
+	writeJSON(w, status, b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
