@@ -1,0 +1,436 @@
+// Package lsp is a JSON-RPC 2.0 client for language servers: [Conn] moves
+// messages over any byte stream (a process's stdio, an exec stream into a
+// sandbox, a net.Conn), answers the requests servers send to clients, and
+// keeps what servers push (diagnostics, progress, log messages); [Client]
+// adds the initialize handshake, document synchronisation, typed queries and
+// a bounded shutdown.
+//
+// The package knows nothing about sandboxes or processes. Whoever starts the
+// server hands the Conn its stream, and after [Client.Shutdown] escalates to
+// TERM and KILL on the process itself.
+package lsp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+
+	"berth.dev/berth/framing"
+)
+
+var (
+	// ErrServerExited reports that the server's output ended: the process
+	// exited or the stream to it was cut. Pending and later calls fail with
+	// it; the server must be restarted.
+	ErrServerExited = errors.New("lsp: the language server exited (its output stream ended); restart it and retry")
+
+	// ErrClosed reports a call on a connection closed by [Conn.Close].
+	ErrClosed = errors.New("lsp: connection closed by the client")
+)
+
+// JSON-RPC and LSP error codes.
+const (
+	CodeParseError           = -32700
+	CodeInvalidRequest       = -32600
+	CodeMethodNotFound       = -32601
+	CodeInvalidParams        = -32602
+	CodeInternalError        = -32603
+	CodeServerNotInitialized = -32002
+	CodeRequestFailed        = -32803
+	CodeServerCancelled      = -32802
+	CodeContentModified      = -32801
+	CodeRequestCancelled     = -32800
+)
+
+// ResponseError is an error answer from the server. Calls return it wrapped;
+// use errors.As to read the code.
+type ResponseError struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *ResponseError) Error() string {
+	return fmt.Sprintf("server error %d: %s", e.Code, clipText(e.Message, 1000))
+}
+
+// outboxSize is how many frames may wait for the writer goroutine.
+const outboxSize = 64
+
+// ConnOptions configure a [Conn]. The zero value is usable.
+type ConnOptions struct {
+	// Settings answers workspace/configuration: an item's section is looked
+	// up as a key, then as a dotted path through nested maps ("pylsp.plugins");
+	// an empty section gets the whole map; a missing one gets null.
+	Settings map[string]any
+
+	// WorkspaceFolders answers workspace/workspaceFolders (null when empty).
+	// [Client.Initialize] sets it from its options when empty.
+	WorkspaceFolders []WorkspaceFolder
+
+	// ApplyEdit handles workspace/applyEdit. It runs on its own goroutine
+	// with a context that ends with the connection, may call the Conn (but
+	// not Close it), and must return when its context ends. When nil, every
+	// edit is refused with applied=false and a reason, and the client does
+	// not announce workspace.applyEdit.
+	ApplyEdit func(ctx context.Context, p ApplyWorkspaceEditParams) ApplyWorkspaceEditResult
+}
+
+// Conn is a JSON-RPC 2.0 connection to a language server. It owns the stream
+// it was given: one goroutine reads it, one writes it, and both stop and the
+// stream is closed when the connection ends, whether by [Conn.Close], by the
+// server exiting (EOF), or by a framing or write error. [Conn.Done] and
+// [Conn.Err] report the end; every pending call fails at once with that
+// error.
+type Conn struct {
+	rw   io.ReadWriteCloser
+	r    *framing.Reader
+	w    *framing.Writer
+	opts ConnOptions
+
+	out  chan outFrame
+	wg   sync.WaitGroup // reader, writer, applyEdit handlers
+	ctx  context.Context
+	stop context.CancelFunc
+
+	endOnce  sync.Once
+	done     chan struct{}
+	err      error // set before done is closed
+	closeErr error // from rw.Close; read only after endOnce has run
+
+	mu      sync.Mutex
+	nextID  int64
+	pending map[int64]chan *wireMsg
+	folders []WorkspaceFolder
+
+	st state // what the server pushed; see state.go
+}
+
+type outFrame struct {
+	body    []byte
+	written chan error // nil: nobody waits for the write
+}
+
+// wireMsg is any JSON-RPC message. Requests have Method and ID,
+// notifications Method only, responses ID and Result or Error.
+type wireMsg struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method,omitempty"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *ResponseError  `json:"error,omitempty"`
+}
+
+// NewConn starts a connection over rw and takes ownership of it.
+func NewConn(rw io.ReadWriteCloser, opts ConnOptions) *Conn {
+	ctx, stop := context.WithCancel(context.Background())
+	c := &Conn{
+		rw:      rw,
+		r:       framing.NewReader(rw),
+		w:       framing.NewWriter(rw),
+		opts:    opts,
+		out:     make(chan outFrame, outboxSize),
+		ctx:     ctx,
+		stop:    stop,
+		done:    make(chan struct{}),
+		pending: make(map[int64]chan *wireMsg),
+		folders: opts.WorkspaceFolders,
+	}
+	c.st.init()
+	c.wg.Add(2)
+	go c.readLoop()
+	go c.writeLoop()
+	return c
+}
+
+// Done is closed when the connection has ended.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err says why the connection ended: [ErrClosed], an error wrapping
+// [ErrServerExited], or a framing or I/O error. It is nil while running.
+func (c *Conn) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// Close ends the connection: pending calls fail with [ErrClosed], the stream
+// is closed, and Close returns once the reader, writer and any applyEdit
+// handler have stopped. The stream's Close must unblock a pending Read, as
+// os/exec pipes and net.Conn do. Close returns the stream's Close error.
+func (c *Conn) Close() error {
+	c.end(ErrClosed)
+	c.wg.Wait()
+	return c.closeErr
+}
+
+// end records why the connection ended, wakes every waiter, and closes the
+// stream. Only the first call has an effect.
+func (c *Conn) end(err error) {
+	c.endOnce.Do(func() {
+		c.err = err
+		c.stop()
+		close(c.done) // pending calls fail now, not after a slow Close
+		c.st.wake()
+		c.closeErr = c.rw.Close()
+	})
+}
+
+func (c *Conn) readLoop() {
+	defer c.wg.Done()
+	for {
+		body, err := c.r.ReadFrame()
+		if err != nil {
+			switch {
+			case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+				c.end(fmt.Errorf("%w: %v", ErrServerExited, err))
+			default:
+				c.end(fmt.Errorf("lsp: reading from the language server failed, the connection is unusable; restart the server: %w", err))
+			}
+			return
+		}
+		c.handle(body)
+	}
+}
+
+func (c *Conn) writeLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case f := <-c.out:
+			err := c.w.WriteFrame(f.body)
+			if f.written != nil {
+				f.written <- err
+			}
+			if err != nil {
+				c.end(fmt.Errorf("lsp: writing to the language server failed, the connection is unusable; restart the server: %w", err))
+				return
+			}
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// enqueue hands a frame to the writer and returns once it is queued (it
+// will be written unless the connection ends first), or ctx or the
+// connection ends.
+func (c *Conn) enqueue(ctx context.Context, f outFrame) error {
+	select {
+	case c.out <- f:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return c.err
+	}
+}
+
+// Call sends a request and decodes the answer into result (which may be nil,
+// or a *json.RawMessage to keep the answer raw). params may be nil for none.
+// When ctx ends first, Call sends $/cancelRequest, forgets the id (a late
+// answer is dropped) and returns an error wrapping ctx.Err(). When the
+// connection ends, Call returns at once with an error wrapping [Conn.Err].
+// A server error answer is returned as a wrapped [*ResponseError].
+func (c *Conn) Call(ctx context.Context, method string, params, result any) error {
+	select {
+	case <-c.done:
+		return fmt.Errorf("lsp: %s: %w", method, c.err)
+	default:
+	}
+	c.mu.Lock()
+	c.nextID++
+	id := c.nextID
+	ch := make(chan *wireMsg, 1)
+	c.pending[id] = ch
+	c.mu.Unlock()
+
+	body, err := encode(json.RawMessage(strconv.FormatInt(id, 10)), method, params)
+	if err != nil {
+		c.forget(id)
+		return err
+	}
+	if err := c.enqueue(ctx, outFrame{body: body}); err != nil {
+		c.forget(id)
+		return fmt.Errorf("lsp: %s: request not sent: %w", method, err)
+	}
+	select {
+	case resp := <-ch:
+		return decodeResponse(method, resp, result)
+	case <-ctx.Done():
+		c.forget(id)
+		c.cancelRequest(id)
+		return fmt.Errorf("lsp: %s: gave up waiting for the server (sent $/cancelRequest): %w", method, ctx.Err())
+	case <-c.done:
+		select {
+		case resp := <-ch:
+			return decodeResponse(method, resp, result)
+		default:
+		}
+		c.forget(id)
+		return fmt.Errorf("lsp: %s: %w", method, c.err)
+	}
+}
+
+func (c *Conn) forget(id int64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// cancelRequest queues $/cancelRequest without waiting; cancellation is
+// advisory, so a full queue drops it rather than blocking the caller.
+func (c *Conn) cancelRequest(id int64) {
+	body, err := encode(nil, "$/cancelRequest", map[string]int64{"id": id})
+	if err != nil {
+		return
+	}
+	select {
+	case c.out <- outFrame{body: body}:
+	default:
+	}
+}
+
+func decodeResponse(method string, resp *wireMsg, result any) error {
+	if resp.Error != nil {
+		return fmt.Errorf("lsp: %s: %w", method, resp.Error)
+	}
+	if result == nil {
+		return nil
+	}
+	if raw, ok := result.(*json.RawMessage); ok {
+		*raw = append((*raw)[:0], resp.Result...)
+		return nil
+	}
+	if isNull(resp.Result) {
+		return nil
+	}
+	if err := json.Unmarshal(resp.Result, result); err != nil {
+		return fmt.Errorf("lsp: %s: the server's answer does not decode as %T: %w", method, result, err)
+	}
+	return nil
+}
+
+// Notify sends a notification and returns once it is written (or ctx or the
+// connection ends first).
+func (c *Conn) Notify(ctx context.Context, method string, params any) error {
+	written, err := c.queueNotify(ctx, method, params)
+	if err != nil {
+		return err
+	}
+	return c.waitWritten(ctx, method, written)
+}
+
+// queueNotify queues a notification without waiting for the write; the
+// returned channel yields the write's result. Notifications queued one
+// after another are written in that order.
+func (c *Conn) queueNotify(ctx context.Context, method string, params any) (<-chan error, error) {
+	body, err := encode(nil, method, params)
+	if err != nil {
+		return nil, err
+	}
+	f := outFrame{body: body, written: make(chan error, 1)}
+	if err := c.enqueue(ctx, f); err != nil {
+		return nil, fmt.Errorf("lsp: %s: notification not sent: %w", method, err)
+	}
+	return f.written, nil
+}
+
+func (c *Conn) waitWritten(ctx context.Context, method string, written <-chan error) error {
+	var err error
+	select {
+	case err = <-written:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-c.done:
+		err = c.err
+	}
+	if err != nil {
+		return fmt.Errorf("lsp: %s: notification may not have reached the server: %w", method, err)
+	}
+	return nil
+}
+
+// encode builds a request (id set) or a notification (id nil).
+func encode(id json.RawMessage, method string, params any) ([]byte, error) {
+	m := wireMsg{JSONRPC: "2.0", ID: id, Method: method}
+	if params != nil {
+		p, err := json.Marshal(params)
+		if err != nil {
+			return nil, fmt.Errorf("lsp: %s: encoding params: %w", method, err)
+		}
+		m.Params = p
+	}
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("lsp: %s: encoding message: %w", method, err)
+	}
+	return body, nil
+}
+
+// reply answers a server request with a result or an error.
+func (c *Conn) reply(id json.RawMessage, result any, rerr *ResponseError) {
+	m := struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  any             `json:"result,omitempty"`
+		Error   *ResponseError  `json:"error,omitempty"`
+	}{JSONRPC: "2.0", ID: id, Error: rerr}
+	if rerr == nil {
+		// A successful response must carry "result", even when null.
+		r, err := json.Marshal(result)
+		if err != nil {
+			m.Error = &ResponseError{Code: CodeInternalError, Message: err.Error()}
+		} else {
+			m.Result = json.RawMessage(r)
+		}
+	}
+	body, err := json.Marshal(m)
+	if err != nil {
+		return
+	}
+	_ = c.enqueue(c.ctx, outFrame{body: body})
+}
+
+// handle dispatches one incoming frame. It runs on the reader goroutine.
+func (c *Conn) handle(body []byte) {
+	var m wireMsg
+	if err := json.Unmarshal(body, &m); err != nil {
+		c.st.logProtocol(fmt.Sprintf("dropped a frame that is not JSON-RPC: %v: %s", err, clipText(string(body), 200)))
+		return
+	}
+	hasID := len(m.ID) > 0 && string(m.ID) != "null"
+	switch {
+	case m.Method != "" && hasID:
+		c.handleRequest(m.ID, m.Method, m.Params)
+	case m.Method != "":
+		c.handleNotification(m.Method, m.Params)
+	case hasID:
+		id, err := strconv.ParseInt(string(m.ID), 10, 64)
+		if err != nil {
+			c.st.logProtocol("dropped a response with an id we never sent: " + clipText(string(m.ID), 80))
+			return
+		}
+		c.mu.Lock()
+		ch, ok := c.pending[id]
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if ok {
+			ch <- &m
+		} else {
+			c.st.noteLate()
+		}
+	default:
+		if m.Error != nil {
+			c.st.logProtocol("the server reported an error without an id: " + m.Error.Error())
+		}
+	}
+}
