@@ -1,0 +1,101 @@
+// Command berth is the sandbox controller's command line: serve the HTTP
+// API, call one tool, list the tools, print the version.
+//
+//	berth serve [--addr 127.0.0.1:7450] [--token-file F]
+//	berth call [--workspace DIR] [--sandbox REF] [--conversation ID] [--surface S] [--json] TOOL 'ARGS_JSON'
+//	berth tools [--surface S] [--json]
+//	berth version
+//
+// It is the only package that picks sandbox backends: the host and, when
+// its engine answers, Docker.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set with -ldflags "-X main.version=v1.2.3"; otherwise the
+// module's build info is used.
+var version = ""
+
+// exitError carries an exit code and a message already printed (or to
+// print) on stderr.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	os.Exit(report(os.Stderr, err))
+}
+
+// report prints err to w and returns the exit code.
+func report(w io.Writer, err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(w, ee.msg)
+		}
+		return ee.code
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "berth: ") {
+		msg = "berth: " + msg
+	}
+	fmt.Fprintln(w, msg)
+	return 1
+}
+
+// globalFlags are the placement settings shared by every command.
+type globalFlags struct {
+	labelKey       string
+	noHostFallback bool
+	dockerHost     string
+	verbose        bool
+}
+
+func newRoot() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:   "berth",
+		Short: "berth places an agent's server-bound tools in the conversation's sandbox",
+		Long: `berth is a container-native sandbox controller: it runs the built-in tools of an
+agent run (files, and later language servers, debuggers, kernels) inside the
+conversation's existing container, or on the host when there is none.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.labelKey, "label-key", "berth.conversation", "container label whose value is the conversation id")
+	pf.BoolVar(&g.noHostFallback, "no-host-fallback", false, "fail instead of running on the host when a conversation has no container")
+	pf.StringVar(&g.dockerHost, "docker-host", "", "Docker engine address (default: $DOCKER_HOST or the local socket)")
+	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log placement and lifecycle details to stderr")
+	root.AddCommand(newServe(g), newCall(g), newTools(g), newVersion())
+	return root
+}
+
+func (g *globalFlags) logger(w io.Writer) *slog.Logger {
+	level := slog.LevelWarn
+	if g.verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
