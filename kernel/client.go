@@ -1,0 +1,517 @@
+package kernel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// Defaults and caps of a [Client].
+const (
+	// DefaultHeartbeatInterval is how often the heartbeat pings; each ping
+	// waits at most this long for its echo.
+	DefaultHeartbeatInterval = time.Second
+	// DefaultTimeToDead is how long the heartbeat may go unanswered before
+	// the kernel is reported dead (jupyter_client's time_to_dead).
+	DefaultTimeToDead = 3 * time.Second
+	// DialRetry is the pause between zmq4 dial attempts, while the kernel
+	// has not bound its ports yet and when a connection is re-established.
+	DialRetry = 100 * time.Millisecond
+	// SendTimeout bounds one zmq4 send (zmq4 sends take no context).
+	SendTimeout = 30 * time.Second
+	// ReadyResend is how often Connect repeats kernel_info_request until
+	// the reply and the matching IOPub status arrive (slow joiner).
+	ReadyResend = 500 * time.Millisecond
+	// ReplayWindow is how many recent signatures are remembered to drop
+	// replayed messages (jupyter_client keeps a digest history too).
+	ReplayWindow = 4096
+)
+
+// Client errors, tested with errors.Is.
+var (
+	// ErrDead: the kernel stopped answering its heartbeat or was shut
+	// down. State in it is lost; start a new kernel and connect again.
+	ErrDead = errors.New("kernel: the kernel is dead")
+	// ErrClosed: the client was closed.
+	ErrClosed = errors.New("kernel: the client is closed")
+)
+
+// Config configures [Connect].
+type Config struct {
+	// Conn is the kernel's connection file content.
+	Conn ConnectionInfo
+	// Dial opens byte streams to the kernel's ports (for a sandbox, its
+	// Dial, which tunnels a stream over an exec). nil dials locally with
+	// a net.Dialer. It may be called again at any time to reconnect, and
+	// for each heartbeat socket.
+	Dial DialFunc
+	// HeartbeatInterval defaults to [DefaultHeartbeatInterval].
+	HeartbeatInterval time.Duration
+	// TimeToDead defaults to [DefaultTimeToDead].
+	TimeToDead time.Duration
+	// Username goes into message headers; default "berth".
+	Username string
+	// Logger receives debug records (dropped messages, zmq4's own log).
+	// The key is never logged. nil discards.
+	Logger *slog.Logger
+}
+
+// Stats counts incoming messages that were dropped and never delivered.
+type Stats struct {
+	BadSignature int64 // HMAC mismatch
+	Replayed     int64 // a signature seen within ReplayWindow
+	Malformed    int64 // not a Jupyter message
+}
+
+// Client talks to one Jupyter kernel over the five channels: shell and
+// stdin DEALERs sharing one identity, an IOPub SUB subscribed to all, a
+// control DEALER and a heartbeat REQ. Every incoming message is verified
+// with the connection key; bad ones are dropped and counted in [Stats].
+//
+// Connect starts a reader per channel and a heartbeat goroutine; Close
+// stops them all and closes the sockets. Methods are safe for concurrent
+// use; replies are matched to requests by parent msg_id.
+type Client struct {
+	conn     ConnectionInfo
+	codec    *Codec
+	session  string
+	username string
+	log      *slog.Logger
+	interval time.Duration
+	toDead   time.Duration
+	dial     DialFunc
+
+	ctx    context.Context // client lifetime: canceled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	sockCtx    context.Context // sockets' lifetime: canceled on death or Close
+	sockCancel context.CancelFunc
+	scope      *dialScope
+	socks      map[Channel]zmq4.Socket
+	sockOnce   sync.Once
+
+	dead     chan struct{}
+	deadOnce sync.Once
+	deadErr  error // set before dead is closed
+
+	info KernelInfo // from Connect's kernel_info_reply
+
+	badSig, replayed, malformed atomic.Int64
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	pending map[string]*waiter // parent msg_id → waiter
+	seen    map[string]struct{}
+	ring    []string
+	next    int
+}
+
+// Connect dials the kernel described by cfg.Conn and waits until it is
+// ready: kernel_info_request is repeated until its reply and an IOPub
+// status with that parent have both arrived, so IOPub is known to be
+// subscribed. ctx bounds dialing and readiness only; the client lives until
+// Close.
+func Connect(ctx context.Context, cfg Config) (*Client, error) {
+	if err := cfg.Conn.validate(); err != nil {
+		return nil, err
+	}
+	codec, err := NewCodec(cfg.Conn.Key)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		conn:     cfg.Conn,
+		codec:    codec,
+		session:  newID(),
+		username: cfg.Username,
+		log:      cfg.Logger,
+		interval: cfg.HeartbeatInterval,
+		toDead:   cfg.TimeToDead,
+		dial:     cfg.Dial,
+		dead:     make(chan struct{}),
+		pending:  map[string]*waiter{},
+		seen:     map[string]struct{}{},
+		ring:     make([]string, ReplayWindow),
+	}
+	if c.username == "" {
+		c.username = "berth"
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.interval <= 0 {
+		c.interval = DefaultHeartbeatInterval
+	}
+	if c.toDead <= 0 {
+		c.toDead = DefaultTimeToDead
+	}
+	if c.dial == nil {
+		var d net.Dialer
+		c.dial = d.DialContext
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.sockCtx, c.sockCancel = context.WithCancel(context.Background())
+	c.scope = newDialScope(c.dial)
+
+	if err := c.dialAll(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	for ch, s := range c.socks {
+		c.wg.Add(1)
+		go c.read(ch, s)
+	}
+	if err := c.waitReady(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.wg.Add(1)
+	go c.heartbeat()
+	return c, nil
+}
+
+// zmqOptions are the options shared by every socket of the client.
+func (c *Client) zmqOptions(retries int) []zmq4.Option {
+	return []zmq4.Option{
+		zmq4.WithDialerRetry(DialRetry),
+		zmq4.WithDialerMaxRetries(retries),
+		zmq4.WithTimeout(SendTimeout),
+		zmq4.WithLogger(slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)),
+	}
+}
+
+// dialAll creates and dials shell, stdin, iopub and control. zmq4 retries
+// each dial until the kernel has bound (or the sockets are closed), so ctx
+// is enforced by closing the sockets when it ends first.
+func (c *Client) dialAll(ctx context.Context) error {
+	opts := append(c.zmqOptions(-1), zmq4.WithAutomaticReconnect(true))
+	id := zmq4.WithID(zmq4.SocketIdentity(c.session)) // shell and stdin must share it
+	c.socks = map[Channel]zmq4.Socket{
+		Shell:   zmq4.NewDealer(c.sockCtx, append(opts, id)...),
+		Stdin:   zmq4.NewDealer(c.sockCtx, append(opts, id)...),
+		Control: zmq4.NewDealer(c.sockCtx, opts...),
+		IOPub:   zmq4.NewSub(c.sockCtx, opts...),
+	}
+	if err := c.socks[IOPub].SetOption(zmq4.OptionSubscribe, ""); err != nil {
+		return fmt.Errorf("kernel: subscribe to iopub: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for _, ch := range []Channel{IOPub, Shell, Stdin, Control} {
+			network, address, err := c.conn.Endpoint(ch)
+			if err == nil {
+				err = c.socks[ch].Dial(c.scope.endpoint(network, address))
+			}
+			if err != nil {
+				done <- fmt.Errorf("kernel: dial %s channel at %s %s: %w", ch, network, address, err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		c.closeSockets()
+		<-done
+		return fmt.Errorf("kernel: dial %s:%d and the other ports: %w; is the kernel running and listening there?", c.conn.IP, c.conn.ShellPort, ctx.Err())
+	}
+}
+
+// closeSockets closes every socket and every connection the client dialed.
+func (c *Client) closeSockets() {
+	c.sockOnce.Do(func() {
+		c.sockCancel()
+		c.scope.close()
+		for _, s := range c.socks {
+			s.Close()
+		}
+	})
+}
+
+// Close stops the heartbeat and the readers, closes the sockets and waits
+// for every goroutine the client started. Pending calls fail with
+// [ErrClosed]. It does not stop the kernel; see [Client.Shutdown].
+func (c *Client) Close() error {
+	c.markDead(ErrClosed)
+	c.cancel()
+	c.wg.Wait()
+	return nil
+}
+
+// Dead is closed when the kernel is found dead, has been shut down, or the
+// client is closed; [Client.Err] says which.
+func (c *Client) Dead() <-chan struct{} { return c.dead }
+
+// Err returns nil while the kernel is alive, then why it is not: an error
+// wrapping [ErrDead] or [ErrClosed].
+func (c *Client) Err() error {
+	select {
+	case <-c.dead:
+		return c.deadErr
+	default:
+		return nil
+	}
+}
+
+// Info returns the kernel_info_reply received while connecting.
+func (c *Client) Info() KernelInfo { return c.info }
+
+// Stats returns the counts of dropped incoming messages.
+func (c *Client) Stats() Stats {
+	return Stats{BadSignature: c.badSig.Load(), Replayed: c.replayed.Load(), Malformed: c.malformed.Load()}
+}
+
+// markDead records err (the first one wins), fails pending calls and closes
+// the sockets, which also stops zmq4 from redialing a dead kernel.
+func (c *Client) markDead(err error) {
+	c.deadOnce.Do(func() {
+		c.deadErr = err
+		close(c.dead)
+		c.closeSockets()
+	})
+}
+
+// read receives from one socket until the sockets are closed, verifying
+// and routing each message.
+func (c *Client) read(ch Channel, s zmq4.Socket) {
+	defer c.wg.Done()
+	for {
+		zm, err := s.Recv()
+		if err != nil {
+			if c.sockCtx.Err() != nil {
+				return
+			}
+			// A connection ended (io.EOF and friends). zmq4 redials it
+			// (automatic reconnect); the heartbeat decides about death.
+			if !errors.Is(err, io.EOF) {
+				c.log.Debug("kernel: receive failed; waiting for reconnect", "channel", ch, "err", err)
+			}
+			continue
+		}
+		m, err := c.codec.Decode(zm.Frames)
+		switch {
+		case errors.Is(err, ErrBadSignature):
+			c.badSig.Add(1)
+			c.log.Debug("kernel: dropped message with a bad signature", "channel", ch)
+			continue
+		case err != nil:
+			c.malformed.Add(1)
+			c.log.Debug("kernel: dropped malformed message", "channel", ch, "err", err)
+			continue
+		}
+		if c.replay(zm.Frames) {
+			c.replayed.Add(1)
+			c.log.Debug("kernel: dropped replayed message", "channel", ch, "msg_type", m.Header.MsgType)
+			continue
+		}
+		c.route(ch, m)
+	}
+}
+
+// replay reports whether the message's signature was seen recently, and
+// remembers it otherwise.
+func (c *Client) replay(frames [][]byte) bool {
+	var sig string
+	for i, f := range frames {
+		if string(f) == Delimiter {
+			sig = string(frames[i+1])
+			break
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.seen[sig]; ok {
+		return true
+	}
+	if old := c.ring[c.next]; old != "" {
+		delete(c.seen, old)
+	}
+	c.ring[c.next] = sig
+	c.next = (c.next + 1) % len(c.ring)
+	c.seen[sig] = struct{}{}
+	return false
+}
+
+func (c *Client) route(ch Channel, m *Message) {
+	c.mu.Lock()
+	w := c.pending[m.ParentHeader.MsgID]
+	c.mu.Unlock()
+	if w == nil {
+		return // not a reply to us: startup status, another client's output
+	}
+	w.push(incoming{ch: ch, msg: m})
+}
+
+// incoming is one verified message and the channel it came on.
+type incoming struct {
+	ch  Channel
+	msg *Message
+}
+
+// waiter queues the messages of one request without ever blocking a reader.
+type waiter struct {
+	notify chan struct{} // capacity 1: something was pushed
+
+	mu sync.Mutex
+	q  []incoming
+}
+
+func newWaiter() *waiter { return &waiter{notify: make(chan struct{}, 1)} }
+
+func (w *waiter) push(in incoming) {
+	w.mu.Lock()
+	w.q = append(w.q, in)
+	w.mu.Unlock()
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (w *waiter) drain() []incoming {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.q
+	w.q = nil
+	return q
+}
+
+func (c *Client) register(w *waiter, ids ...string) {
+	c.mu.Lock()
+	for _, id := range ids {
+		c.pending[id] = w
+	}
+	c.mu.Unlock()
+}
+
+func (c *Client) unregister(ids ...string) {
+	c.mu.Lock()
+	for _, id := range ids {
+		delete(c.pending, id)
+	}
+	c.mu.Unlock()
+}
+
+// newMessage builds a request from this client's session.
+func (c *Client) newMessage(msgType string, content any) (*Message, error) {
+	b, err := json.Marshal(content)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: encode %s: %w", msgType, err)
+	}
+	return &Message{
+		Header: Header{
+			MsgID:    newID(),
+			Session:  c.session,
+			Username: c.username,
+			Date:     timestamp(),
+			MsgType:  msgType,
+			Version:  ProtocolVersion,
+		},
+		Content: b,
+	}, nil
+}
+
+// send signs m and sends it on ch.
+func (c *Client) send(ch Channel, m *Message) error {
+	if err := c.Err(); err != nil {
+		return err
+	}
+	frames, err := c.codec.Encode(m)
+	if err != nil {
+		return err
+	}
+	if err := c.socks[ch].Send(zmq4.NewMsgFrom(frames...)); err != nil {
+		if e := c.Err(); e != nil {
+			return e
+		}
+		return fmt.Errorf("kernel: send %s on %s channel: %w", m.Header.MsgType, ch, err)
+	}
+	return nil
+}
+
+// request sends msgType on ch and returns the matching *_reply.
+func (c *Client) request(ctx context.Context, ch Channel, msgType string, content any) (*Message, error) {
+	m, err := c.newMessage(msgType, content)
+	if err != nil {
+		return nil, err
+	}
+	w := newWaiter()
+	c.register(w, m.Header.MsgID)
+	defer c.unregister(m.Header.MsgID)
+	if err := c.send(ch, m); err != nil {
+		return nil, err
+	}
+	want := strings.TrimSuffix(msgType, "_request") + "_reply"
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("kernel: waiting for %s: %w", want, ctx.Err())
+		case <-c.dead:
+			return nil, fmt.Errorf("kernel: waiting for %s: %w", want, c.deadErr)
+		case <-w.notify:
+			for _, in := range w.drain() {
+				if in.ch == ch && in.msg.Header.MsgType == want {
+					return in.msg, nil
+				}
+			}
+		}
+	}
+}
+
+// waitReady repeats kernel_info_request until a reply and an IOPub status
+// for one of them have arrived.
+func (c *Client) waitReady(ctx context.Context) error {
+	w := newWaiter()
+	var ids []string
+	defer func() { c.unregister(ids...) }()
+	var gotReply, gotStatus bool
+	resend := time.NewTimer(0)
+	defer resend.Stop()
+	for !gotReply || !gotStatus {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kernel: kernel at %s did not become ready (reply=%t, iopub=%t): %w; check that it started and that the key matches", c.conn.IP, gotReply, gotStatus, ctx.Err())
+		case <-c.dead:
+			return c.deadErr
+		case <-resend.C:
+			m, err := c.newMessage("kernel_info_request", struct{}{})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, m.Header.MsgID)
+			c.register(w, m.Header.MsgID)
+			if err := c.send(Shell, m); err != nil {
+				return err
+			}
+			resend.Reset(ReadyResend)
+		case <-w.notify:
+			for _, in := range w.drain() {
+				switch {
+				case in.ch == Shell && in.msg.Header.MsgType == "kernel_info_reply":
+					if !gotReply {
+						if err := json.Unmarshal(in.msg.Content, &c.info); err != nil {
+							return fmt.Errorf("kernel: decode kernel_info_reply: %w", err)
+						}
+					}
+					gotReply = true
+				case in.ch == IOPub && in.msg.Header.MsgType == "status":
+					gotStatus = true
+				}
+			}
+		}
+	}
+	return nil
+}
