@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"encoding/json"
 	"fmt"
 )
 
@@ -24,6 +25,26 @@ type Content struct {
 	Text     string `json:"text,omitempty"`     // for "text"
 	MimeType string `json:"mimeType,omitempty"` // for "image"
 	Data     []byte `json:"data,omitempty"`     // for "image"; base64 on the wire
+}
+
+// MarshalJSON writes the fields MCP expects for the block's type: a text
+// block always has "text", an image block "mimeType" and "data".
+func (c Content) MarshalJSON() ([]byte, error) {
+	switch c.Type {
+	case "text":
+		return json.Marshal(struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}{c.Type, c.Text})
+	case "image":
+		return json.Marshal(struct {
+			Type     string `json:"type"`
+			MimeType string `json:"mimeType"`
+			Data     []byte `json:"data"`
+		}{c.Type, c.MimeType, c.Data})
+	}
+	type plain Content
+	return json.Marshal(plain(c))
 }
 
 // Text returns a successful result with one text block.

@@ -1,0 +1,269 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+type pathIn struct {
+	Path  string `json:"path" jsonschema:"the file"`
+	Count int    `json:"count,omitempty" jsonschema:"how many"`
+}
+
+// newTestRegistry registers one tool per level; each echoes its name.
+func newTestRegistry() *Registry {
+	r := NewRegistry()
+	for _, t := range []Tool{
+		{Name: "look", Description: "read", Level: LevelRead},
+		{Name: "change", Description: "write", Level: LevelWrite},
+		{Name: "run", Description: "exec", Level: LevelExec, Serial: true},
+	} {
+		name := t.Name
+		Register(r, t, func(ctx context.Context, in pathIn) (*Result, error) {
+			return Textf("%s %s", name, in.Path), nil
+		})
+	}
+	return r
+}
+
+func TestLevelsBySurface(t *testing.T) {
+	r := newTestRegistry()
+	tests := []struct {
+		surface Surface
+		tool    string
+		allowed bool
+	}{
+		{SurfaceDefault, "look", true},
+		{SurfaceDefault, "change", true},
+		{SurfaceDefault, "run", true},
+		{SurfacePlan, "look", true},
+		{SurfacePlan, "change", false},
+		{SurfacePlan, "run", false},
+		{SurfaceReadonly, "look", true},
+		{SurfaceReadonly, "change", false},
+		{SurfaceReadonly, "run", false},
+	}
+	for _, tc := range tests {
+		listed := false
+		for _, i := range r.List(tc.surface) {
+			if i.Name == tc.tool {
+				listed = true
+				if i.InputSchema == nil {
+					t.Errorf("%s on %s: no input schema", tc.tool, tc.surface)
+				}
+			}
+		}
+		if listed != tc.allowed {
+			t.Errorf("List(%s) lists %s = %v, want %v", tc.surface, tc.tool, listed, tc.allowed)
+		}
+		res, err := r.Call(context.Background(), tc.surface, tc.tool, json.RawMessage(`{"path":"a"}`))
+		if tc.allowed {
+			if err != nil || res.AllText() != tc.tool+" a" {
+				t.Errorf("Call(%s, %s) = %v, %v", tc.surface, tc.tool, res, err)
+			}
+		} else if !errors.Is(err, ErrDenied) {
+			t.Errorf("Call(%s, %s) by name: err = %v, want ErrDenied", tc.surface, tc.tool, err)
+		}
+	}
+}
+
+func TestDeniedBeforeDecoding(t *testing.T) {
+	r := NewRegistry()
+	var ran atomic.Bool
+	Register(r, Tool{Name: "w", Description: "w", Level: LevelWrite}, func(ctx context.Context, in pathIn) (*Result, error) {
+		ran.Store(true)
+		return Text("ok"), nil
+	})
+	// Malformed arguments on a surface that may not call the tool: the
+	// refusal comes first, and the handler never runs.
+	_, err := r.Call(context.Background(), SurfacePlan, "w", json.RawMessage(`{not json`))
+	if !errors.Is(err, ErrDenied) {
+		t.Errorf("err = %v, want ErrDenied", err)
+	}
+	if ran.Load() {
+		t.Error("handler ran on a denied call")
+	}
+}
+
+func TestCallErrors(t *testing.T) {
+	r := newTestRegistry()
+	tests := []struct {
+		name    string
+		surface Surface
+		tool    string
+		args    string
+		check   func(error) bool
+	}{
+		{"unknown tool", SurfaceDefault, "nope", `{}`, func(err error) bool { return errors.Is(err, ErrUnknownTool) }},
+		{"malformed JSON", SurfaceDefault, "look", `{"path":`, isInputError},
+		{"wrong type", SurfaceDefault, "look", `{"path":3}`, isInputError},
+		{"missing required", SurfaceDefault, "look", `{}`, isInputError},
+		{"unknown field", SurfaceDefault, "look", `{"path":"a","extra":1}`, isInputError},
+		{"unknown surface", Surface("admin"), "look", `{"path":"a"}`, isInputError},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := r.Call(context.Background(), tc.surface, tc.tool, json.RawMessage(tc.args))
+			if err == nil || !tc.check(err) {
+				t.Errorf("err = %v", err)
+			}
+		})
+	}
+	if got := r.List("admin"); len(got) != 0 {
+		t.Errorf("an unknown surface lists %d tools", len(got))
+	}
+}
+
+func isInputError(err error) bool {
+	var ie *InputError
+	return errors.As(err, &ie)
+}
+
+func TestSchemaFromInputType(t *testing.T) {
+	r := newTestRegistry()
+	infos := r.List(SurfaceDefault)
+	b, err := json.Marshal(infos[0].InputSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	for _, want := range []string{`"path"`, `"the file"`, `"required":["path"]`, `"count"`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("schema %s lacks %s", s, want)
+		}
+	}
+	b, _ = json.Marshal(infos[0])
+	if !strings.Contains(string(b), `"level":"`) {
+		t.Errorf("Info JSON %s: level is not a name", b)
+	}
+}
+
+func TestSerialToolsRunOneAtATime(t *testing.T) {
+	r := NewRegistry()
+	var running, most atomic.Int32
+	for _, name := range []string{"debug", "eval"} {
+		Register(r, Tool{Name: name, Description: name, Level: LevelExec, Serial: true}, func(ctx context.Context, in struct{}) (*Result, error) {
+			n := running.Add(1)
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+			running.Add(-1)
+			return Text("ok"), nil
+		})
+	}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := []string{"debug", "eval"}[i%2]
+			if _, err := r.Call(context.Background(), SurfaceDefault, name, nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if most.Load() != 1 {
+		t.Errorf("%d serial calls ran at once, want 1", most.Load())
+	}
+}
+
+func TestSerialWaitHonoursContext(t *testing.T) {
+	r := NewRegistry()
+	release := make(chan struct{})
+	started := make(chan struct{})
+	Register(r, Tool{Name: "eval", Description: "e", Level: LevelExec, Serial: true}, func(ctx context.Context, in struct{}) (*Result, error) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-release
+		return Text("ok"), nil
+	})
+	go r.Call(context.Background(), SurfaceDefault, "eval", nil)
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := r.Call(ctx, SurfaceDefault, "eval", nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second serial call: err = %v, want the context's error", err)
+	}
+	close(release)
+}
+
+func TestMiddleware(t *testing.T) {
+	r := newTestRegistry()
+	var order []string
+	r.Use(func(tl Tool, next Handler) Handler {
+		return func(ctx context.Context, args json.RawMessage) (*Result, error) {
+			order = append(order, "outer:"+tl.Name)
+			res, err := next(ctx, args)
+			if err == nil && tl.Level == LevelWrite {
+				res.AppendText("checked")
+			}
+			return res, err
+		}
+	})
+	res, err := r.Call(context.Background(), SurfaceDefault, "change", json.RawMessage(`{"path":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.AllText(); got != "change x\nchecked" {
+		t.Errorf("result %q", got)
+	}
+	if len(order) != 1 || order[0] != "outer:change" {
+		t.Errorf("middleware calls %v", order)
+	}
+	// A denied call never reaches the middleware.
+	order = nil
+	if _, err := r.Call(context.Background(), SurfacePlan, "change", json.RawMessage(`{"path":"x"}`)); !errors.Is(err, ErrDenied) {
+		t.Fatal(err)
+	}
+	if len(order) != 0 {
+		t.Errorf("middleware ran on a denied call: %v", order)
+	}
+}
+
+func TestRegisterPanicsOnMistakes(t *testing.T) {
+	h := func(ctx context.Context, in struct{}) (*Result, error) { return nil, nil }
+	for name, f := range map[string]func(){
+		"no level": func() { Register(NewRegistry(), Tool{Name: "x"}, h) },
+		"no name":  func() { Register(NewRegistry(), Tool{Level: LevelRead}, h) },
+		"duplicate": func() {
+			r := NewRegistry()
+			Register(r, Tool{Name: "x", Level: LevelRead}, h)
+			Register(r, Tool{Name: "x", Level: LevelRead}, h)
+		},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+func TestResultJSON(t *testing.T) {
+	res := &Result{Content: []Content{{Type: "text", Text: ""}, {Type: "image", MimeType: "image/png", Data: []byte{1, 2}}}, IsError: true, Touched: []string{"a"}}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"content":[{"type":"text","text":""},{"type":"image","mimeType":"image/png","data":"AQI="}],"isError":true}`
+	if string(b) != want {
+		t.Errorf("got  %s\nwant %s", b, want)
+	}
+}
