@@ -1,0 +1,180 @@
+// Package syntax is berth's structural code engine: tree-sitter grammars,
+// an ast-grep compatible pattern compiler and matcher, and a rewrite engine.
+//
+// It works on bytes only. It never touches a sandbox or a file system: callers
+// read files and hand the contents in. It is the only cgo package of berth.
+package syntax
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+
+	sitter "github.com/tree-sitter/go-tree-sitter"
+)
+
+// Context is one rung of a language's pattern context ladder: a pattern
+// fragment is parsed as Prefix + fragment + Suffix. When Indent is set, every
+// line of the fragment after the first is prefixed with it as well, and so is
+// the first line (Python bodies need indentation).
+type Context struct {
+	Name   string // "bare", "statement", "expression", "member", "declaration"
+	Prefix string
+	Suffix string
+	Indent string
+	// Reject lists effective node kinds this rung refuses (tree-sitter-cpp
+	// accepts a function definition inside a function body, which C++ does
+	// not have).
+	Reject []string
+	// Needs, when set, makes the rung accept only fragments containing a node
+	// of one of these kinds (a C++ member rung for "override" methods that
+	// comes before the declaration rung).
+	Needs []string
+}
+
+// Language is a grammar together with the metadata the pattern compiler
+// needs. Bundled languages are in the table returned by Languages; more can be
+// added at run time with Register (for grammars loaded from a shared library).
+type Language struct {
+	// ID is the canonical language id ("go", "python", "c_sharp", …).
+	ID string
+	// Aliases are other accepted names ("golang", "py", "csharp", …).
+	Aliases []string
+	// Extensions are file name suffixes including the dot (".go"), or whole
+	// base names for files without an extension ("Makefile" style).
+	Extensions []string
+	// Expando replaces '$' in patterns before parsing when '$' is not legal
+	// in the language's identifiers (ast-grep's expando character). Zero
+	// keeps '$'.
+	Expando rune
+	// Contexts is the context ladder, tried in order; the first context in
+	// which the fragment parses without ERROR or MISSING nodes wins. Empty
+	// means a single "bare" context.
+	Contexts []Context
+	// Grammar is the tree-sitter language.
+	Grammar *sitter.Language
+
+	ptr   unsafe.Pointer // *C.TSLanguage
+	kinds []string       // symbol names by kind id, filled by Register
+}
+
+var (
+	registryMu sync.RWMutex
+	byName     = map[string]*Language{} // ids and aliases
+	byExt      = map[string]*Language{}
+	ordered    []*Language
+)
+
+// Register adds a language whose grammar comes from elsewhere (for example a
+// grammar compiled into a shared library at install time). The id, aliases and
+// extensions must not clash with an existing language.
+func Register(l Language) error {
+	if l.ID == "" {
+		return fmt.Errorf("syntax: register: the language has no id; set Language.ID")
+	}
+	if l.Grammar == nil || l.Grammar.Inner == nil {
+		return fmt.Errorf("syntax: register %q: the language has no tree-sitter grammar; set Language.Grammar", l.ID)
+	}
+	abi := l.Grammar.AbiVersion()
+	if abi < sitter.MIN_COMPATIBLE_LANGUAGE_VERSION || abi > sitter.LANGUAGE_VERSION {
+		return fmt.Errorf("syntax: register %q: grammar ABI %d is outside the supported range %d–%d; regenerate the grammar with a matching tree-sitter CLI",
+			l.ID, abi, sitter.MIN_COMPATIBLE_LANGUAGE_VERSION, sitter.LANGUAGE_VERSION)
+	}
+	if len(l.Contexts) == 0 {
+		l.Contexts = []Context{{Name: "bare"}}
+	}
+	l.ptr = unsafe.Pointer(l.Grammar.Inner)
+	n := int(l.Grammar.NodeKindCount())
+	l.kinds = make([]string, n)
+	for i := range n {
+		l.kinds[i] = l.Grammar.NodeKindForId(uint16(i))
+	}
+	lp := &l
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	names := append([]string{l.ID}, l.Aliases...)
+	for _, name := range names {
+		if old, ok := byName[strings.ToLower(name)]; ok {
+			return fmt.Errorf("syntax: register %q: the name %q is already used by language %q; pick another id or alias", l.ID, name, old.ID)
+		}
+	}
+	for _, ext := range l.Extensions {
+		if old, ok := byExt[strings.ToLower(ext)]; ok {
+			return fmt.Errorf("syntax: register %q: the extension %q already maps to language %q", l.ID, ext, old.ID)
+		}
+	}
+	for _, name := range names {
+		byName[strings.ToLower(name)] = lp
+	}
+	for _, ext := range l.Extensions {
+		byExt[strings.ToLower(ext)] = lp
+	}
+	ordered = append(ordered, lp)
+	return nil
+}
+
+// Lookup returns the language with the given id or alias (case-insensitive).
+func Lookup(id string) (*Language, error) {
+	registryMu.RLock()
+	l, ok := byName[strings.ToLower(strings.TrimSpace(id))]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("syntax: unknown language %q; use one of: %s", id, strings.Join(IDs(), ", "))
+	}
+	return l, nil
+}
+
+// LanguageForPath infers the language of a file from its name. It returns nil
+// when the extension is unknown.
+func LanguageForPath(path string) *Language {
+	base := filepath.Base(path)
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	if l, ok := byExt[strings.ToLower(base)]; ok {
+		return l
+	}
+	// Longest suffix first, so ".d.ts"-style entries could win over ".ts".
+	lower := strings.ToLower(base)
+	for i := 0; i < len(lower); i++ {
+		if lower[i] != '.' {
+			continue
+		}
+		if l, ok := byExt[lower[i:]]; ok {
+			return l
+		}
+	}
+	return nil
+}
+
+// IDs returns the ids of all registered languages, sorted.
+func IDs() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	ids := make([]string, 0, len(ordered))
+	for _, l := range ordered {
+		ids = append(ids, l.ID)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Languages returns all registered languages in registration order.
+func Languages() []*Language {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	return append([]*Language(nil), ordered...)
+}
+
+// kindName returns the node kind name for a kind id.
+func (l *Language) kindName(k uint16) string {
+	if k == errorKind {
+		return "ERROR"
+	}
+	if int(k) < len(l.kinds) {
+		return l.kinds[k]
+	}
+	return fmt.Sprintf("kind%d", k)
+}

@@ -1,0 +1,444 @@
+package syntax
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+)
+
+// Point is a position in source: Line is 0-based, Column is a 0-based byte
+// offset within the line (callers add 1 to the line for display).
+type Point struct {
+	Line, Column int
+}
+
+// Range is a byte range of the source with its start and end points; EndByte
+// is exclusive.
+type Range struct {
+	StartByte, EndByte int
+	Start, End         Point
+}
+
+// Capture is what one metavariable captured. A single capture ($NAME) is one
+// node; a multi capture ($$$NAME) is a possibly empty sequence of sibling
+// nodes, and its Text is the source from the first node to the last,
+// separators included.
+type Capture struct {
+	Multi bool
+	Text  string
+	// Range spans the captured text; for an empty multi capture it is the
+	// zero-width position where the sequence would be.
+	Range Range
+	// Nodes are the captured nodes (one for a single capture).
+	Nodes []Range
+}
+
+// Match is one match of a pattern.
+type Match struct {
+	Range
+	Text     string
+	Captures map[string]Capture
+}
+
+// Tree is a parsed source. It holds no C memory and is safe to share between
+// goroutines once built; callers may cache it per file.
+type Tree struct {
+	t *tree
+}
+
+// Parse parses src with lang's grammar. It refuses sources over
+// MaxSourceBytes (ErrTooLarge) and stops parses that run over ParseTimeout
+// (ErrParseBudget) or whose ctx ends.
+func Parse(ctx context.Context, lang *Language, src []byte) (*Tree, error) {
+	if lang == nil {
+		return nil, fmt.Errorf("syntax: parse: no language given")
+	}
+	t, err := parse(ctx, lang, src)
+	if err != nil {
+		return nil, err
+	}
+	return &Tree{t: t}, nil
+}
+
+// Language returns the tree's language.
+func (t *Tree) Language() *Language { return t.t.lang }
+
+// Source returns the parsed bytes (not a copy; do not modify).
+func (t *Tree) Source() []byte { return t.t.src }
+
+// NodeCount returns the number of syntax nodes in the tree.
+func (t *Tree) NodeCount() int { return len(t.t.nodes) }
+
+// HasError reports whether the source has syntax errors (the tree is still
+// searched; tree-sitter recovers).
+func (t *Tree) HasError() bool {
+	for i := range t.t.nodes {
+		if t.t.nodes[i].isError() || t.t.nodes[i].missing() {
+			return true
+		}
+	}
+	return false
+}
+
+// Search compiles pattern for lang and returns every match in src.
+func Search(ctx context.Context, lang *Language, pattern string, src []byte) ([]Match, error) {
+	p, err := Compile(lang, pattern)
+	if err != nil {
+		return nil, err
+	}
+	return p.Search(ctx, src)
+}
+
+// Search parses src and returns every match of p, in pre-order (outer
+// before inner, then by position). Nested and overlapping matches are all
+// reported.
+func (p *Pattern) Search(ctx context.Context, src []byte) ([]Match, error) {
+	t, err := Parse(ctx, p.lang, src)
+	if err != nil {
+		return nil, err
+	}
+	return p.Match(ctx, t)
+}
+
+// ctxCheckEvery is how many candidate nodes are tried between ctx checks.
+const ctxCheckEvery = 4096
+
+// Match returns every match of p in an already parsed tree.
+func (p *Pattern) Match(ctx context.Context, tr *Tree) ([]Match, error) {
+	t := tr.t
+	if t.lang != p.lang {
+		return nil, fmt.Errorf("syntax: the pattern is for %s but the tree is %s; compile the pattern for the file's language", p.lang.ID, t.lang.ID)
+	}
+	m := &matcher{t: t}
+	var out []Match
+	root := p.root
+	for i := range t.nodes {
+		if i%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("syntax: search: %w", err)
+			}
+		}
+		n := &t.nodes[i]
+		if root.meta == metaNone && root.kind != n.kind && root.kind != errorKind {
+			continue
+		}
+		m.env = m.env[:0]
+		if m.matchNode(root, int32(i)) != matched {
+			continue
+		}
+		out = append(out, m.result(int32(i)))
+	}
+	return out, nil
+}
+
+type outcome uint8
+
+const (
+	noMatch outcome = iota
+	matched
+	skipCandidate
+)
+
+type binding struct {
+	name  string
+	multi bool
+	nodes []int32
+	at    uint32 // byte offset of an empty multi capture
+}
+
+type matcher struct {
+	t   *tree
+	env []binding
+	buf [][]int32 // children buffers by depth
+	dep int
+}
+
+func (m *matcher) lookup(name string) *binding {
+	for i := len(m.env) - 1; i >= 0; i-- {
+		if m.env[i].name == name {
+			return &m.env[i]
+		}
+	}
+	return nil
+}
+
+// kids returns node i's children without extras (comments are skipped on
+// both sides in smart mode). The slice is valid until the depth is released.
+func (m *matcher) kids(i int32) []int32 {
+	if m.dep >= len(m.buf) {
+		m.buf = append(m.buf, nil)
+	}
+	b := m.buf[m.dep][:0]
+	n := &m.t.nodes[i]
+	if n.nchild > 0 {
+		for c := i + 1; c >= 0; c = m.t.nodes[c].next {
+			if !m.t.nodes[c].extra() {
+				b = append(b, c)
+			}
+		}
+	}
+	m.buf[m.dep] = b
+	m.dep++
+	return b
+}
+
+func (m *matcher) matchNode(g *pnode, c int32) outcome {
+	cn := &m.t.nodes[c]
+	switch g.meta {
+	case metaSingle, metaAny, metaMulti:
+		if g.meta == metaSingle && !cn.named() {
+			return noMatch
+		}
+		if g.name == "" {
+			return matched
+		}
+		if old := m.lookup(g.name); old != nil {
+			if old.multi || len(old.nodes) != 1 || !m.sameNode(old.nodes[0], c) {
+				return noMatch
+			}
+		}
+		m.env = append(m.env, binding{name: g.name, nodes: []int32{c}})
+		return matched
+	}
+	kindOK := g.kind == cn.kind || g.kind == errorKind
+	if g.leaf {
+		if kindOK && (!g.named || string(m.t.textBytes(c)) == g.text) {
+			return matched
+		}
+		if !cn.named() {
+			return skipCandidate
+		}
+		return noMatch
+	}
+	if !kindOK {
+		return noMatch
+	}
+	kids := m.kids(c)
+	ok := m.matchChildren(g.children, kids)
+	m.dep--
+	if ok {
+		return matched
+	}
+	return noMatch
+}
+
+// matchChildren is ast-grep's match_nodes_impl_recursive for smart
+// strictness: lazy, non-backtracking ellipses; unnamed candidate tokens
+// skipped against terminals; trailing candidate children allowed.
+func (m *matcher) matchChildren(goals []*pnode, cands []int32) bool {
+	if len(cands) == 0 {
+		return false
+	}
+	gi, ci := 0, 0
+	for {
+		// An ellipsis at the current goal position.
+		if gi >= len(goals) {
+			return true
+		}
+		if g := goals[gi]; g.meta == metaMulti {
+			var got []int32
+			gi++
+			if gi >= len(goals) {
+				return m.bindMulti(g, append(got, cands[ci:]...), 0, cands, ci)
+			}
+			skipped := 0
+			for goals[gi].trivial() {
+				gi++
+				skipped++
+				if gi >= len(goals) {
+					return m.bindMulti(g, append(got, cands[ci:]...), skipped, cands, ci)
+				}
+			}
+			if goals[gi].meta == metaMulti {
+				got = append(got, cands[ci])
+				ci++
+				if ci >= len(cands) {
+					return false
+				}
+				if !m.bindMulti(g, got, skipped, cands, ci-1) {
+					return false
+				}
+				continue
+			}
+			start := ci
+			for {
+				mark := len(m.env)
+				r := m.matchNode(goals[gi], cands[ci])
+				m.env = m.env[:mark]
+				if r == matched {
+					if !m.bindMulti(g, got, skipped, cands, start) {
+						return false
+					}
+					break
+				}
+				got = append(got, cands[ci])
+				ci++
+				if ci >= len(cands) {
+					return false
+				}
+			}
+		}
+		// One goal node, skipping unnamed candidate tokens against terminals.
+		for {
+			if ci >= len(cands) {
+				for ; gi < len(goals); gi++ {
+					if goals[gi].meta != metaMulti {
+						return false
+					}
+					if !m.bindMulti(goals[gi], nil, 0, cands, ci) {
+						return false
+					}
+				}
+				return true
+			}
+			r := m.matchNode(goals[gi], cands[ci])
+			if r == matched {
+				break
+			}
+			if r == skipCandidate {
+				ci++
+				continue
+			}
+			return false
+		}
+		gi++
+		ci++
+		if gi >= len(goals) {
+			return true // trailing candidate children are allowed
+		}
+		if ci >= len(cands) {
+			// As in ast-grep: goals remain after a matched pair but the
+			// candidate has no children left, so even a trailing $$$ fails
+			// (`echo $$$` does not match a bare `echo`).
+			return false
+		}
+	}
+}
+
+// bindMulti records an ellipsis capture. Trailing unnamed nodes that stand
+// for pattern tokens skipped after the ellipsis are dropped. at is the index
+// in cands where the sequence starts (for the position of empty captures).
+func (m *matcher) bindMulti(g *pnode, nodes []int32, skipped int, cands []int32, at int) bool {
+	for skipped > 0 && len(nodes) > 0 && !m.t.nodes[nodes[len(nodes)-1]].named() {
+		nodes = nodes[:len(nodes)-1]
+		skipped--
+	}
+	if g.name == "" {
+		return true
+	}
+	if old := m.lookup(g.name); old != nil {
+		if !old.multi || !m.sameNamed(old.nodes, nodes) {
+			return false
+		}
+	}
+	var pos uint32
+	switch {
+	case len(nodes) > 0:
+		pos = m.t.nodes[nodes[0]].start
+	case at < len(cands):
+		pos = m.t.nodes[cands[at]].start
+	case len(cands) > 0:
+		pos = m.t.nodes[cands[len(cands)-1]].end
+	}
+	m.env = append(m.env, binding{name: g.name, multi: true, nodes: append([]int32(nil), nodes...), at: pos})
+	return true
+}
+
+// sameNamed compares two ellipsis captures on their named nodes.
+func (m *matcher) sameNamed(a, b []int32) bool {
+	var na, nb []int32
+	for _, x := range a {
+		if m.t.nodes[x].named() {
+			na = append(na, x)
+		}
+	}
+	for _, x := range b {
+		if m.t.nodes[x].named() {
+			nb = append(nb, x)
+		}
+	}
+	if len(na) != len(nb) {
+		return false
+	}
+	for i := range na {
+		if !m.sameNode(na[i], nb[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameNode is ast-grep's does_node_match_exactly: structural equality that
+// ignores whitespace but not comments, parentheses or commas; named leaves
+// compare by text.
+func (m *matcher) sameNode(a, b int32) bool {
+	if a == b {
+		return true
+	}
+	na, nb := &m.t.nodes[a], &m.t.nodes[b]
+	if (na.named() && na.nchild == 0) || (nb.named() && nb.nchild == 0) {
+		return bytes.Equal(m.t.textBytes(a), m.t.textBytes(b))
+	}
+	if na.kind != nb.kind || na.nchild != nb.nchild {
+		return false
+	}
+	if na.nchild == 0 {
+		return true
+	}
+	for x, y := a+1, b+1; x >= 0 && y >= 0; x, y = m.t.nodes[x].next, m.t.nodes[y].next {
+		if !m.sameNode(x, y) {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *tree) rangeOf(i int32) Range {
+	n := &t.nodes[i]
+	return Range{
+		StartByte: int(n.start), EndByte: int(n.end),
+		Start: Point{int(n.srow), int(n.scol)},
+		End:   Point{int(n.erow), int(n.ecol)},
+	}
+}
+
+// pointAt computes the point of byte offset off, counting lines from node near.
+func (t *tree) pointAt(off uint32, near int32) Point {
+	n := &t.nodes[near]
+	line, from := int(n.srow), n.start
+	if off < from {
+		line, from = 0, 0
+	}
+	for i := from; i < off; i++ {
+		if t.src[i] == '\n' {
+			line++
+		}
+	}
+	ls := bytes.LastIndexByte(t.src[:off], '\n') + 1
+	return Point{line, int(off) - ls}
+}
+
+func (m *matcher) result(i int32) Match {
+	t := m.t
+	r := t.rangeOf(i)
+	mt := Match{Range: r, Text: string(t.src[r.StartByte:r.EndByte])}
+	if len(m.env) > 0 {
+		mt.Captures = make(map[string]Capture, len(m.env))
+	}
+	for _, b := range m.env {
+		c := Capture{Multi: b.multi}
+		if len(b.nodes) == 0 {
+			p := t.pointAt(b.at, i)
+			c.Range = Range{StartByte: int(b.at), EndByte: int(b.at), Start: p, End: p}
+		} else {
+			first, last := t.rangeOf(b.nodes[0]), t.rangeOf(b.nodes[len(b.nodes)-1])
+			c.Range = Range{StartByte: first.StartByte, EndByte: last.EndByte, Start: first.Start, End: last.End}
+			for _, x := range b.nodes {
+				c.Nodes = append(c.Nodes, t.rangeOf(x))
+			}
+		}
+		c.Text = string(t.src[c.Range.StartByte:c.Range.EndByte])
+		mt.Captures[b.name] = c // later bindings overwrite: the last occurrence is reported
+	}
+	return mt
+}

@@ -1,0 +1,337 @@
+package syntax
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+type metaKind uint8
+
+const (
+	metaNone   metaKind = iota
+	metaSingle          // $NAME, $_: one named node
+	metaAny             // $$NAME: one node, named or not
+	metaMulti           // $$$NAME, $$$: zero or more sibling nodes
+)
+
+// pnode is one node of a compiled pattern.
+type pnode struct {
+	kind     uint16
+	named    bool
+	leaf     bool // no children in the pattern tree: compared as a terminal
+	text     string
+	meta     metaKind
+	name     string // binding name; "" when the metavariable does not bind
+	children []*pnode
+}
+
+func (p *pnode) trivial() bool { return p.meta == metaNone && p.leaf && !p.named }
+
+// Pattern is a compiled structural pattern for one language.
+type Pattern struct {
+	lang    *Language
+	root    *pnode
+	source  string
+	context string
+	literal string
+}
+
+// Language returns the language the pattern was compiled for.
+func (p *Pattern) Language() *Language { return p.lang }
+
+// Context returns the name of the ladder rung that accepted the pattern
+// ("bare", "statement", "expression", "member" or "declaration").
+func (p *Pattern) Context() string { return p.context }
+
+// Literal returns the longest text every match must contain verbatim (a
+// named leaf of the pattern), or "" when there is none. Callers use it to skip
+// files without parsing them.
+func (p *Pattern) Literal() string { return p.literal }
+
+// String returns the pattern source.
+func (p *Pattern) String() string { return p.source }
+
+// preprocess replaces '$' by the language's expando character where '$' starts
+// a metavariable (before A–Z or '_', or a run of exactly three), as ast-grep's
+// pre_process_pattern does.
+func preprocess(expando rune, pattern string) string {
+	if expando == 0 || expando == '$' {
+		return pattern
+	}
+	var b strings.Builder
+	dollars := 0
+	flush := func(replace bool) {
+		r := '$'
+		if replace {
+			r = expando
+		}
+		for range dollars {
+			b.WriteRune(r)
+		}
+		dollars = 0
+	}
+	for _, c := range pattern {
+		if c == '$' {
+			dollars++
+			continue
+		}
+		flush(dollars > 0 && ((c >= 'A' && c <= 'Z') || c == '_' || dollars == 3))
+		b.WriteRune(c)
+	}
+	flush(dollars == 3)
+	return b.String()
+}
+
+// metaVar classifies text as a metavariable token written with sigil.
+func metaVar(sigil rune, text string) (metaKind, string) {
+	s := string(sigil)
+	validName := func(n string) bool {
+		if n == "" || !(n[0] == '_' || (n[0] >= 'A' && n[0] <= 'Z')) {
+			return false
+		}
+		for i := 0; i < len(n); i++ {
+			c := n[i]
+			if !(c == '_' || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
+				return false
+			}
+		}
+		return true
+	}
+	bind := func(n string) string {
+		if strings.HasPrefix(n, "_") {
+			return ""
+		}
+		return n
+	}
+	switch {
+	case text == s+s+s:
+		return metaMulti, ""
+	case strings.HasPrefix(text, s+s+s):
+		if n := text[3*len(s):]; validName(n) {
+			return metaMulti, bind(n)
+		}
+	case strings.HasPrefix(text, s+s):
+		if n := text[2*len(s):]; validName(n) {
+			return metaAny, bind(n)
+		}
+	case strings.HasPrefix(text, s):
+		if n := text[len(s):]; validName(n) {
+			return metaSingle, bind(n)
+		}
+	}
+	return metaNone, ""
+}
+
+// Compile parses pattern with lang's grammar, trying each rung of the
+// language's context ladder; the first rung in which the fragment parses
+// without ERROR or MISSING nodes wins.
+func Compile(lang *Language, pattern string) (*Pattern, error) {
+	if lang == nil {
+		return nil, fmt.Errorf("syntax: compile: no language given; pass one of: %s", strings.Join(IDs(), ", "))
+	}
+	frag := strings.TrimSpace(pattern)
+	if frag == "" {
+		return nil, fmt.Errorf("syntax: the pattern is empty; write a code fragment such as `foo($A)`")
+	}
+	sigil := '$'
+	if lang.Expando != 0 {
+		sigil = lang.Expando
+	}
+	pre := preprocess(lang.Expando, frag)
+	var tried []string
+	for _, cx := range lang.Contexts {
+		p, why := compileIn(lang, cx, pre, sigil)
+		if p != nil {
+			p.source = pattern
+			return p, nil
+		}
+		tried = append(tried, fmt.Sprintf("%s (%s)", cx.Name, why))
+	}
+	return nil, fmt.Errorf("syntax: the %s pattern %q does not parse as %s code in any context: %s; fix the fragment so it is valid %s (metavariables stand for whole nodes)",
+		lang.ID, frag, lang.ID, strings.Join(tried, "; "), lang.ID)
+}
+
+// compileIn tries one ladder rung. It returns the pattern, or nil and the
+// reason the rung rejected the fragment.
+func compileIn(lang *Language, cx Context, frag string, sigil rune) (*Pattern, string) {
+	body := frag
+	if cx.Indent != "" {
+		body = cx.Indent + strings.ReplaceAll(frag, "\n", "\n"+cx.Indent)
+	}
+	src := []byte(cx.Prefix + body + cx.Suffix)
+	fs := uint32(len(cx.Prefix) + len(cx.Indent))
+	fe := uint32(len(cx.Prefix) + len(body))
+	t, err := parse(context.Background(), lang, src)
+	if err != nil {
+		return nil, err.Error()
+	}
+	for i := range t.nodes {
+		n := &t.nodes[i]
+		if n.missing() && afterMetaVar(t, int32(i), sigil) {
+			continue // `{ $$$ }` in C-like bodies: the `;` after a metavariable is implied
+		}
+		if n.isError() {
+			if k, _ := metaVar(sigil, t.text(int32(i))); k == metaMulti {
+				continue // a bare metavariable where the grammar wants more (Java `{ $$$ }`)
+			}
+		}
+		if n.isError() || n.missing() {
+			what := "syntax error"
+			if n.missing() {
+				what = "missing " + lang.kindName(n.kind)
+			}
+			return nil, fmt.Sprintf("%s at %s", what, fragPos(src, fs, n.start, cx.Indent))
+		}
+	}
+	// The maximal nodes inside the fragment.
+	var tops []int32
+	for i := range t.nodes {
+		n := &t.nodes[i]
+		if n.start < fs || n.end > fe || n.extra() || n.end == n.start {
+			continue
+		}
+		if n.parent >= 0 {
+			p := &t.nodes[n.parent]
+			if p.start >= fs && p.end <= fe {
+				continue
+			}
+		}
+		tops = append(tops, int32(i))
+	}
+	switch len(tops) {
+	case 0:
+		return nil, "no syntax node in the fragment"
+	case 1:
+	default:
+		return nil, fmt.Sprintf("%d separate nodes (%s, %s, …); a pattern must be one node", len(tops), lang.kindName(t.nodes[tops[0]].kind), lang.kindName(t.nodes[tops[1]].kind))
+	}
+	eff := tops[0]
+	for t.nodes[eff].nchild == 1 {
+		eff++ // the only child follows in pre-order
+	}
+	if eff == 0 && t.nodes[0].nchild > 1 {
+		var kids []string
+		for _, c := range t.children(0, nil) {
+			kids = append(kids, lang.kindName(t.nodes[c].kind))
+		}
+		return nil, fmt.Sprintf("%d separate nodes (%s); a pattern must be one node", len(kids), strings.Join(kids, ", "))
+	}
+	for _, k := range cx.Reject {
+		if lang.kindName(t.nodes[eff].kind) == k {
+			return nil, "the fragment is a " + k + ", which this context cannot hold"
+		}
+	}
+	if len(cx.Needs) > 0 && !containsKind(t, lang, tops[0], cx.Needs) {
+		return nil, "no " + strings.Join(cx.Needs, "/") + " in the fragment"
+	}
+	root := convert(t, eff, sigil)
+	if root.meta == metaMulti {
+		return nil, "a standalone $$$ matches sequences inside a node, not a node; put it inside code, as in `f($$$)`"
+	}
+	p := &Pattern{lang: lang, root: root, context: cx.Name}
+	p.literal = longestLiteral(root)
+	return p, ""
+}
+
+// fragPos renders the position of byte off of src as line:column of the
+// pattern fragment starting at fs (1-based line and column).
+func fragPos(src []byte, fs, off uint32, indent string) string {
+	if off < fs {
+		return "the start of the pattern"
+	}
+	if int(off) > len(src) {
+		off = uint32(len(src))
+	}
+	line, col := 1, 0
+	for i := fs; i < off; i++ {
+		if src[i] == '\n' {
+			line++
+			col = -len(indent)
+		} else {
+			col++
+		}
+	}
+	if col < 0 {
+		col = 0
+	}
+	return fmt.Sprintf("line %d column %d", line, col+1)
+}
+
+func convert(t *tree, i int32, sigil rune) *pnode {
+	n := &t.nodes[i]
+	text := t.text(i)
+	if k, name := metaVar(sigil, text); k != metaNone {
+		return &pnode{meta: k, name: name, kind: n.kind, named: n.named(), text: text}
+	}
+	p := &pnode{kind: n.kind, named: n.named(), leaf: n.nchild == 0}
+	if p.leaf {
+		p.text = text
+		return p
+	}
+	for _, c := range t.children(i, nil) {
+		cn := &t.nodes[c]
+		if cn.missing() || cn.extra() {
+			continue
+		}
+		p.children = append(p.children, convert(t, c, sigil))
+	}
+	if len(p.children) == 0 {
+		p.leaf = true
+		p.text = text
+	}
+	return p
+}
+
+func longestLiteral(p *pnode) string {
+	if p.meta != metaNone {
+		return ""
+	}
+	if p.leaf {
+		if p.named && !strings.Contains(p.text, "\n") {
+			return p.text
+		}
+		return ""
+	}
+	best := ""
+	for _, c := range p.children {
+		if s := longestLiteral(c); len(s) > len(best) {
+			best = s
+		}
+	}
+	return best
+}
+
+// containsKind reports whether the subtree at i has a node of one of kinds.
+func containsKind(t *tree, lang *Language, i int32, kinds []string) bool {
+	end := t.nodes[i].end
+	for j := i; int(j) < len(t.nodes) && (j == i || t.nodes[j].start < end); j++ {
+		if t.nodes[j].start >= t.nodes[i].start && t.nodes[j].end <= end {
+			name := lang.kindName(t.nodes[j].kind)
+			for _, k := range kinds {
+				if name == k {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// afterMetaVar reports whether the MISSING node i directly follows a sibling
+// whose whole text is a metavariable.
+func afterMetaVar(t *tree, i int32, sigil rune) bool {
+	p := t.nodes[i].parent
+	if p < 0 {
+		return false
+	}
+	prev := int32(-1)
+	for c := p + 1; c >= 0 && c != i; c = t.nodes[c].next {
+		prev = c
+	}
+	if prev < 0 {
+		return false
+	}
+	k, _ := metaVar(sigil, t.text(prev))
+	return k != metaNone
+}

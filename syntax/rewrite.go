@@ -1,0 +1,166 @@
+package syntax
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Edit replaces src[StartByte:EndByte] with Text.
+type Edit struct {
+	StartByte, EndByte int
+	Text               string
+}
+
+// Rewrite turns matches of src into edits that replace each matched node with
+// template, its metavariables substituted:
+//   - $NAME and $$NAME insert the capture's text; $$$NAME inserts the source
+//     from the first to the last captured node, separators included;
+//     unknown or empty captures insert nothing; $$$ and $lower stay literal;
+//   - a multi-line capture is de-indented by the indentation of its own first
+//     line and re-indented to the indentation of the template line it sits on;
+//   - template lines after the first are indented like the line where the
+//     match starts (spaces and tabs are kept as they are, unlike ast-grep,
+//     which counts only spaces);
+//   - of overlapping matches the outermost (earliest, longest) wins; the
+//     others are dropped, not re-applied.
+func Rewrite(src []byte, matches []Match, template string) ([]Edit, error) {
+	ms := append([]Match(nil), matches...)
+	sort.SliceStable(ms, func(i, j int) bool {
+		if ms[i].StartByte != ms[j].StartByte {
+			return ms[i].StartByte < ms[j].StartByte
+		}
+		return ms[i].EndByte > ms[j].EndByte
+	})
+	var edits []Edit
+	end := -1
+	for _, m := range ms {
+		if m.StartByte < 0 || m.EndByte > len(src) || m.StartByte > m.EndByte || string(src[m.StartByte:m.EndByte]) != m.Text {
+			return nil, fmt.Errorf("syntax: rewrite: the match at byte %d does not fit this source (it was found in other content); search the current content again", m.StartByte)
+		}
+		if m.StartByte < end {
+			continue
+		}
+		end = m.EndByte
+		if m.StartByte == m.EndByte {
+			end = m.EndByte + 1
+		}
+		edits = append(edits, Edit{StartByte: m.StartByte, EndByte: m.EndByte, Text: expand(src, m, template)})
+	}
+	return edits, nil
+}
+
+// lineIndent returns the leading spaces and tabs of the line containing off.
+func lineIndent(src []byte, off int) string {
+	ls := bytes.LastIndexByte(src[:off], '\n') + 1
+	i := ls
+	for i < len(src) && (src[i] == ' ' || src[i] == '\t') {
+		i++
+	}
+	return string(src[ls:i])
+}
+
+func isVarChar(c byte) bool { return c == '_' || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') }
+
+// expand substitutes m's captures into template and indents the result for
+// the match's position.
+func expand(src []byte, m Match, template string) string {
+	var b strings.Builder
+	lineStart := 0 // index in b of the current template line
+	for i := 0; i < len(template); {
+		c := template[i]
+		if c == '\n' {
+			b.WriteByte('\n')
+			i++
+			lineStart = b.Len()
+			continue
+		}
+		if c != '$' {
+			b.WriteByte(c)
+			i++
+			continue
+		}
+		j := i
+		for j < len(template) && template[j] == '$' && j-i < 3 {
+			j++
+		}
+		k := j
+		for k < len(template) && isVarChar(template[k]) {
+			k++
+		}
+		name := template[j:k]
+		if name == "" || !(name[0] == '_' || (name[0] >= 'A' && name[0] <= 'Z')) {
+			b.WriteString(template[i:j])
+			i = j
+			continue
+		}
+		i = k
+		capt, ok := m.Captures[name]
+		if !ok {
+			continue // unknown and non-binding metavariables insert nothing
+		}
+		text := capt.Text
+		if strings.Contains(text, "\n") {
+			cur := b.String()[lineStart:]
+			ind := cur[:len(cur)-len(strings.TrimLeft(cur, " \t"))]
+			text = reindent(text, lineIndent(src, capt.Range.StartByte), ind)
+		}
+		b.WriteString(text)
+	}
+	out := b.String()
+	ind := lineIndent(src, m.StartByte)
+	if ind == "" || !strings.Contains(out, "\n") {
+		return out
+	}
+	return indentRest(out, ind)
+}
+
+// reindent strips from lines after the first the prefix from (or as much of
+// it as is there) and prefixes them with to. Empty lines stay empty.
+func reindent(text, from, to string) string {
+	lines := strings.Split(text, "\n")
+	for i := 1; i < len(lines); i++ {
+		l := lines[i]
+		n := 0
+		for n < len(from) && n < len(l) && l[n] == from[n] {
+			n++
+		}
+		l = l[n:]
+		if strings.TrimSpace(l) != "" {
+			l = to + l
+		}
+		lines[i] = l
+	}
+	return strings.Join(lines, "\n")
+}
+
+func indentRest(text, ind string) string {
+	lines := strings.Split(text, "\n")
+	for i := 1; i < len(lines); i++ {
+		if strings.TrimSpace(lines[i]) != "" {
+			lines[i] = ind + lines[i]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Apply returns a copy of src with edits applied. Edits must not overlap (as
+// returned by Rewrite); they may come in any order.
+func Apply(src []byte, edits []Edit) []byte {
+	es := append([]Edit(nil), edits...)
+	sort.SliceStable(es, func(i, j int) bool { return es[i].StartByte < es[j].StartByte })
+	var out bytes.Buffer
+	out.Grow(len(src))
+	pos := 0
+	for _, e := range es {
+		if e.StartByte < pos {
+			continue
+		}
+		out.Write(src[pos:e.StartByte])
+		out.WriteString(e.Text)
+		pos = e.EndByte
+	}
+	out.Write(src[pos:])
+	return out.Bytes()
+}
