@@ -81,7 +81,11 @@ func spanSet(s []span) string {
 func TestDifferentialAstGrep(t *testing.T) {
 	cli := astGrepCLI()
 	if cli == "" {
-		t.Skip("ast-grep CLI not found; set BERTH_AST_GREP or run `cd /tmp/sgcli && npm install @ast-grep/cli`")
+		msg := "ast-grep CLI not found; set BERTH_AST_GREP or run `cd /tmp/sgcli && npm install @ast-grep/cli` (tests/run installs it)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
 	}
 	for _, f := range corpusFiles(t) {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".txtar"), func(t *testing.T) {

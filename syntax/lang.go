@@ -3,6 +3,11 @@
 //
 // It works on bytes only. It never touches a sandbox or a file system: callers
 // read files and hand the contents in. It is the only cgo package of berth.
+//
+// Besides the bundled grammars, grammars compiled into shared libraries are
+// loaded at run time from JSON descriptors (LoadGrammar, LoadGrammarDir,
+// LoadConfigured; Dart and Swift come this way, built by
+// syntax/grammars/build). See GrammarDescriptor for adding a grammar by config.
 package syntax
 
 import (
@@ -33,6 +38,15 @@ type Context struct {
 	// of one of these kinds (a C++ member rung for "override" methods that
 	// comes before the declaration rung).
 	Needs []string
+	// Append is added after the fragment, as part of it, unless the
+	// fragment already ends with it (a Dart statement pattern written
+	// without its ';').
+	Append string
+	// Sequence lets the rung accept a fragment that parses as several
+	// sibling nodes (Dart has no call node: `print(x)` is an identifier
+	// followed by a selector). Such a pattern matches runs of consecutive
+	// children; see matchSeq.
+	Sequence bool
 }
 
 // Language is a grammar together with the metadata the pattern compiler

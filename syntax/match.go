@@ -109,6 +109,9 @@ func (p *Pattern) Match(ctx context.Context, tr *Tree) ([]Match, error) {
 	if t.lang != p.lang {
 		return nil, fmt.Errorf("syntax: the pattern is for %s but the tree is %s; compile the pattern for the file's language", p.lang.ID, t.lang.ID)
 	}
+	if p.seq {
+		return p.matchSeq(ctx, t)
+	}
 	m := &matcher{t: t}
 	var out []Match
 	root := p.root

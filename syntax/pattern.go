@@ -35,6 +35,7 @@ type Pattern struct {
 	source  string
 	context string
 	literal string
+	seq     bool // root's children are a sequence of sibling nodes (Context.Sequence)
 }
 
 // Language returns the language the pattern was compiled for.
@@ -159,6 +160,9 @@ func compileIn(lang *Language, cx Context, frag string, sigil rune) (*Pattern, s
 	if cx.Indent != "" {
 		body = cx.Indent + strings.ReplaceAll(frag, "\n", "\n"+cx.Indent)
 	}
+	if cx.Append != "" && !strings.HasSuffix(body, cx.Append) {
+		body += cx.Append
+	}
 	src := []byte(cx.Prefix + body + cx.Suffix)
 	fs := uint32(len(cx.Prefix) + len(cx.Indent))
 	fe := uint32(len(cx.Prefix) + len(body))
@@ -204,6 +208,9 @@ func compileIn(lang *Language, cx Context, frag string, sigil rune) (*Pattern, s
 		return nil, "no syntax node in the fragment"
 	case 1:
 	default:
+		if cx.Sequence {
+			return compileSeq(t, lang, cx, tops, sigil)
+		}
 		return nil, fmt.Sprintf("%d separate nodes (%s, %s, …); a pattern must be one node", len(tops), lang.kindName(t.nodes[tops[0]].kind), lang.kindName(t.nodes[tops[1]].kind))
 	}
 	eff := tops[0]
@@ -271,7 +278,7 @@ func convert(t *tree, i int32, sigil rune) *pnode {
 	}
 	for _, c := range t.children(i, nil) {
 		cn := &t.nodes[c]
-		if cn.missing() || cn.extra() {
+		if cn.missing() || (cn.extra() && !cn.isError()) { // an extra ERROR here is a tolerated `$$$` (Dart `{ $$$ }`)
 			continue
 		}
 		p.children = append(p.children, convert(t, c, sigil))
