@@ -5,17 +5,27 @@ import (
 
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/files"
+	"berth.dev/berth/tools/structural"
 )
 
 // DefaultTools returns the binders every run gets when Config.Tools is nil:
-// the workspace file tools (read, write, edit, apply_patch).
+// the workspace file tools (read, write, edit, apply_patch) and the
+// structural tools (ast_grep, ast_edit, resolve).
 func DefaultTools() []Binder {
-	return []Binder{FileTools}
+	return []Binder{FileTools, StructuralTools}
 }
 
 // FileTools registers read, write, edit and apply_patch over the run's
 // workspace.
 func FileTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	files.Register(r, env.Workspace)
+	return nil
+}
+
+// StructuralTools registers ast_grep, ast_edit and resolve over the run's
+// workspace, with one structural engine (parse cache and staged edits) per
+// run. The engine holds only memory; it goes with the run.
+func StructuralTools(ctx context.Context, r *tools.Registry, env *Env) error {
+	structural.Register(r, env.Workspace, structural.NewEngine(structural.Options{}))
 	return nil
 }

@@ -241,16 +241,30 @@ func (d *dirFS) walk(ctx context.Context, name string, fi fs.FileInfo, opts sand
 	if !fi.IsDir() || (!top && slices.Contains(opts.SkipDirs, fi.Name())) {
 		return nil
 	}
-	ents, err := d.readDir("walk", name)
+	dirf, err := d.root.Open(name)
 	if err != nil {
+		err = mapErr("walk", name, err)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 			return nil
 		}
 		return err
 	}
+	defer dirf.Close()
+	ents, err := dirf.ReadDir(-1)
+	if err != nil {
+		err = mapErr("walk", name, err)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return nil
+		}
+		return err
+	}
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	for _, e := range ents {
 		child := path.Join(name, e.Name())
-		cfi, err := d.root.Lstat(child)
+		// One component relative to the open directory, not following a
+		// final link: it cannot leave the directory, and it costs one
+		// syscall instead of resolving the whole path from the root again.
+		cfi, err := lstatAt(dirf, e.Name())
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue

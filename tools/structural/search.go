@@ -1,0 +1,442 @@
+package structural
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"berth.dev/berth/sandbox"
+	"berth.dev/berth/syntax"
+)
+
+// target is a prepared search: the compiled pattern and where to look.
+type target struct {
+	lang   *syntax.Language
+	pat    *syntax.Pattern
+	name   string // FS name of the file or directory
+	isFile bool
+	// fresh reads every file, never trusting a cache entry on size and
+	// modification time alone (ast_edit captures what is on disk).
+	fresh bool
+}
+
+// fileResult is one searched file: its bytes and matches, or a skip reason.
+type fileResult struct {
+	name    string
+	data    []byte
+	info    fs.FileInfo
+	matches []syntax.Match
+	skip    string
+}
+
+// scanStats counts files of a scan.
+type scanStats struct {
+	searched int
+	skipped  map[string]int
+}
+
+// rel maps a path given by the model to a name of fsys: relative to the
+// workspace, or absolute under its root. It behaves as tools/files does.
+func rel(fsys sandbox.FS, p string) (string, error) {
+	root := path.Clean(fsys.Root())
+	if p == "" || p == "." {
+		return ".", nil
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", errorf("path %q contains a NUL byte: give a plain path inside the workspace %s", p, root)
+	}
+	if !utf8.ValidString(p) {
+		return "", errorf("path %q is not valid UTF-8: give the path as text", p)
+	}
+	outside := func() error {
+		return errorf("path %q is outside the workspace %s: use a path inside it, relative to the workspace (src) or absolute under it (%s)",
+			p, root, path.Join(root, "src"))
+	}
+	switch {
+	case path.IsAbs(p):
+		c := path.Clean(p)
+		switch {
+		case c == root:
+			return ".", nil
+		case root == "/":
+			return strings.TrimPrefix(c, "/"), nil
+		case strings.HasPrefix(c, root+"/"):
+			return strings.TrimPrefix(c, root+"/"), nil
+		}
+		return "", outside()
+	case p == "~" || strings.HasPrefix(p, "~/"):
+		return "", outside()
+	}
+	name := path.Clean(p)
+	if name == ".." || strings.HasPrefix(name, "../") {
+		return "", outside()
+	}
+	return name, nil
+}
+
+// fsError explains an error of the workspace FS for name.
+func fsError(fsys sandbox.FS, name string, err error) error {
+	var se *Error
+	if errors.As(err, &se) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	shown := name
+	if name == "." {
+		shown = ". (the workspace root)"
+	}
+	switch {
+	case errors.Is(err, sandbox.ErrEscape):
+		return errorf("path %q leads outside the workspace %s (through a symbolic link): use a path inside it", name, fsys.Root())
+	case errors.Is(err, fs.ErrNotExist):
+		return errorf("%s does not exist: list its parent directory %s with read to see what is there", shown, path.Dir(name))
+	case errors.Is(err, fs.ErrPermission):
+		return errorf("permission denied for %s: the sandbox user may not read it; choose another path", shown)
+	case errors.Is(err, sandbox.ErrGone):
+		return errorf("the sandbox is gone (%v): the run cannot use its files any more", err)
+	case errors.Is(err, syscall.ENOTDIR):
+		return errorf("a parent of %s is not a directory: check the path", shown)
+	}
+	return errorf("%s: %v", shown, err)
+}
+
+// languageList is the list of language ids for error messages.
+func languageList() string { return strings.Join(syntax.IDs(), ", ") }
+
+// prepare resolves the path and the language and compiles the pattern.
+func (e *Engine) prepare(ctx context.Context, fsys sandbox.FS, pattern, language, p string) (*target, error) {
+	if strings.TrimSpace(pattern) == "" {
+		return nil, errorf("the pattern is empty: give a code fragment such as foo($A)")
+	}
+	name, err := rel(fsys, p)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := fsys.Stat(ctx, name)
+	if err != nil {
+		return nil, fsError(fsys, name, err)
+	}
+	t := &target{name: name, isFile: !fi.IsDir()}
+	if t.isFile && !fi.Mode().IsRegular() {
+		return nil, errorf("%s is not a regular file (%s): give a source file or a directory", name, fi.Mode().Type())
+	}
+	switch {
+	case language != "":
+		l, err := syntax.Lookup(language)
+		if err != nil {
+			return nil, errorf("unknown language %q: use one of %s", language, languageList())
+		}
+		t.lang = l
+	case t.isFile:
+		t.lang = syntax.LanguageForPath(name)
+		if t.lang == nil {
+			return nil, errorf("cannot tell the language of %s from its name: pass language, one of %s", name, languageList())
+		}
+	default:
+		return nil, errorf("%s is a directory, so the language cannot be inferred: pass language, one of %s", shownDir(name), languageList())
+	}
+	t.pat, err = syntax.Compile(t.lang, pattern)
+	if err != nil {
+		return nil, errorf("%s", strings.TrimPrefix(err.Error(), "syntax: "))
+	}
+	return t, nil
+}
+
+func shownDir(name string) string {
+	if name == "." {
+		return "the workspace root"
+	}
+	return name
+}
+
+// scan walks t and calls visit for every file of t's language that was
+// searched, from several goroutines at once (visit synchronises itself).
+// Skipped files are counted by reason, not visited.
+func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, visit func(*fileResult)) (scanStats, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e.cache.begin()
+
+	st := scanStats{skipped: map[string]int{}}
+	var mu sync.Mutex // guards st
+	count := func(reason string) {
+		mu.Lock()
+		st.skipped[reason]++
+		mu.Unlock()
+	}
+
+	jobs := make(chan *fileResult)
+	var wg sync.WaitGroup
+	lit := []byte(t.pat.Literal())
+	for range e.opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f := range jobs {
+				err := e.process(ctx, fsys, t, lit, f)
+				if err != nil {
+					cancel(err)
+					continue
+				}
+				if f.skip != "" {
+					count(f.skip)
+					continue
+				}
+				mu.Lock()
+				st.searched++
+				mu.Unlock()
+				visit(f)
+			}
+		}()
+	}
+	walkErr := e.walk(ctx, fsys, t, jobs, count)
+	close(jobs)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && ctx.Err() != nil {
+		if errors.Is(err, context.Canceled) && walkErr != nil {
+			err = walkErr
+		}
+		return st, err
+	}
+	return st, walkErr
+}
+
+// walk sends every file to search to jobs.
+func (e *Engine) walk(ctx context.Context, fsys sandbox.FS, t *target, jobs chan<- *fileResult, count func(string)) error {
+	send := func(f *fileResult) error {
+		select {
+		case jobs <- f:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	if t.isFile {
+		fi, err := fsys.Stat(ctx, t.name)
+		if err != nil {
+			return fsError(fsys, t.name, err)
+		}
+		if fi.Size() > e.opts.MaxFileSize {
+			count(SkipTooLarge)
+			return nil
+		}
+		return send(&fileResult{name: t.name, info: fi})
+	}
+	ig := newIgnoreStack()
+	if err := ig.loadAncestors(ctx, fsys, t.name); err != nil {
+		return err
+	}
+	err := fsys.Walk(ctx, t.name, sandbox.WalkOptions{SkipDirs: []string{".git"}}, func(name string, fi fs.FileInfo) error {
+		isDir := fi.IsDir()
+		if name != t.name {
+			if isDir && fi.Name() == ".git" {
+				return fs.SkipDir
+			}
+			if ig.ignored(name, isDir) {
+				count(SkipIgnored)
+				if isDir {
+					return fs.SkipDir
+				}
+				return nil
+			}
+		}
+		if isDir {
+			return ig.enter(ctx, fsys, name)
+		}
+		if !fi.Mode().IsRegular() || syntax.LanguageForPath(name) != t.lang {
+			return nil
+		}
+		if fi.Size() > e.opts.MaxFileSize {
+			count(SkipTooLarge)
+			return nil
+		}
+		return send(&fileResult{name: name, info: fi})
+	})
+	if err != nil {
+		return fsError(fsys, t.name, err)
+	}
+	return nil
+}
+
+// process reads, prefilters, parses (or takes from the cache) and matches
+// one file. A returned error ends the scan; a skip is set in f.skip.
+func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, lit []byte, f *fileResult) error {
+	key := cacheKey(t.lang.ID, f.name)
+	size, mtime := f.info.Size(), f.info.ModTime()
+	var c cached
+	hit := false
+	if !t.fresh {
+		c, hit = e.cache.trusted(key, size, mtime)
+	}
+	if !hit {
+		readAt := time.Now()
+		data, err := fsys.ReadFile(ctx, f.name)
+		e.reads.Add(1)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case errors.Is(err, sandbox.ErrTooLarge):
+			f.skip = SkipTooLarge
+			return nil
+		case errors.Is(err, sandbox.ErrGone):
+			return fsError(fsys, f.name, err)
+		default:
+			f.skip = SkipUnreadable
+			return nil
+		}
+		switch {
+		case int64(len(data)) > e.opts.MaxFileSize:
+			f.skip = SkipTooLarge
+			return nil
+		case bytes.IndexByte(data[:min(len(data), binarySniff)], 0) >= 0:
+			f.skip = SkipBinary
+			return nil
+		}
+		size = int64(len(data))
+		c = cached{src: data, hash: sha256.Sum256(data)}
+		c.tree = e.cache.get(key, size, mtime, c.hash)
+		if c.tree == nil && len(lit) > 0 && !bytes.Contains(data, lit) {
+			e.cache.put(key, size, mtime, c.hash, data, nil, readAt)
+		}
+		defer func() {
+			if c.tree != nil {
+				e.cache.put(key, size, mtime, c.hash, data, c.tree, readAt)
+			}
+		}()
+	}
+	f.data = c.src
+	if len(lit) > 0 && !bytes.Contains(c.src, lit) {
+		e.prefiltered.Add(1)
+		return nil
+	}
+	if c.tree != nil {
+		e.cacheHits.Add(1)
+	} else {
+		pctx, cancel := context.WithTimeout(ctx, e.opts.ParseBudget)
+		tree, err := syntax.Parse(pctx, t.lang, c.src)
+		cancel()
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case errors.Is(err, syntax.ErrTooLarge):
+			f.skip = SkipTooLarge
+			return nil
+		default: // ErrParseBudget, or the per-file deadline
+			f.skip = SkipParseBudget
+			return nil
+		}
+		e.parses.Add(1)
+		c.tree = tree
+		if hit {
+			e.cache.put(key, size, mtime, c.hash, c.src, tree, c.cachedAt)
+		}
+	}
+	ms, err := t.pat.Match(ctx, c.tree)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return fmt.Errorf("structural: matching %s: %w", f.name, err)
+	}
+	sort.SliceStable(ms, func(i, j int) bool {
+		if ms[i].StartByte != ms[j].StartByte {
+			return ms[i].StartByte < ms[j].StartByte
+		}
+		return ms[i].EndByte > ms[j].EndByte
+	})
+	f.matches = ms
+	return nil
+}
+
+// Search finds the matches of req.Pattern under req.Path. Errors the caller
+// should show a model are *Error; ctx's error is returned as is.
+func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest) (*SearchResult, error) {
+	t, err := e.prepare(ctx, fsys, req.Pattern, req.Language, req.Path)
+	if err != nil {
+		return nil, err
+	}
+	limit := req.MaxResults
+	if limit == 0 {
+		limit = DefaultMaxResults
+	}
+	// kept holds the files with matches in path order; files beyond the
+	// first limit matches are dropped as soon as they cannot be shown, so
+	// memory stays bounded however many matches there are.
+	var (
+		mu    sync.Mutex
+		kept  []*fileResult
+		total int
+		files int
+	)
+	st, err := e.scan(ctx, fsys, t, func(f *fileResult) {
+		if len(f.matches) == 0 {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		total += len(f.matches)
+		files++
+		if limit > 0 && len(f.matches) > limit {
+			f.matches = f.matches[:limit]
+		}
+		f.data = nil
+		i := sort.Search(len(kept), func(i int) bool { return kept[i].name >= f.name })
+		kept = append(kept, nil)
+		copy(kept[i+1:], kept[i:])
+		kept[i] = f
+		if limit > 0 {
+			n := 0
+			for j, k := range kept {
+				if n >= limit {
+					kept = kept[:j]
+					break
+				}
+				n += len(k.matches)
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := &SearchResult{Total: total, Files: files, FilesSearched: st.searched, Skipped: st.skipped, Language: t.lang.ID}
+	for _, n := range st.skipped {
+		res.FilesSkipped += n
+	}
+	res.FilesSkipped -= st.skipped[SkipIgnored]
+	for _, f := range kept {
+		for _, m := range f.matches {
+			if limit > 0 && len(res.Matches) >= limit {
+				break
+			}
+			res.Matches = append(res.Matches, fileMatch(f.name, m))
+		}
+	}
+	res.Truncated = len(res.Matches) < total
+	return res, nil
+}
+
+// fileMatch converts a syntax match.
+func fileMatch(name string, m syntax.Match) FileMatch {
+	fm := FileMatch{
+		File:      name,
+		StartLine: m.Start.Line + 1, StartCol: m.Start.Column,
+		EndLine: m.End.Line + 1, EndCol: m.End.Column,
+		Text:     m.Text,
+		Captures: map[string]string{},
+	}
+	for k, c := range m.Captures {
+		fm.Captures[k] = c.Text
+	}
+	return fm
+}
