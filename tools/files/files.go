@@ -10,6 +10,7 @@
 package files
 
 import (
+	wspath "berth.dev/berth/tools/workspace"
 	"bytes"
 	"context"
 	"errors"
@@ -18,7 +19,6 @@ import (
 	"path"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
@@ -81,77 +81,25 @@ func finish(ctx context.Context, res *tools.Result, err error) (*tools.Result, e
 
 // rel maps a path given by the model to a name of the workspace FS.
 func (w *workspace) rel(p string) (string, error) {
-	if p == "" {
-		return "", errorf("path is empty: give a file path relative to the workspace %s", w.root)
-	}
-	if strings.IndexByte(p, 0) >= 0 {
-		return "", errorf("path %q contains a NUL byte: give a plain file path inside the workspace %s", p, w.root)
-	}
-	if !utf8.ValidString(p) {
-		return "", errorf("path %q is not valid UTF-8: give the file path as text", p)
-	}
-	var name string
-	switch {
-	case path.IsAbs(p):
-		c := path.Clean(p)
-		switch {
-		case c == w.root:
-			name = "."
-		case w.root == "/":
-			name = strings.TrimPrefix(c, "/")
-		case strings.HasPrefix(c, w.root+"/"):
-			name = strings.TrimPrefix(c, w.root+"/")
-		default:
-			return "", w.outside(p)
-		}
-	case p == "~" || strings.HasPrefix(p, "~/"):
-		return "", w.outside(p)
-	default:
-		name = path.Clean(p)
-		if name == ".." || strings.HasPrefix(name, "../") {
-			return "", w.outside(p)
-		}
-	}
-	return name, nil
-}
-
-func (w *workspace) outside(p string) error {
-	return errorf("path %q is outside the workspace %s: use a path inside it, relative to the workspace (src/main.go) or absolute under it (%s)",
-		p, w.root, path.Join(w.root, "src/main.go"))
+	name, err := wspath.Name(w.root, p)
+	return name, local(err)
 }
 
 // show is how a workspace name is written in results.
-func show(name string) string {
-	if name == "." {
-		return ". (the workspace root)"
-	}
-	return name
-}
+func show(name string) string { return wspath.Show(name) }
 
 // fsError explains an error of the workspace FS for name to the model.
 func (w *workspace) fsError(name string, err error) error {
-	if err == nil {
-		return nil
+	return local(wspath.Explain(w.root, name, err))
+}
+
+// local makes a workspace path error one of this package's tool errors.
+func local(err error) error {
+	var we *wspath.Error
+	if errors.As(err, &we) {
+		return &toolError{msg: we.Msg}
 	}
-	var te *toolError
-	if errors.As(err, &te) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	switch {
-	case errors.Is(err, sandbox.ErrEscape):
-		return errorf("path %q leads outside the workspace %s (through a symbolic link): use a path inside it", name, w.root)
-	case errors.Is(err, fs.ErrNotExist):
-		return errorf("%s does not exist: list its parent directory %s with read to see what is there", name, show(path.Dir(name)))
-	case errors.Is(err, fs.ErrPermission):
-		return errorf("permission denied for %s: the sandbox user may not do this; choose another path or fix the permissions with a shell command", name)
-	case errors.Is(err, sandbox.ErrTooLarge):
-		return errorf("%s is larger than %d MiB, too large for this tool: inspect it with a shell command (head, sed -n, grep)", name, sandbox.MaxFileSize>>20)
-	case errors.Is(err, sandbox.ErrGone):
-		return errorf("the sandbox is gone (%v): the run cannot use its files any more", err)
-	case errors.Is(err, syscall.ENOTDIR):
-		return errorf("a parent of %s is not a directory: check the path", name)
-	}
-	return errorf("%s: %v", name, err)
+	return err
 }
 
 // isBinary reports whether data looks like a binary file.

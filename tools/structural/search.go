@@ -1,19 +1,17 @@
 package structural
 
 import (
+	"berth.dev/berth/tools/workspace"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/syntax"
@@ -46,67 +44,27 @@ type scanStats struct {
 }
 
 // rel maps a path given by the model to a name of fsys: relative to the
-// workspace, or absolute under its root. It behaves as tools/files does.
+// workspace, or absolute under its root; empty means the whole workspace.
 func rel(fsys sandbox.FS, p string) (string, error) {
-	root := path.Clean(fsys.Root())
 	if p == "" || p == "." {
 		return ".", nil
 	}
-	if strings.IndexByte(p, 0) >= 0 {
-		return "", errorf("path %q contains a NUL byte: give a plain path inside the workspace %s", p, root)
-	}
-	if !utf8.ValidString(p) {
-		return "", errorf("path %q is not valid UTF-8: give the path as text", p)
-	}
-	outside := func() error {
-		return errorf("path %q is outside the workspace %s: use a path inside it, relative to the workspace (src) or absolute under it (%s)",
-			p, root, path.Join(root, "src"))
-	}
-	switch {
-	case path.IsAbs(p):
-		c := path.Clean(p)
-		switch {
-		case c == root:
-			return ".", nil
-		case root == "/":
-			return strings.TrimPrefix(c, "/"), nil
-		case strings.HasPrefix(c, root+"/"):
-			return strings.TrimPrefix(c, root+"/"), nil
-		}
-		return "", outside()
-	case p == "~" || strings.HasPrefix(p, "~/"):
-		return "", outside()
-	}
-	name := path.Clean(p)
-	if name == ".." || strings.HasPrefix(name, "../") {
-		return "", outside()
-	}
-	return name, nil
+	name, err := workspace.Name(fsys.Root(), p)
+	return name, local(err)
 }
 
 // fsError explains an error of the workspace FS for name.
 func fsError(fsys sandbox.FS, name string, err error) error {
-	var se *Error
-	if errors.As(err, &se) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
+	return local(workspace.Explain(fsys.Root(), name, err))
+}
+
+// local makes a workspace path error one of this package's errors.
+func local(err error) error {
+	var we *workspace.Error
+	if errors.As(err, &we) {
+		return &Error{Msg: we.Msg}
 	}
-	shown := name
-	if name == "." {
-		shown = ". (the workspace root)"
-	}
-	switch {
-	case errors.Is(err, sandbox.ErrEscape):
-		return errorf("path %q leads outside the workspace %s (through a symbolic link): use a path inside it", name, fsys.Root())
-	case errors.Is(err, fs.ErrNotExist):
-		return errorf("%s does not exist: list its parent directory %s with read to see what is there", shown, path.Dir(name))
-	case errors.Is(err, fs.ErrPermission):
-		return errorf("permission denied for %s: the sandbox user may not read it; choose another path", shown)
-	case errors.Is(err, sandbox.ErrGone):
-		return errorf("the sandbox is gone (%v): the run cannot use its files any more", err)
-	case errors.Is(err, syscall.ENOTDIR):
-		return errorf("a parent of %s is not a directory: check the path", shown)
-	}
-	return errorf("%s: %v", shown, err)
+	return err
 }
 
 // languageList is the list of language ids for error messages.
