@@ -67,6 +67,7 @@ func Run(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config)) 
 		{"DialTCP", func(t *testing.T, e *env) { testDial(t, e, "tcp") }},
 		{"DialUnix", func(t *testing.T, e *env) { testDial(t, e, "unix") }},
 		{"CloseKills", testCloseKills},
+		{"NoZombiesLeft", testNoZombies},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -313,6 +314,57 @@ func testCancelIgnoringTERM(t *testing.T, e *env) {
 	if st.Signal != syscall.SIGKILL {
 		t.Fatalf("status = %v, want killed by SIGKILL", st)
 	}
+}
+
+// testNoZombies kills process trees twice — by cancelling a process's
+// context and by closing the sandbox — and checks that no process of theirs
+// is left, not even as a zombie: a container's PID 1 (often "sleep
+// infinity") never reaps, so whatever the supervisor fails to reap stays.
+func testNoZombies(t *testing.T, e *env) {
+	// A copy of sleep under a name of our own, to find its processes.
+	var id [4]byte
+	rand.Read(id[:])
+	name := fmt.Sprintf("bzz%x", id)
+	bin := path.Join(e.dir, name)
+	if r := run(t, e.sb, sh(fmt.Sprintf(`mkdir -p %s && cp "$(command -v sleep)" %s`, e.dir, bin))); !r.status.Success() {
+		t.Fatalf("copy sleep: %v %s", r.status, r.stderr)
+	}
+	script := fmt.Sprintf("%s 100 & echo ready; exec %s 100", bin, bin)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := newMarker("ready")
+	p, err := e.sb.Start(ctx, &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdout: out, WaitDelay: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.await(t)
+	cancel()
+	if _, err := waitT(t, p); err != nil {
+		t.Fatal(err)
+	}
+
+	out = newMarker("ready")
+	if _, err := e.sb.Start(context.Background(), &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdout: out}); err != nil {
+		t.Fatal(err)
+	}
+	out.await(t)
+	e.sb.Close()
+
+	other, _ := e.newSandbox(t)
+	t.Cleanup(func() { other.Close() })
+	// Reaping is asynchronous: look a few times, and fail only on what stays.
+	count := fmt.Sprintf(`n=0; for f in /proc/[0-9]*/stat; do case "$(cat $f 2>/dev/null)" in *"(%s) "*) n=$((n+1));; esac; done; echo $n`, name)
+	var left string
+	for range 50 {
+		left = strings.TrimSpace(run(t, other, sh(count)).stdout)
+		if left == "0" {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ps := run(t, other, sh(fmt.Sprintf(`grep -h "(%s)" /proc/[0-9]*/stat 2>/dev/null`, name))).stdout
+	t.Fatalf("%s processes of killed trees are left (zombies never reaped?):\n%s", left, ps)
 }
 
 // alive reports whether pid exists in the sandbox, asked in a new process.

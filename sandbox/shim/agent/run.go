@@ -295,14 +295,31 @@ func (s *supervisor) signalAll(sig syscall.Signal) {
 	}
 }
 
-// killAll kills the group and descendants until none is left, bounded.
+// killAll kills the group and descendants until none is left, bounded,
+// then waits (bounded) until the reaper has collected every child: a child
+// left unreaped when the agent exits becomes a zombie of the container's
+// PID 1, which often never reaps (sleep infinity).
 func (s *supervisor) killAll(sig syscall.Signal) {
 	for range 10 {
 		s.signalAll(sig)
 		if len(descendants()) == 0 {
-			return
+			break
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	for range 100 {
+		// The reaper goroutine may not run yet (berth went away right after
+		// the start), so reap here too; whichever waits first collects.
+		for {
+			var ws syscall.WaitStatus
+			if pid, _ := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); pid <= 0 {
+				break
+			}
+		}
+		if children() == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -316,16 +333,15 @@ func (s *supervisor) terminate() {
 	s.killAll(syscall.SIGKILL)
 }
 
-// descendants lists the live (not zombie) processes below the agent, from
+// procTable reads every process's parent and whether it is a zombie from
 // /proc.
-func descendants() []int {
-	self := os.Getpid()
+func procTable() (parent map[int]int, zombie map[int]bool) {
+	parent = make(map[int]int)
+	zombie = make(map[int]bool)
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return parent, zombie
 	}
-	parent := make(map[int]int)
-	zombie := make(map[int]bool)
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -348,6 +364,13 @@ func descendants() []int {
 		parent[pid] = ppid
 		zombie[pid] = f[0] == "Z" || f[0] == "X"
 	}
+	return parent, zombie
+}
+
+// descendants lists the live (not zombie) processes below the agent.
+func descendants() []int {
+	self := os.Getpid()
+	parent, zombie := procTable()
 	var out []int
 	for pid := range parent {
 		if pid == self || zombie[pid] {
@@ -361,6 +384,19 @@ func descendants() []int {
 		}
 	}
 	return out
+}
+
+// children counts the agent's direct children, zombies included.
+func children() int {
+	self := os.Getpid()
+	parent, _ := procTable()
+	n := 0
+	for pid, ppid := range parent {
+		if ppid == self && pid != self {
+			n++
+		}
+	}
+	return n
 }
 
 // prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from linux/prctl.h.
