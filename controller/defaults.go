@@ -4,15 +4,17 @@ import (
 	"context"
 
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/debug"
 	"berth.dev/berth/tools/files"
 	"berth.dev/berth/tools/structural"
 )
 
 // DefaultTools returns the binders every run gets when Config.Tools is nil:
 // the workspace file tools (read, write, edit, apply_patch) and the
-// structural tools (ast_grep, ast_edit, resolve).
+// structural tools (ast_grep, ast_edit, resolve), and debug for runs with a
+// conversation id.
 func DefaultTools() []Binder {
-	return []Binder{FileTools, StructuralTools}
+	return []Binder{FileTools, StructuralTools, DebugTools}
 }
 
 // FileTools registers read, write, edit and apply_patch over the run's
@@ -27,5 +29,17 @@ func FileTools(ctx context.Context, r *tools.Registry, env *Env) error {
 // run. The engine holds only memory; it goes with the run.
 func StructuralTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	structural.Register(r, env.Workspace, structural.NewEngine(structural.Options{}))
+	return nil
+}
+
+// DebugTools registers the debug tool (TOOLS.md §7) when the run has a
+// conversation id (DBG-1), with one session supervisor per run; the run's
+// close ends its session, killing the adapter and the debuggee.
+func DebugTools(ctx context.Context, r *tools.Registry, env *Env) error {
+	if env.Spec.ConversationID == "" {
+		return nil
+	}
+	sup := debug.Register(r, env.Sandbox, env.Workspace, env.Context, debug.Options{})
+	env.OnClose(sup.Close)
 	return nil
 }

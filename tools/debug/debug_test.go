@@ -1,0 +1,749 @@
+package debug
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"berth.dev/berth/sandbox"
+	"berth.dev/berth/sandbox/host"
+	"berth.dev/berth/tools"
+)
+
+// debianPython is Debian's python3, which has python3-debugpy; the python3
+// first on PATH may be another build without it.
+const debianPython = "/usr/bin/python3"
+
+// unavailable skips, or fails when CI=true.
+func unavailable(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// fixture is a host sandbox with a temporary workspace and a debug tool.
+type fixture struct {
+	t   *testing.T
+	dir string
+	sb  *host.Sandbox
+	sup *Supervisor
+	reg *tools.Registry
+}
+
+func newFixture(t *testing.T, files map[string]string, opts Options) *fixture {
+	t.Helper()
+	return newFixturePath(t, files, opts, "")
+}
+
+// newFixturePath is newFixture with the sandbox's PATH set to pathEnv, in
+// which WS stands for the workspace; "" keeps berth's own environment.
+func newFixturePath(t *testing.T, files map[string]string, opts Options, pathEnv string) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(content, "symlink:") {
+			if err := os.Symlink(strings.TrimPrefix(content, "symlink:"), p); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		mode := os.FileMode(0o644)
+		if strings.HasPrefix(content, "#!") {
+			mode = 0o755
+		}
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var env []string
+	if pathEnv != "" {
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "PATH=") {
+				env = append(env, kv)
+			}
+		}
+		env = append(env, "PATH="+strings.ReplaceAll(pathEnv, "WS", dir))
+	}
+	sb := host.New(host.Options{Env: env})
+	ws, err := sb.FS(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	reg := tools.NewRegistry()
+	sup := Register(reg, sb, ws, runCtx, opts)
+	f := &fixture{t: t, dir: dir, sb: sb, sup: sup, reg: reg}
+	t.Cleanup(func() {
+		if err := sup.Close(); err != nil {
+			t.Errorf("supervisor close: %v", err)
+		}
+		cancel()
+		sb.Close()
+	})
+	return f
+}
+
+// call calls the debug tool through the registry and returns its text.
+func (f *fixture) call(args map[string]any) (*tools.Result, string) {
+	f.t.Helper()
+	raw, _ := json.Marshal(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := f.reg.Call(ctx, tools.SurfaceDefault, "debug", raw)
+	if err != nil {
+		f.t.Fatalf("debug %s: call error: %v", raw, err)
+	}
+	return res, res.AllText()
+}
+
+// ok calls and fails the test on a tool error or when a want is missing.
+func (f *fixture) ok(args map[string]any, wants ...string) *tools.Result {
+	f.t.Helper()
+	res, text := f.call(args)
+	if res.IsError {
+		f.t.Fatalf("debug %v: tool error:\n%s", args, text)
+	}
+	for _, w := range wants {
+		if !strings.Contains(text, w) {
+			f.t.Fatalf("debug %v: result lacks %q:\n%s", args, w, text)
+		}
+	}
+	f.t.Logf("debug %v:\n%s", args["op"], text)
+	return res
+}
+
+// fails calls and expects a tool error containing every want.
+func (f *fixture) fails(args map[string]any, wants ...string) string {
+	f.t.Helper()
+	res, text := f.call(args)
+	if !res.IsError {
+		f.t.Fatalf("debug %v: want a tool error, got:\n%s", args, text)
+	}
+	for _, w := range wants {
+		if !strings.Contains(text, w) {
+			f.t.Fatalf("debug %v: error lacks %q:\n%s", args, w, text)
+		}
+	}
+	return text
+}
+
+func (f *fixture) session() *session {
+	f.sup.mu.Lock()
+	defer f.sup.mu.Unlock()
+	return f.sup.cur
+}
+
+// alive reports whether a host process exists and is not a zombie.
+func alive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(data))
+	return len(f) > 2 && f[2] != "Z"
+}
+
+// processesWith lists host processes whose command line contains s.
+func processesWith(s string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !alive(pid) {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(data), "\x00", " ")
+		if strings.Contains(cmd, s) {
+			out = append(out, e.Name()+" "+cmd)
+		}
+	}
+	return out
+}
+
+// ---- unit tests ----
+
+func TestInputValidation(t *testing.T) {
+	f := newFixture(t, map[string]string{"main.py": "print(1)\n", "requirements.txt": ""}, Options{})
+	tests := []struct {
+		name  string
+		args  map[string]any
+		wants []string
+	}{
+		{"no op", map[string]any{}, []string{"no operation", "launch"}},
+		{"unknown op", map[string]any{"op": "explode"}, []string{`unknown operation "explode"`}},
+		{"op and operation disagree", map[string]any{"op": "status", "operation": "launch"}, []string{"disagree"}},
+		{"continue without session", map[string]any{"op": "continue"}, []string{"no debug session", "launch"}},
+		{"stack without session", map[string]any{"op": "stack"}, []string{"no debug session"}},
+		{"launch without program", map[string]any{"op": "launch"}, []string{"program is empty"}},
+		{"launch outside", map[string]any{"op": "launch", "program": "../x.py"}, []string{"outside the workspace"}},
+		{"launch absolute outside", map[string]any{"op": "launch", "program": "/etc/passwd"}, []string{"outside the workspace"}},
+		{"launch missing", map[string]any{"op": "launch", "program": "nope.py"}, []string{"nope.py does not exist"}},
+		{"launch unknown adapter", map[string]any{"op": "launch", "program": "main.py", "adapter": "gdb"}, []string{`unknown adapter "gdb"`}},
+		{"launch unknown kind", map[string]any{"op": "launch", "program": "requirements.txt"}, []string{"cannot tell which debugger"}},
+		{"attach without port", map[string]any{"op": "attach"}, []string{"attach needs port"}},
+		{"attach lldb", map[string]any{"op": "attach", "port": 4000, "adapter": "lldb"}, []string{"cannot attach by port"}},
+		{"breakpoints without file", map[string]any{"op": "breakpoints", "lines": []any{3}}, []string{"needs file"}},
+		{"breakpoints bad line", map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{0}}, []string{"start at 1"}},
+		{"breakpoints fractional", map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{1.5}}, []string{"whole line number"}},
+		{"breakpoints string line", map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{"3"}}, []string{"give a line number"}},
+		{"breakpoints unknown field", map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{map[string]any{"line": 2, "when": "x"}}}, []string{`unknown field "when"`}},
+		{"breakpoints missing file", map[string]any{"op": "breakpoints", "file": "gone.py", "lines": []any{1}}, []string{"gone.py does not exist"}},
+		{"breakpoints in a dir", map[string]any{"op": "breakpoints", "file": ".", "lines": []any{1}}, []string{"is a directory"}},
+		{"variables without reference", map[string]any{"op": "variables"}, []string{"no debug session"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.t = t
+			f.fails(tt.args, tt.wants...)
+		})
+	}
+	f.t = t
+	// Unknown fields are refused by the registry before the tool runs.
+	if _, err := f.reg.Call(t.Context(), tools.SurfaceDefault, "debug", json.RawMessage(`{"op":"status","bogus":1}`)); err == nil {
+		t.Errorf("an unknown field was accepted")
+	}
+	// The tool is exec level and serial (DBG-2).
+	tl, _ := f.reg.Lookup("debug")
+	if tl.Level != tools.LevelExec || !tl.Serial {
+		t.Errorf("debug tool = %+v, want exec level and serial", tl)
+	}
+	if len(f.reg.List(tools.SurfacePlan)) != 0 {
+		t.Errorf("the plan surface lists the debug tool")
+	}
+}
+
+func TestBreakpointsBeforeLaunch(t *testing.T) {
+	f := newFixture(t, map[string]string{"src/main.py": "a = 1\nb = 2\nc = 3\n"}, Options{})
+	res := f.ok(map[string]any{"op": "breakpoints", "file": "src/main.py", "lines": []any{1, map[string]any{"line": 3, "condition": "b > 1", "hit_condition": "2", "log_message": "b is {b}"}}},
+		"line 1: pending", `line 3 if b > 1 hit 2 log "b is {b}": pending`)
+	data, _ := json.Marshal(res.StructuredContent)
+	if !strings.Contains(string(data), `"pending":true`) || !strings.Contains(string(data), `"file":"src/main.py"`) {
+		t.Errorf("structured content: %s", data)
+	}
+	f.ok(map[string]any{"op": "breakpoints"}, "src/main.py:", "line 1: pending")
+	f.ok(map[string]any{"op": "status"}, "no debug session", "src/main.py")
+	f.ok(map[string]any{"op": "breakpoints", "file": f.dir + "/src/main.py", "lines": []any{}}, "cleared")
+	f.ok(map[string]any{"op": "breakpoints"}, "no breakpoints set")
+	f.ok(map[string]any{"op": "terminate"}, "no debug session to terminate")
+}
+
+func TestPickBinary(t *testing.T) {
+	tests := []struct {
+		found []string
+		names []string
+		want  string
+	}{
+		{[]string{"/usr/bin/lldb-vscode-14", "/usr/bin/lldb-vscode-16"}, adapterTable[2].names, "/usr/bin/lldb-vscode-16"},
+		{[]string{"/usr/bin/lldb-vscode", "/usr/local/bin/lldb-dap"}, adapterTable[2].names, "/usr/local/bin/lldb-dap"},
+		{[]string{"/a/lldb-vscode-14", "/b/lldb-dap-18"}, adapterTable[2].names, "/b/lldb-dap-18"},
+		{[]string{"/a/dlv", "/b/dlv"}, []string{"dlv"}, "/a/dlv"},
+		{[]string{"/a/dlvx"}, []string{"dlv"}, ""},
+		{nil, []string{"dart"}, ""},
+	}
+	for _, tt := range tests {
+		if got := pickBinary(tt.found, tt.names); got != tt.want {
+			t.Errorf("pickBinary(%v) = %q, want %q", tt.found, got, tt.want)
+		}
+	}
+}
+
+// TestDiscovery runs discovery in the host sandbox over workspaces with and
+// without markers and venvs.
+func TestDiscovery(t *testing.T) {
+	if err := exec.Command(debianPython, "-c", "import debugpy").Run(); err != nil {
+		unavailable(t, "%s cannot import debugpy (%v); install python3-debugpy", debianPython, err)
+	}
+	// A bin directory inside the workspace on PATH must never supply an
+	// adapter; a dlv there is ignored.
+	fakeDlv := "#!/bin/sh\necho fake\n"
+	tests := []struct {
+		name    string
+		files   map[string]string
+		path    string // PATH, with WS replaced by the workspace
+		program string
+		check   func(t *testing.T, f *fixture, avs map[string]Availability)
+	}{
+		{
+			name:  "no markers",
+			files: map[string]string{"main.py": "print(1)\n"},
+			check: func(t *testing.T, f *fixture, avs map[string]Availability) {
+				for id, av := range avs {
+					if av.Usable || !strings.Contains(av.Reason, "marker missing") {
+						t.Errorf("%s: %+v, want marker missing", id, av)
+					}
+				}
+				if r := avs[AdapterDart].Reason; !strings.Contains(r, "pubspec.yaml") || !strings.Contains(r, "binary missing: no dart") {
+					t.Errorf("dart reason = %q", r)
+				}
+			},
+		},
+		{
+			name:  "venv preferred over PATH (DBG-4)",
+			files: map[string]string{"requirements.txt": "", "app/main.py": "print(1)\n", ".venv/bin/python": "symlink:" + debianPython},
+			check: func(t *testing.T, f *fixture, avs map[string]Availability) {
+				av := avs[AdapterDebugpy]
+				if !av.Usable || av.Binary != filepath.Join(f.dir, ".venv/bin/python") || av.Root != "." || av.Marker != "requirements.txt" {
+					t.Errorf("debugpy = %+v, want usable with the workspace's .venv python", av)
+				}
+			},
+		},
+		{
+			name:    "nearest root and its venv",
+			files:   map[string]string{"requirements.txt": "", "sub/pyproject.toml": "", "sub/pkg/main.py": "print(1)\n", "sub/venv/bin/python": "symlink:" + debianPython},
+			program: "sub/pkg/main.py",
+			check: func(t *testing.T, f *fixture, avs map[string]Availability) {
+				av := avs[AdapterDebugpy]
+				if !av.Usable || av.Root != "sub" || av.Marker != "pyproject.toml" || av.Binary != filepath.Join(f.dir, "sub/venv/bin/python") {
+					t.Errorf("debugpy = %+v, want root sub with sub/venv's python", av)
+				}
+			},
+		},
+		{
+			name:  "python without debugpy",
+			files: map[string]string{"setup.py": "", "main.py": "print(1)\n", ".venv/bin/python": "#!/bin/sh\nexit 1\n"},
+			check: func(t *testing.T, f *fixture, avs map[string]Availability) {
+				av := avs[AdapterDebugpy]
+				if av.Usable || !strings.Contains(av.Reason, "module missing") || !strings.Contains(av.Reason, ".venv/bin/python") {
+					t.Errorf("debugpy = %+v, want module missing for the venv python", av)
+				}
+			},
+		},
+		{
+			name:  "no python at all",
+			files: map[string]string{"setup.py": "", "main.py": "print(1)\n"},
+			path:  "/nonexistent",
+			check: func(t *testing.T, f *fixture, avs map[string]Availability) {
+				if av := avs[AdapterDebugpy]; av.Usable || !strings.Contains(av.Reason, "binary missing") {
+					t.Errorf("debugpy = %+v, want binary missing", av)
+				}
+			},
+		},
+		{
+			name:  "binaries in the workspace are ignored",
+			files: map[string]string{"go.mod": "module x\n", "bin/dlv": fakeDlv, "Cargo.toml": "", "bin/lldb-dap": fakeDlv},
+			path:  "WS/bin:/nonexistent",
+			check: func(t *testing.T, f *fixture, avs map[string]Availability) {
+				for _, id := range []string{AdapterDelve, AdapterLLDB} {
+					if av := avs[id]; av.Usable || av.Binary != "" || !strings.Contains(av.Reason, "binary missing") || av.Marker == "" {
+						t.Errorf("%s = %+v, want marker found and binary missing", id, av)
+					}
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixturePath(t, tt.files, Options{}, tt.path)
+			args := map[string]any{"op": "adapters"}
+			if tt.program != "" {
+				args["program"] = tt.program
+			}
+			res := f.ok(args)
+			var got struct{ Adapters []Availability }
+			data, _ := json.Marshal(res.StructuredContent)
+			if err := json.Unmarshal(data, &got); err != nil {
+				t.Fatal(err)
+			}
+			avs := map[string]Availability{}
+			for _, av := range got.Adapters {
+				avs[av.Adapter] = av
+			}
+			if len(avs) != 4 {
+				t.Fatalf("adapters = %s", data)
+			}
+			tt.check(t, f, avs)
+		})
+	}
+}
+
+// ---- debugpy end to end on the host ----
+
+const pyProgram = `import sys
+def add(a, b):
+    total = a + b
+    return total
+def main():
+    x = 2
+    y = 3
+    z = add(x, y)
+    print("sum", z)
+    for i in range(5):
+        z += i
+    print("done", z)
+    print("err", file=sys.stderr)
+main()
+`
+
+func needDebugpy(t *testing.T) {
+	t.Helper()
+	if err := exec.Command(debianPython, "-c", "import debugpy").Run(); err != nil {
+		unavailable(t, "%s cannot import debugpy (%v); install python3-debugpy", debianPython, err)
+	}
+}
+
+// pyFixture is a workspace with the program, a marker and a .venv python
+// that is Debian's (the python3 first on PATH may lack debugpy, so this
+// also shows DBG-4's preference).
+func pyFixture(t *testing.T, opts Options) *fixture {
+	needDebugpy(t)
+	return newFixture(t, map[string]string{
+		"requirements.txt": "",
+		"main.py":          pyProgram,
+		".venv/bin/python": "symlink:" + debianPython,
+	}, opts)
+}
+
+func TestDebugpyHost(t *testing.T) {
+	f := pyFixture(t, Options{})
+	f.ok(map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{7, map[string]any{"line": 11, "condition": "i == 3"}, 12}}, "pending")
+	res := f.ok(map[string]any{"op": "launch", "program": "main.py"},
+		"launched main.py with debugpy", "stopped at main.py:7 in main (breakpoint)", "y = 3", "line 7: verified", "line 11 if i == 3: verified")
+	var st Status
+	remarshal(t, res.StructuredContent, &st)
+	if st.State != "stopped" || st.Stopped == nil || st.Stopped.Line != 7 || st.Stopped.Path != "main.py" || st.Stopped.Function != "main" {
+		t.Errorf("launch structured = %+v", st)
+	}
+	ss := f.session()
+	pid := ss.pid
+	if !alive(pid) {
+		t.Fatalf("adapter pid %d is not alive", pid)
+	}
+	if len(processesWith(filepath.Join(f.dir, "main.py"))) == 0 {
+		t.Errorf("no debuggee process runs main.py")
+	}
+
+	// A second launch is refused with the current status (DBG-3).
+	f.fails(map[string]any{"op": "launch", "program": "main.py"}, "already running", "stopped at main.py:7")
+	f.fails(map[string]any{"op": "attach", "port": 5678}, "already running")
+
+	f.ok(map[string]any{"op": "status"}, "session 1: debugpy", "stopped at main.py:7")
+	f.ok(map[string]any{"op": "threads"}, "MainThread")
+	res = f.ok(map[string]any{"op": "stack"}, "#0 main at main.py:7", "#1 <module> at main.py:14")
+	var stack struct {
+		Frames []Frame
+	}
+	remarshal(t, res.StructuredContent, &stack)
+	if len(stack.Frames) < 2 {
+		t.Fatalf("frames = %+v", stack)
+	}
+	res = f.ok(map[string]any{"op": "scopes", "frame_id": stack.Frames[0].FrameID}, "Locals (reference")
+	var scopes struct {
+		Scopes []struct {
+			Name      string
+			Reference int
+		}
+	}
+	remarshal(t, res.StructuredContent, &scopes)
+	f.ok(map[string]any{"op": "variables", "reference": scopes.Scopes[0].Reference}, "x: int = 2")
+	f.ok(map[string]any{"op": "evaluate", "expression": "x * 21"}, "x * 21: int = 42")
+	f.fails(map[string]any{"op": "evaluate", "expression": "undefined_name"}, "undefined_name")
+	f.fails(map[string]any{"op": "variables", "reference": 0}, "needs reference")
+
+	f.ok(map[string]any{"op": "step_over"}, "stopped at main.py:8", "z = add(x, y)")
+	f.ok(map[string]any{"op": "step_in"}, "stopped at main.py:3 in add", "total = a + b")
+	f.ok(map[string]any{"op": "evaluate", "expression": "a + b"}, "= 5")
+	f.ok(map[string]any{"op": "step_over"}, "stopped at main.py:4")
+	f.ok(map[string]any{"op": "step_out"}, "stopped at main.py:8 in main")
+	// The conditional breakpoint stops only when i == 3.
+	f.ok(map[string]any{"op": "continue"}, "stopped at main.py:11 in main (breakpoint)")
+	f.ok(map[string]any{"op": "evaluate", "expression": "i"}, "i: int = 3")
+	f.ok(map[string]any{"op": "output"}, "sum 5")
+	f.ok(map[string]any{"op": "output"}, "no new output")
+	// Breakpoints changed during the session go to the adapter at once.
+	f.ok(map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{12}}, "line 12: verified")
+	f.ok(map[string]any{"op": "continue"}, "stopped at main.py:12", `print("done", z)`)
+	f.ok(map[string]any{"op": "evaluate", "expression": "z"}, "z: int = 15")
+	// debugpy may interleave stderr between the parts of one print.
+	res = f.ok(map[string]any{"op": "continue"}, "exited with code 0", "done", "15", "[stderr] err")
+	remarshal(t, res.StructuredContent, &st)
+	if st.State != "exited" || st.ExitCode == nil || *st.ExitCode != 0 {
+		t.Errorf("exit structured = %+v", st)
+	}
+	f.fails(map[string]any{"op": "step_over"}, "exited with code 0", "launch again")
+	f.ok(map[string]any{"op": "terminate"}, "terminated session 1")
+	if alive(pid) {
+		t.Errorf("adapter pid %d still alive after terminate", pid)
+	}
+	if p := processesWith(f.dir); len(p) > 0 {
+		t.Errorf("processes left after terminate: %v", p)
+	}
+	f.ok(map[string]any{"op": "status"}, "no debug session")
+
+	// Launch again: breakpoints persist; stop_on_entry stops on line 1.
+	f.ok(map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "session 2", "stopped at main.py:1", "import sys")
+	f.ok(map[string]any{"op": "continue"}, "stopped at main.py:12")
+	f.ok(map[string]any{"op": "terminate"}, "terminated session 2")
+	if p := processesWith(f.dir); len(p) > 0 {
+		t.Errorf("processes left after terminate: %v", p)
+	}
+}
+
+func TestDebugpyLogpointAndRunning(t *testing.T) {
+	f := newFixture(t, map[string]string{
+		"requirements.txt": "",
+		".venv/bin/python": "symlink:" + debianPython,
+		"loop.py":          "import time\nfor i in range(3):\n    n = i * 10\nwhile True:\n    time.sleep(0.05)\n",
+	}, Options{Wait: 2 * time.Second})
+	needDebugpy(t)
+	f.ok(map[string]any{"op": "breakpoints", "file": "loop.py", "lines": []any{map[string]any{"line": 3, "log_message": "n={i*10}"}}})
+	f.ok(map[string]any{"op": "launch", "program": "loop.py"}, "still running after 2s", "the program is running")
+	f.fails(map[string]any{"op": "stack"}, "running")
+	f.fails(map[string]any{"op": "step_over"}, "running, not stopped", "pause")
+	out := ""
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && !strings.Contains(out, "n=20"); {
+		_, text := f.call(map[string]any{"op": "output"})
+		out += text
+	}
+	if !strings.Contains(out, "n=0") || !strings.Contains(out, "n=20") {
+		t.Errorf("logpoint output = %q", out)
+	}
+	f.ok(map[string]any{"op": "pause"}, "stopped at loop.py:", "(pause)")
+	f.ok(map[string]any{"op": "pause"}, "already stopped")
+	f.ok(map[string]any{"op": "terminate"}, "terminated")
+	if p := processesWith(f.dir); len(p) > 0 {
+		t.Errorf("processes left after terminate: %v", p)
+	}
+}
+
+func TestDebugpyTTL(t *testing.T) {
+	f := pyFixture(t, Options{TTL: 3 * time.Second})
+	f.ok(map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "stopped at main.py:1")
+	pid := f.session().pid
+	for deadline := time.Now().Add(2 * time.Minute); f.session() != nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("the session outlived its TTL by two minutes")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	f.fails(map[string]any{"op": "stack"}, "time limit", "no debug session")
+	if alive(pid) {
+		t.Errorf("adapter pid %d alive after the TTL", pid)
+	}
+	if p := processesWith(f.dir); len(p) > 0 {
+		t.Errorf("processes left after the TTL: %v", p)
+	}
+	f.ok(map[string]any{"op": "status"}, "no debug session") // the note is shown once
+	f.ok(map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "stopped at main.py:1")
+}
+
+func TestDebugpyKilledAdapter(t *testing.T) {
+	f := pyFixture(t, Options{})
+	f.ok(map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "stopped at main.py:1")
+	pid := f.session().pid
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); alive(pid); {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed adapter is still alive")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	f.fails(map[string]any{"op": "stack"}, "exited unexpectedly", "launch again")
+	f.ok(map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "session 2", "stopped at main.py:1")
+	f.ok(map[string]any{"op": "terminate"}, "terminated session 2")
+	if p := processesWith(f.dir); len(p) > 0 {
+		t.Errorf("processes left: %v", p)
+	}
+}
+
+func TestDebugpyAttachHost(t *testing.T) {
+	f := pyFixture(t, Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, err := f.sb.Start(ctx, &sandbox.Cmd{
+		Args: []string{debianPython, "-m", "debugpy", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--wait-for-client", filepath.Join(f.dir, "main.py")},
+		Env:  []string{"PYDEVD_DISABLE_FILE_VALIDATION=1"},
+		Dir:  f.dir,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitListen(t, func() string { data, _ := os.ReadFile("/proc/net/tcp"); return string(data) }, port)
+	f.ok(map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{3}})
+	f.ok(map[string]any{"op": "attach", "port": port}, "attached the debuggee on port", "stopped at main.py:3 in add", "total = a + b")
+	f.ok(map[string]any{"op": "evaluate", "expression": "a * b"}, "= 6")
+	f.ok(map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{}})
+	f.ok(map[string]any{"op": "continue"}, "the program ended")
+	f.ok(map[string]any{"op": "terminate"}, "detached session")
+	st, err := p.Wait()
+	if err != nil || !st.Success() {
+		t.Errorf("debuggee: %v %v", st, err)
+	}
+}
+
+// waitListen polls a /proc/net/tcp listing until port is in LISTEN state.
+func waitListen(t *testing.T, read func() string, port int) {
+	t.Helper()
+	hexPort := fmt.Sprintf(":%04X 00000000:0000 0A", port)
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(read(), hexPort); {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on port %d", port)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func remarshal(t *testing.T, from, to any) {
+	t.Helper()
+	data, err := json.Marshal(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, to); err != nil {
+		t.Fatalf("%v: %s", err, data)
+	}
+}
+
+// ---- delve on the host, when dlv is on PATH ----
+
+const goProgram = `package main
+
+import "fmt"
+
+func add(a, b int) int {
+	total := a + b
+	return total
+}
+
+func main() {
+	x := 2
+	y := 3
+	z := add(x, y)
+	fmt.Println("sum", z)
+	for i := 0; i < 5; i++ {
+		z += i
+	}
+	fmt.Println("done", z)
+}
+`
+
+func TestDelveHost(t *testing.T) {
+	if _, err := exec.LookPath("dlv"); err != nil {
+		t.Skipf("no dlv on PATH (%v): install dlv v1.27.2 (go install github.com/go-delve/delve/cmd/dlv@v1.27.2) to run this test", err)
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skipf("no go on PATH: dlv's debug mode builds the program")
+	}
+	f := newFixture(t, map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n", "main.go": goProgram}, Options{Wait: 2 * time.Minute})
+	f.ok(map[string]any{"op": "adapters", "program": "main.go"}, "delve: usable")
+	f.ok(map[string]any{"op": "breakpoints", "file": "main.go", "lines": []any{12, 18}}, "pending")
+	f.ok(map[string]any{"op": "launch", "program": "."}, "launched . with delve", "stopped at main.go:12 in main.main (breakpoint)", "y := 3", "line 12: verified")
+	pid := f.session().pid
+	f.fails(map[string]any{"op": "launch", "program": "."}, "already running")
+	f.ok(map[string]any{"op": "stack"}, "#0 main.main at main.go:12")
+	res := f.ok(map[string]any{"op": "scopes"}, "Locals (reference")
+	var scopes struct {
+		Scopes []struct {
+			Name      string
+			Reference int
+		}
+	}
+	remarshal(t, res.StructuredContent, &scopes)
+	f.ok(map[string]any{"op": "variables", "reference": scopes.Scopes[0].Reference}, "x: int = 2")
+	f.ok(map[string]any{"op": "evaluate", "expression": "x * 21"}, "= 42")
+	f.ok(map[string]any{"op": "step_over"}, "stopped at main.go:13", "z := add(x, y)")
+	// delve stops at the function's entry line first.
+	f.ok(map[string]any{"op": "step_in"}, "main.go:5 in main.add")
+	f.ok(map[string]any{"op": "step_over"}, "main.go:6 in main.add", "total := a + b")
+	f.ok(map[string]any{"op": "step_out"}, "stopped at main.go:13 in main.main")
+	f.ok(map[string]any{"op": "continue"}, "stopped at main.go:18 in main.main (breakpoint)")
+	f.ok(map[string]any{"op": "evaluate", "expression": "z"}, "z: int = 15")
+	f.ok(map[string]any{"op": "output"}, "sum 5")
+	res = f.ok(map[string]any{"op": "continue"}, "done 15")
+	var st Status
+	remarshal(t, res.StructuredContent, &st)
+	if st.State != "exited" {
+		t.Errorf("after the last continue: %+v", st)
+	}
+	f.ok(map[string]any{"op": "terminate"}, "terminated session 1")
+	if alive(pid) {
+		t.Errorf("dlv pid %d alive after terminate", pid)
+	}
+	if p := processesWith("__debug_bin"); len(p) > 0 {
+		t.Errorf("debuggee left after terminate: %v", p)
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, "__debug_bin")); err == nil {
+		t.Errorf("dlv left its binary in the workspace")
+	}
+}
+
+// ---- lldb on the host, when lldb-dap or lldb-vscode(-N) is on PATH ----
+
+const cProgram = `#include <stdio.h>
+
+int add(int a, int b) {
+    int total = a + b;
+    return total;
+}
+
+int main(void) {
+    int x = 2;
+    int y = 3;
+    int z = add(x, y);
+    printf("sum %d\n", z);
+    return 0;
+}
+`
+
+func TestLLDBHost(t *testing.T) {
+	var found string
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		for _, pat := range []string{"lldb-dap", "lldb-dap-[0-9]*", "lldb-vscode", "lldb-vscode-[0-9]*"} {
+			if m, _ := filepath.Glob(filepath.Join(dir, pat)); len(m) > 0 && found == "" {
+				found = m[0]
+			}
+		}
+	}
+	if found == "" {
+		t.Skip("no lldb-dap or lldb-vscode on PATH: install Debian's lldb (it ships lldb-vscode-14) to run this test")
+	}
+	if _, err := exec.LookPath("cc"); err != nil {
+		t.Skip("no C compiler (cc) on PATH")
+	}
+	f := newFixture(t, map[string]string{"CMakeLists.txt": "project(hello C)\nadd_executable(hello main.c)\n", "main.c": cProgram}, Options{})
+	if out, err := exec.Command("cc", "-g", "-O0", "-o", filepath.Join(f.dir, "hello"), filepath.Join(f.dir, "main.c")).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v: %s", err, out)
+	}
+	f.ok(map[string]any{"op": "adapters"}, "lldb: usable")
+	f.ok(map[string]any{"op": "breakpoints", "file": "main.c", "lines": []any{10}}, "pending")
+	f.ok(map[string]any{"op": "launch", "program": "hello"}, "launched hello with lldb", "stopped at main.c:10 in main", "int y = 3;")
+	pid := f.session().pid
+	f.ok(map[string]any{"op": "stack"}, "#0 main at main.c:10")
+	f.ok(map[string]any{"op": "evaluate", "expression": "x * 21"}, "42")
+	f.ok(map[string]any{"op": "step_over"}, "stopped at main.c:11")
+	f.ok(map[string]any{"op": "step_in"}, "main.c:4 in add")
+	f.ok(map[string]any{"op": "step_out"}, "in main")
+	f.ok(map[string]any{"op": "continue"}, "exited with code 0")
+	f.ok(map[string]any{"op": "terminate"}, "terminated")
+	if alive(pid) {
+		t.Errorf("lldb adapter pid %d alive after terminate", pid)
+	}
+	if p := processesWith(filepath.Join(f.dir, "hello")); len(p) > 0 {
+		t.Errorf("processes left: %v", p)
+	}
+}
