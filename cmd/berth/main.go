@@ -11,6 +11,7 @@
 package main
 
 import (
+	"berth.dev/berth/syntax"
 	"context"
 	"errors"
 	"fmt"
@@ -78,17 +79,25 @@ func newRoot() *cobra.Command {
 		Use:   "berth",
 		Short: "berth places an agent's server-bound tools in the conversation's sandbox",
 		Long: `berth is a container-native sandbox controller: it runs the built-in tools of an
-agent run (files, and later language servers, debuggers, kernels) inside the
+agent run (files, structural search and rewrite, a debugger, …) inside the
 conversation's existing container, or on the host when there is none.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Grammars added by config (BERTH_GRAMMARS, or the built Dart and Swift
+		// grammars in the grammar directory) are loaded before any command; a
+		// broken one is a warning, the bundled languages still work.
+		PersistentPreRun: func(cmd *cobra.Command, args []string) {
+			if _, err := syntax.LoadConfigured(); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "berth: warning: some grammars were not loaded: %v\n", err)
+			}
+		},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.labelKey, "label-key", "berth.conversation", "container label whose value is the conversation id")
 	pf.BoolVar(&g.noHostFallback, "no-host-fallback", false, "fail instead of running on the host when a conversation has no container")
 	pf.StringVar(&g.dockerHost, "docker-host", "", "Docker engine address (default: $DOCKER_HOST or the local socket)")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log placement and lifecycle details to stderr")
-	root.AddCommand(newServe(g), newCall(g), newTools(g), newVersion())
+	root.AddCommand(newServe(g), newCall(g), newTools(g), newASTGrep(), newASTEdit(), newVersion())
 	return root
 }
 
