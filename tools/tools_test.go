@@ -181,7 +181,7 @@ func TestSerialToolsRunOneAtATime(t *testing.T) {
 func TestSerialWaitHonoursContext(t *testing.T) {
 	r := NewRegistry()
 	release := make(chan struct{})
-	started := make(chan struct{})
+	started := make(chan struct{}, 1) // buffered: the first call signals even before the test waits
 	Register(r, Tool{Name: "eval", Description: "e", Level: LevelExec, Serial: true}, func(ctx context.Context, in struct{}) (*Result, error) {
 		select {
 		case started <- struct{}{}:
