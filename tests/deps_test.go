@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -107,6 +108,32 @@ func TestBerthNeverManagesContainers(t *testing.T) {
 				if m := lifecycleCall.FindString(l); m != "" {
 					t.Errorf("%s/%s:%d calls %s: berth only uses containers that exist and never changes their state", pkg, f, i+1, strings.Trim(m, ".("))
 				}
+			}
+		}
+	}
+}
+
+// engines maps each protocol engine to the only packages of this module it
+// may import: engines take a stream, a dialer or bytes, and know nothing of
+// sandboxes, tools or the controller.
+var engines = map[string][]string{
+	"framing": nil,
+	"lsp":     {"berth.dev/berth/framing"},
+	"dap":     {"berth.dev/berth/framing"},
+	"kernel":  nil,
+	"syntax":  nil,
+}
+
+func TestEnginesStandAlone(t *testing.T) {
+	root := moduleRoot(t)
+	for engine, allowed := range engines {
+		if _, err := os.Stat(filepath.Join(root, engine)); err != nil {
+			continue
+		}
+		line := goList(t, root, "-f", "{{join .Imports \" \"}}", "./"+engine)[0]
+		for _, imp := range strings.Fields(line) {
+			if strings.HasPrefix(imp, "berth.dev/berth/") && !slices.Contains(allowed, imp) {
+				t.Errorf("%s imports %s; it may import only %v from this module", engine, imp, allowed)
 			}
 		}
 	}
