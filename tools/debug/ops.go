@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path"
 	"slices"
 	"strings"
@@ -227,11 +226,13 @@ func (s *Supervisor) adapters(ctx context.Context, in Input) (reply, error) {
 	return reply{text: strings.TrimSpace(b.String()), data: map[string]any{"adapters": avs}}, nil
 }
 
+// fsError explains an error of the workspace FS for name, as every tool does.
 func (s *Supervisor) fsError(name string, err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return errorf("%s does not exist in the workspace %s: check the path (list the directory with read)", name, s.root)
+	var we *workspace.Error
+	if errors.As(workspace.Explain(s.root, name, err), &we) {
+		return errorf("%s", we.Msg)
 	}
-	return errorf("%s: %v", name, err)
+	return err
 }
 
 // ---- breakpoints ----
