@@ -6,15 +6,27 @@ import (
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/debug"
 	"berth.dev/berth/tools/files"
+	"berth.dev/berth/tools/lsp"
 	"berth.dev/berth/tools/structural"
 )
 
 // DefaultTools returns the binders every run gets when Config.Tools is nil:
-// the workspace file tools (read, write, edit, apply_patch) and the
-// structural tools (ast_grep, ast_edit, resolve), and debug for runs with a
+// the workspace file tools (read, write, edit, apply_patch), the
+// structural tools (ast_grep, ast_edit, resolve), the language-server tools
+// (lsp, lsp_rename, diagnostics on write), and debug for runs with a
 // conversation id.
 func DefaultTools() []Binder {
-	return []Binder{FileTools, StructuralTools, DebugTools}
+	return []Binder{FileTools, StructuralTools, LSPTools, DebugTools}
+}
+
+// LSPTools registers lsp and lsp_rename (TOOLS.md §2–3) with one
+// language-server supervisor per run, and wraps the write tools with
+// diagnostics on write. Servers start lazily inside the run's sandbox; the
+// run's close stops them all.
+func LSPTools(ctx context.Context, r *tools.Registry, env *Env) error {
+	sup := lsp.Register(r, env.Sandbox, env.Workspace, env.Context, lsp.Options{Host: env.Sandbox.Ref() == "host"})
+	env.OnClose(sup.Close)
+	return nil
 }
 
 // FileTools registers read, write, edit and apply_patch over the run's

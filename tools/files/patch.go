@@ -55,9 +55,17 @@ type fileOp struct {
 	kind   opKind
 	path   string // as written in the patch
 	moveTo string // for opUpdate; empty when the file stays
-	line   int    // line of the section header in the patch
+	line   int    // line of the section header in the patch; 0 outside a patch
 	add    []string
 	hunks  []hunk
+}
+
+// where prefixes a message about op with its patch line, if it has one.
+func (op *fileOp) where() string {
+	if op.line == 0 {
+		return ""
+	}
+	return fmt.Sprintf("patch line %d: ", op.line)
 }
 
 // hunk is one change of an updated file.
@@ -507,13 +515,13 @@ func (w *workspace) mustNotExist(ctx context.Context, name string, op *fileOp, i
 	}
 	switch {
 	case err == nil:
-		return errorf("patch line %d: %s already exists: use %s for it, or delete it first. No file was changed.", op.line, name, instead)
+		return errorf("%s%s already exists: use %s for it, or delete it first. No file was changed.", op.where(), name, instead)
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	default:
 		var te *toolError
 		if errors.As(w.fsError(name, err), &te) {
-			return errorf("patch line %d: %s. No file was changed.", op.line, te.msg)
+			return errorf("%s%s. No file was changed.", op.where(), te.msg)
 		}
 		return err
 	}

@@ -1,0 +1,442 @@
+package lsp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	lspc "berth.dev/berth/lsp"
+	"berth.dev/berth/sandbox"
+)
+
+// errStarting reports a server that is still starting when the caller's
+// wait ran out.
+var errStarting = errors.New("lsp: the language server is still starting")
+
+// instance is one server of the table at one root, across restarts.
+type instance struct {
+	s    *Supervisor
+	key  key
+	spec Server
+
+	mu       sync.Mutex // guards the fields below; held across I/O only in ensureLocked's spawn bookkeeping
+	gen      *generation
+	restarts int         // starts after the first
+	crashes  []time.Time // unexpected exits within CrashWindow
+	gaveUp   bool
+	lastErr  string
+	lastUsed time.Time
+	inflight int
+	// pending are workspace files written while the server was starting:
+	// they are left out of the journal's baseline, so what the write did to
+	// them is reported by the next write.
+	pending map[string]bool
+}
+
+// generation is one process of an instance's server.
+type generation struct {
+	binary  string
+	started time.Time
+	ready   chan struct{} // closed when the start finished
+	err     error         // why the start failed; set before ready closes
+	client  *lspc.Client
+	stream  *sandbox.PipeStream
+	cancel  context.CancelFunc
+	stderr  *tailBuffer
+	stopped string // why it was stopped on purpose; "" while wanted
+
+	// stamps are the size and mtime of the root's files as last seen, for
+	// telling the server about changes made behind its back.
+	syncMu sync.Mutex
+	stamps map[string]stamp
+}
+
+type stamp struct {
+	size  int64
+	mtime time.Time
+}
+
+// alive reports whether the current generation is starting or running.
+func (in *instance) alive() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.aliveLocked()
+}
+
+func (in *instance) aliveLocked() bool {
+	g := in.gen
+	if g == nil || g.stopped != "" {
+		return false
+	}
+	select {
+	case <-g.ready:
+		if g.err != nil {
+			return false
+		}
+		select {
+		case <-g.client.Done():
+			return false
+		default:
+			return true
+		}
+	default:
+		return true
+	}
+}
+
+// ensureLocked starts a server unless one is starting or running. A dead
+// one counts as a crash, and the restart waits out the backoff.
+func (in *instance) ensureLocked(binary string) error {
+	if in.aliveLocked() {
+		return nil
+	}
+	if g := in.gen; g != nil && g.stopped == "" {
+		in.noteCrashLocked(g)
+	}
+	if in.gaveUp {
+		return in.gaveUpErrorLocked()
+	}
+	var delay time.Duration
+	if n := len(in.crashes); n > 0 {
+		delay = min(time.Duration(250<<uint(n))*time.Millisecond, maxBackoff)
+		delay -= time.Since(in.crashes[n-1])
+	}
+	if in.gen != nil {
+		in.restarts++
+	}
+	if binary == "" && in.gen != nil {
+		binary = in.gen.binary
+	}
+	g := &generation{binary: binary, ready: make(chan struct{}), stderr: &tailBuffer{max: stderrKeep}}
+	in.gen = g
+	in.lastUsed = time.Now()
+	go in.spawn(g, max(delay, 0))
+	return nil
+}
+
+// noteCrashLocked records an unexpected end of g.
+func (in *instance) noteCrashLocked(g *generation) {
+	g.stopped = "crashed"
+	why := "the start failed"
+	select {
+	case <-g.ready:
+		if g.err != nil {
+			why = g.err.Error()
+		} else {
+			why = "it exited unexpectedly"
+			if g.stream != nil {
+				select {
+				case <-g.stream.Done():
+					if st, err := g.stream.ExitStatus(); err == nil {
+						why += " (" + st.String() + ")"
+					}
+				default:
+				}
+			}
+			if t := g.stderr.String(); t != "" {
+				why += "; its last stderr: " + clip(t, 600)
+			}
+		}
+	default:
+	}
+	in.lastErr = why
+	now := time.Now()
+	in.crashes = append(in.crashes, now)
+	for len(in.crashes) > 0 && now.Sub(in.crashes[0]) > CrashWindow {
+		in.crashes = in.crashes[1:]
+	}
+	if len(in.crashes) >= MaxCrashes {
+		in.gaveUp = true
+	}
+	// Release the dead generation's process and stream.
+	go g.kill()
+}
+
+func (in *instance) gaveUpErrorLocked() error {
+	return fmt.Errorf("lsp: gave up on %s after %d crashes within %v (last: %s); fix the cause, then call lsp with action reload to try again",
+		in.key, MaxCrashes, CrashWindow, in.lastErr)
+}
+
+// spawn starts g's process and initializes it, after delay.
+func (in *instance) spawn(g *generation, delay time.Duration) {
+	s := in.s
+	err := func() error {
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-s.runCtx.Done():
+				return s.runCtx.Err()
+			}
+		}
+		select {
+		case s.cold <- struct{}{}:
+			defer func() { <-s.cold }()
+		case <-s.runCtx.Done():
+			return s.runCtx.Err()
+		}
+		pctx, cancel := context.WithCancel(s.runCtx)
+		absRoot := path.Join(s.root, in.key.root)
+		args := append([]string{g.binary}, in.spec.Args...)
+		stream, err := sandbox.Pipe(pctx, s.sb, &sandbox.Cmd{Args: args, Dir: absRoot, Stderr: g.stderr, WaitDelay: waitDelay})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("starting %s in %s failed: %w", strings.Join(args, " "), absRoot, err)
+		}
+		rootURI, _ := lspc.FileURI(absRoot)
+		client := lspc.NewClient(stream, lspc.ConnOptions{Settings: in.spec.Settings})
+		in.mu.Lock()
+		g.client, g.stream, g.cancel = client, stream, cancel
+		in.mu.Unlock()
+		ictx, icancel := context.WithTimeout(s.runCtx, lspc.InitializeTimeout)
+		defer icancel()
+		if _, err := client.Initialize(ictx, lspc.InitOptions{RootURI: rootURI, InitializationOptions: in.spec.InitOptions}); err != nil {
+			msg := fmt.Sprintf("initializing %s failed: %v", g.binary, err)
+			if t := g.stderr.String(); t != "" {
+				msg += "; its stderr: " + clip(t, 600)
+			}
+			return errors.New(msg)
+		}
+		if in.spec.Settings != nil {
+			if err := client.Notify(ictx, "workspace/didChangeConfiguration", map[string]any{"settings": in.spec.Settings}); err != nil {
+				return fmt.Errorf("configuring %s failed: %w", g.binary, err)
+			}
+		}
+		// Record the tree as the server saw it at start (later walks report
+		// what changed behind its back), and the diagnostics it starts with.
+		g.stamps, _ = in.walk(ictx)
+		s.baseline(ictx, in, client)
+		g.started = time.Now()
+		return nil
+	}()
+	in.mu.Lock()
+	g.err = err
+	close(g.ready)
+	stopped := g.stopped != ""
+	in.mu.Unlock()
+	if err != nil || stopped {
+		g.kill()
+	}
+}
+
+// waitReady waits up to wait for the current generation's start. It
+// returns errStarting when the wait passes first.
+func (in *instance) waitReady(ctx context.Context, wait time.Duration) error {
+	in.mu.Lock()
+	g := in.gen
+	gaveUp := in.gaveUp
+	in.mu.Unlock()
+	if g == nil {
+		if gaveUp {
+			in.mu.Lock()
+			defer in.mu.Unlock()
+			return in.gaveUpErrorLocked()
+		}
+		return fmt.Errorf("lsp: %s is not running; call again", in.key)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-g.ready:
+	case <-t.C:
+		return fmt.Errorf("%w: %s (%s) began starting %v ago", errStarting, in.key, g.binary, time.Since(in.lastUsedOr()).Round(time.Millisecond))
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if g.err != nil {
+		return fmt.Errorf("lsp: %s could not start: %w. lsp status shows details; fix the cause and call lsp with action reload", in.key, g.err)
+	}
+	return nil
+}
+
+func (in *instance) lastUsedOr() time.Time {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.lastUsed
+}
+
+// client returns the current generation's client once it is ready, or an
+// error saying what happened to it; the caller must hold a use (acquire).
+func (in *instance) client() (*lspc.Client, *generation, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	g := in.gen
+	if g == nil {
+		return nil, nil, fmt.Errorf("lsp: %s is not running; call again to start it", in.key)
+	}
+	select {
+	case <-g.ready:
+	default:
+		return nil, nil, fmt.Errorf("%w: %s", errStarting, in.key)
+	}
+	if g.err != nil {
+		return nil, nil, fmt.Errorf("lsp: %s could not start: %w", in.key, g.err)
+	}
+	select {
+	case <-g.client.Done():
+		return nil, nil, fmt.Errorf("lsp: %s exited while answering (%v); call again and it is restarted", in.key, g.client.Err())
+	default:
+	}
+	return g.client, g, nil
+}
+
+// acquire marks the instance in use (not idle) until release.
+func (in *instance) acquire() func() {
+	in.mu.Lock()
+	in.inflight++
+	in.lastUsed = time.Now()
+	in.mu.Unlock()
+	return func() {
+		in.mu.Lock()
+		in.inflight--
+		in.lastUsed = time.Now()
+		in.mu.Unlock()
+	}
+}
+
+func (in *instance) idleFor() time.Duration {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.inflight > 0 || in.gen == nil || in.gen.stopped != "" {
+		return 0
+	}
+	return time.Since(in.lastUsed)
+}
+
+// stop ends the current generation on purpose.
+func (in *instance) stop(ctx context.Context, why string) error {
+	in.mu.Lock()
+	g := in.gen
+	if g == nil || g.stopped != "" {
+		in.mu.Unlock()
+		return nil
+	}
+	g.stopped = why
+	in.mu.Unlock()
+	select {
+	case <-g.ready:
+	case <-ctx.Done():
+	}
+	return g.shutdown(ctx)
+}
+
+// reload stops the current server and starts a new one, forgetting the
+// crash history.
+func (in *instance) reload(ctx context.Context) error {
+	if err := in.stop(ctx, "reload"); err != nil {
+		in.mu.Lock()
+		in.lastErr = "stopping for reload: " + err.Error()
+		in.mu.Unlock()
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.crashes, in.gaveUp = nil, false
+	if in.s.isClosed() {
+		return errors.New("lsp: the run is closed; open a new run")
+	}
+	return in.ensureLocked("")
+}
+
+func (s *Supervisor) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// shutdown stops g politely, then by force, each step bounded.
+func (g *generation) shutdown(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	var err error
+	if g.client != nil && g.err == nil {
+		err = g.client.Shutdown(ctx)
+		if errors.Is(err, lspc.ErrServerExited) || errors.Is(err, lspc.ErrClosed) {
+			err = nil
+		}
+	}
+	return errors.Join(err, g.kill())
+}
+
+// kill closes g's stream — stdin, then TERM, then KILL, waitDelay apart —
+// and ends its process context.
+func (g *generation) kill() error {
+	var err error
+	if g.client != nil {
+		g.client.Close() // closes the stream too
+	}
+	if g.stream != nil {
+		if cerr := g.stream.Close(); errors.Is(cerr, sandbox.ErrGone) {
+			err = fmt.Errorf("lsp: the server (pid %d) did not exit after SIGKILL: %w", g.pid(), cerr)
+		}
+	}
+	if g.cancel != nil {
+		g.cancel()
+	}
+	return err
+}
+
+// pid is the server's pid in the sandbox, or 0.
+func (g *generation) pid() int {
+	if g.stream == nil {
+		return 0
+	}
+	return g.stream.Process().Pid()
+}
+
+// walk stats the files of the instance's languages under its root.
+func (in *instance) walk(ctx context.Context) (map[string]stamp, error) {
+	out := map[string]stamp{}
+	err := in.s.ws.Walk(ctx, in.key.root, sandbox.WalkOptions{SkipDirs: skipDirs}, func(name string, fi fs.FileInfo) error {
+		if fi.IsDir() || !fi.Mode().IsRegular() {
+			return nil
+		}
+		if _, ok := in.spec.Languages[path.Ext(name)]; !ok && !isMarker(in.spec, name) {
+			return nil
+		}
+		if len(out) >= MaxWatchedFiles {
+			return fs.SkipAll
+		}
+		out[name] = stamp{fi.Size(), fi.ModTime()}
+		return nil
+	})
+	return out, err
+}
+
+func isMarker(spec Server, name string) bool {
+	base := path.Base(name)
+	for _, m := range spec.Markers {
+		if m == base {
+			return true
+		}
+	}
+	return base == "go.sum"
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}

@@ -1,0 +1,317 @@
+// Package lsptest holds the checks of the lsp tools that every placement
+// must pass — the same projects, questions and known answers on the host
+// (tools/lsp's tests) and in containers (tests/e2e) — against real language
+// servers (gopls, pylsp).
+package lsptest
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Result is a tool result as the checks see it.
+type Result struct {
+	Text       string
+	IsError    bool
+	Structured json.RawMessage
+}
+
+// Env is how the checks drive one run.
+type Env struct {
+	// Call calls a tool of the run (lsp, lsp_rename, write, edit, …).
+	Call func(t *testing.T, tool string, args map[string]any) Result
+	// Put writes a workspace file behind the tools' back.
+	Put func(t *testing.T, name, content string)
+	// Sh runs a shell script in the sandbox and returns its output.
+	Sh func(t *testing.T, script string) string
+}
+
+func (e Env) ok(t *testing.T, tool string, args map[string]any, wants ...string) Result {
+	t.Helper()
+	r := e.Call(t, tool, args)
+	if r.IsError {
+		t.Fatalf("%s %v: tool error:\n%s", tool, args, r.Text)
+	}
+	for _, w := range wants {
+		if !strings.Contains(r.Text, w) {
+			t.Fatalf("%s %v: result lacks %q:\n%s", tool, args, w, r.Text)
+		}
+	}
+	t.Logf("%s %v:\n%s", tool, args, r.Text)
+	return r
+}
+
+func (e Env) fails(t *testing.T, tool string, args map[string]any, wants ...string) Result {
+	t.Helper()
+	r := e.Call(t, tool, args)
+	if !r.IsError {
+		t.Fatalf("%s %v: want a tool error, got:\n%s", tool, args, r.Text)
+	}
+	for _, w := range wants {
+		if !strings.Contains(r.Text, w) {
+			t.Fatalf("%s %v: error lacks %q:\n%s", tool, args, w, r.Text)
+		}
+	}
+	t.Logf("%s %v (error, as wanted):\n%s", tool, args, r.Text)
+	return r
+}
+
+// Loc is a location of structuredContent.
+type Loc struct {
+	File      string `json:"file"`
+	Line      int    `json:"line"`
+	Column    int    `json:"column"`
+	EndLine   int    `json:"end_line"`
+	EndColumn int    `json:"end_column"`
+}
+
+func (l Loc) String() string { return fmt.Sprintf("%s:%d:%d", l.File, l.Line, l.Column) }
+
+// locations calls an lsp navigation action and returns its locations as
+// "file:line:col" strings.
+func (e Env) locations(t *testing.T, args map[string]any) []string {
+	t.Helper()
+	r := e.ok(t, "lsp", args)
+	var sc struct {
+		Locations []Loc `json:"locations"`
+	}
+	if err := json.Unmarshal(r.Structured, &sc); err != nil {
+		t.Fatalf("lsp %v: structuredContent: %v: %s", args, err, r.Structured)
+	}
+	var out []string
+	for _, l := range sc.Locations {
+		out = append(out, l.String())
+	}
+	return out
+}
+
+func wantLocs(t *testing.T, what string, got []string, want ...string) {
+	t.Helper()
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("%s: got %v, want %v", what, got, want)
+	}
+}
+
+// Put writes every file of a project.
+func (e Env) PutAll(t *testing.T, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		e.Put(t, name, content)
+	}
+}
+
+// GoProject is a small module of two packages. Known positions:
+// greet/greet.go: Greeter 4:6, Greet (interface method) 5:2, English 9:6,
+// English.Greet 12:18, Hello 15:6; main.go: Hello calls 11:15 and 13:20.
+var GoProject = map[string]string{
+	"go.mod": "module example.com/proj\n\ngo 1.22\n",
+	"greet/greet.go": `package greet
+
+// Greeter says hello.
+type Greeter interface {
+	Greet(name string) string
+}
+
+// English greets in English.
+type English struct{}
+
+// Greet returns a greeting.
+func (English) Greet(name string) string { return "Hello, " + name }
+
+// Hello greets name with g.
+func Hello(g Greeter, name string) string {
+	return g.Greet(name)
+}
+`,
+	"main.go": `package main
+
+import (
+	"fmt"
+
+	"example.com/proj/greet"
+)
+
+func main() {
+	var e greet.English
+	msg := greet.Hello(e, "world")
+	fmt.Println(msg)
+	fmt.Println(greet.Hello(e, "again"))
+}
+`,
+}
+
+// CheckGo asks every action about GoProject (already in the workspace) and
+// checks the answers against known lines.
+func CheckGo(t *testing.T, e Env) {
+	t.Helper()
+	wantLocs(t, "definition of Hello", e.locations(t, map[string]any{"action": "definition", "file": "main.go", "line": 11, "symbol": "Hello"}), "greet/greet.go:15:6")
+	wantLocs(t, "type_definition of e", e.locations(t, map[string]any{"action": "type_definition", "file": "main.go", "line": 10, "symbol": "e greet"}), "greet/greet.go:9:6")
+	wantLocs(t, "implementation of Greeter", e.locations(t, map[string]any{"action": "implementation", "file": "greet/greet.go", "line": 4, "symbol": "Greeter"}), "greet/greet.go:9:6")
+	wantLocs(t, "references of Hello", e.locations(t, map[string]any{"action": "references", "file": "greet/greet.go", "line": 15, "symbol": "Hello"}),
+		"greet/greet.go:15:6", "main.go:11:15", "main.go:13:20")
+	// A symbol occurring twice on a line: the first is used, and the
+	// result says how to pick the second.
+	r := e.ok(t, "lsp", map[string]any{"action": "definition", "file": "greet/greet.go", "line": 15, "symbol": "g"}, `"g#2"`)
+	_ = r
+	wantLocs(t, "definition of Greeter via occurrence", e.locations(t, map[string]any{"action": "definition", "file": "greet/greet.go", "line": 15, "symbol": "Greeter"}), "greet/greet.go:4:6")
+	wantLocs(t, "definition of the second Greet on line 16", e.locations(t, map[string]any{"action": "definition", "file": "greet/greet.go", "line": 16, "symbol": "Greet"}), "greet/greet.go:5:2")
+	e.ok(t, "lsp", map[string]any{"action": "hover", "file": "main.go", "line": 11, "symbol": "Hello"}, "func greet.Hello(g greet.Greeter, name string) string", "Hello greets name with g.")
+	e.ok(t, "lsp", map[string]any{"action": "symbols", "query": "Hello"}, "Hello", "greet/greet.go:15:6")
+	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "greet/greet.go"}, "4: interface Greeter", "  5: method Greet", "9: struct English", "15: function Hello")
+	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "main.go"}, "none")
+	// Navigation without a symbol, a symbol not on the line, a line past
+	// the end: errors that show what to do.
+	e.fails(t, "lsp", map[string]any{"action": "definition", "file": "main.go", "line": 11}, "symbol is required", "greet.Hello(e, \"world\")")
+	e.fails(t, "lsp", map[string]any{"action": "definition", "file": "main.go", "line": 12, "symbol": "Hello"}, "not on line 12", "line 11, 13")
+	e.fails(t, "lsp", map[string]any{"action": "hover", "file": "main.go", "line": 99, "symbol": "x"}, "past the end")
+	e.fails(t, "lsp", map[string]any{"action": "hover", "file": "../etc/passwd", "line": 1, "symbol": "root"})
+	e.fails(t, "lsp", map[string]any{"action": "frobnicate"}, "unknown action")
+	// Code actions where gopls offers a fix: an unused import.
+	e.Put(t, "tmp/fix.go", "package tmp\n\nimport \"strings\"\n\nfunc F() {}\n")
+	e.ok(t, "lsp", map[string]any{"action": "code_actions", "file": "tmp/fix.go", "line": 3, "symbol": "strings"}, "Organize Imports", "edits tmp/fix.go")
+	e.Sh(t, "rm -rf tmp")
+}
+
+// CheckGoWriteScenario is the diagnostics-on-write scenario of LSP-3/4 on
+// GoProject: a signature change reports the caller's errors, repeating it
+// or moving code reports nothing, a genuine second instance is new.
+func CheckGoWriteScenario(t *testing.T, e Env) {
+	t.Helper()
+	// Start the server and take its baseline.
+	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "main.go"})
+	r := e.ok(t, "edit", map[string]any{"path": "greet/greet.go", "old_string": "func Hello(g Greeter, name string) string {", "new_string": "func Hello(g Greeter, name, punct string) string {"},
+		"main.go:11:", "main.go:13:", "not enough arguments in call to greet.Hello")
+	if n := strings.Count(r.Text, "not enough arguments"); n != 2 {
+		t.Fatalf("want the 2 broken calls reported, got %d:\n%s", n, r.Text)
+	}
+	var sc struct {
+		Diagnostics []struct {
+			File     string `json:"file"`
+			Line     int    `json:"line"`
+			Severity string `json:"severity"`
+		} `json:"diagnostics"`
+	}
+	if err := json.Unmarshal(r.Structured, &sc); err != nil || len(sc.Diagnostics) != 2 || sc.Diagnostics[0].File != "main.go" || sc.Diagnostics[0].Severity != "error" {
+		t.Fatalf("structured diagnostics: %v %s", err, r.Structured)
+	}
+	// The same content written again: nothing new.
+	cur := readBack(t, e, "greet/greet.go")
+	e.ok(t, "write", map[string]any{"path": "greet/greet.go", "content": cur}, "no new problems")
+	// The broken calls moved down four lines: nothing new.
+	e.ok(t, "edit", map[string]any{"path": "main.go", "old_string": "func main() {", "new_string": "// one\n// two\n// three\n// four\nfunc main() {"}, "no new problems")
+	// A genuine second... third instance of the same error elsewhere: new.
+	r = e.ok(t, "write", map[string]any{"path": "other.go", "content": "package main\n\nimport \"example.com/proj/greet\"\n\nvar _ = greet.Hello(greet.English{}, \"x\")\n"},
+		"1 new problem", "other.go:5:", "not enough arguments in call to greet.Hello")
+	if strings.Contains(r.Text, "main.go:") {
+		t.Fatalf("the old errors in main.go were reported again:\n%s", r.Text)
+	}
+	// Fixing it all: nothing new, and the file check says so.
+	e.ok(t, "edit", map[string]any{"path": "greet/greet.go", "old_string": "name, punct string", "new_string": "name string"}, "no new problems")
+	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "other.go"}, "none")
+	// A change behind the server's back (a shell command) is seen by the
+	// next query.
+	e.Sh(t, `cat > other.go <<'EOF'
+package main
+
+import "example.com/proj/greet"
+
+var _ = greet.Hello(greet.English{})
+EOF`)
+	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "other.go"}, "not enough arguments")
+	e.Sh(t, "rm -f other.go")
+	e.PutAll(t, GoProject)
+}
+
+func readBack(t *testing.T, e Env, name string) string {
+	t.Helper()
+	return e.Sh(t, "cat "+name)
+}
+
+// CheckGoRename renames Hello across both packages.
+func CheckGoRename(t *testing.T, e Env) {
+	t.Helper()
+	// Renaming a standard library function would edit files outside the
+	// workspace: refused, nothing changed.
+	e.fails(t, "lsp_rename", map[string]any{"file": "main.go", "line": 12, "symbol": "Println", "new_name": "PrintlnX"}, "outside the workspace", "nothing was changed")
+	e.fails(t, "lsp_rename", map[string]any{"file": "main.go", "line": 11, "symbol": "Hello", "new_name": " "}, "new_name is required")
+	e.ok(t, "lsp_rename", map[string]any{"file": "main.go", "line": 11, "symbol": "Hello", "new_name": "SayHello"}, "4 edits in 2 files", "M greet/greet.go", "M main.go", "no new problems")
+	if got := readBack(t, e, "main.go"); strings.Count(got, "greet.SayHello(") != 2 || strings.Contains(got, "greet.Hello(") {
+		t.Fatalf("main.go after rename:\n%s", got)
+	}
+	if got := readBack(t, e, "greet/greet.go"); !strings.Contains(got, "func SayHello(g Greeter") {
+		t.Fatalf("greet.go after rename:\n%s", got)
+	}
+	// The server knows: a definition query on the new name answers.
+	wantLocs(t, "definition after rename", e.locations(t, map[string]any{"action": "definition", "file": "main.go", "line": 11, "symbol": "SayHello"}), "greet/greet.go:15:6")
+	e.ok(t, "lsp_rename", map[string]any{"file": "main.go", "line": 11, "symbol": "SayHello", "new_name": "Hello"}, "4 edits in 2 files")
+}
+
+var pidRe = regexp.MustCompile(`pid (\d+)`)
+
+// statusPid returns the pid of a running server in lsp status's text.
+func statusPid(t *testing.T, text, server string) int {
+	t.Helper()
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, server+": running") {
+			if m := pidRe.FindStringSubmatch(l); m != nil {
+				n, _ := strconv.Atoi(m[1])
+				return n
+			}
+		}
+	}
+	t.Fatalf("no running %s in status:\n%s", server, text)
+	return 0
+}
+
+// CheckLifecycle checks status, reload and a killed server on GoProject:
+// server is the server id ("gopls"), file a file it answers for.
+func CheckLifecycle(t *testing.T, e Env, server, file string, line int, symbol string) {
+	t.Helper()
+	e.ok(t, "lsp", map[string]any{"action": "hover", "file": file, "line": line, "symbol": symbol})
+	st := e.ok(t, "lsp", map[string]any{"action": "status"}, server+": running")
+	pid := statusPid(t, st.Text, server)
+	r := e.ok(t, "lsp", map[string]any{"action": "reload", "file": file}, "restarted")
+	st = e.ok(t, "lsp", map[string]any{"action": "status"}, server+": running")
+	pid2 := statusPid(t, st.Text, server)
+	if pid2 == pid {
+		t.Fatalf("reload kept pid %d:\n%s", pid, r.Text)
+	}
+	// Killing the server mid-session: the next call restarts it.
+	e.Sh(t, fmt.Sprintf("kill -9 %d", pid2))
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if !strings.Contains(e.Sh(t, "ps -eo pid= || true"), strconv.Itoa(pid2)) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.ok(t, "lsp", map[string]any{"action": "hover", "file": file, "line": line, "symbol": symbol})
+	st = e.ok(t, "lsp", map[string]any{"action": "status"}, server+": running", "restarts 2")
+	if statusPid(t, st.Text, server) == pid2 {
+		t.Fatal("the killed server is still reported")
+	}
+}
+
+// CheckStatusMissing checks that status names the missing half: markerless
+// is a file whose project has no marker, and binaryless a server of the
+// table whose binary is absent from the sandbox.
+func CheckStatusMissing(t *testing.T, e Env, binaryless string) {
+	t.Helper()
+	e.Put(t, "loose/x.go", "package loose\n")
+	e.Put(t, "loose/go.mod.txt", "not a marker\n")
+	st := e.ok(t, "lsp", map[string]any{"action": "status"}, "gopls:")
+	if !strings.Contains(st.Text, "binary missing: no "+binaryless) {
+		t.Fatalf("status does not say %s's binary is missing:\n%s", binaryless, st.Text)
+	}
+	e.Sh(t, "mkdir -p /tmp/nomarker && true")
+	// The workspace root has go.mod; a Python file has no Python marker.
+	e.Put(t, "py/x.py", "x = 1\n")
+	r := e.fails(t, "lsp", map[string]any{"action": "hover", "file": "py/x.py", "line": 1, "symbol": "x"}, "marker missing", "setup.py")
+	_ = r
+	e.Sh(t, "rm -rf loose py")
+}

@@ -1,0 +1,335 @@
+package lsp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	lspc "berth.dev/berth/lsp"
+	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/files"
+	wspath "berth.dev/berth/tools/workspace"
+)
+
+func (s *Supervisor) rename(ctx context.Context, in RenameInput) (*tools.Result, error) {
+	res, err := s.doRename(ctx, in)
+	return finish(ctx, res, err)
+}
+
+// doRename asks the server for a rename's WorkspaceEdit and applies it all
+// or nothing through the file tools' write path (LSP-5).
+func (s *Supervisor) doRename(ctx context.Context, in RenameInput) (*tools.Result, error) {
+	if s.isClosed() {
+		return nil, errorf("the run is closed; open a new run")
+	}
+	if strings.TrimSpace(in.NewName) == "" {
+		return nil, errorf("new_name is required: the symbol's new name")
+	}
+	t, err := s.target(ctx, Input{Action: "lsp_rename", File: in.File, Line: in.Line, Symbol: in.Symbol})
+	if err != nil {
+		return nil, err
+	}
+	q, err := s.query(ctx, t.name)
+	if err != nil {
+		return nil, err
+	}
+	defer q.release()
+	if !q.c.Supports("textDocument/rename") {
+		return nil, errorf("%s does not offer rename; change the name with ast_edit or edit instead", q.in.spec.ID)
+	}
+	pos, err := q.position(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	uri := s.uriOf(t.name)
+	if q.c.Supports("textDocument/prepareRename") {
+		pr, err := q.c.PrepareRename(ctx, uri, pos)
+		var re *lspc.ResponseError
+		switch {
+		case errors.As(err, &re):
+			return nil, errorf("%s cannot rename %q at %s:%d: %s. Point at the identifier itself (its declaration or a use)", q.in.spec.ID, t.symbol, t.name, t.line, re.Message)
+		case err != nil:
+			return nil, q.explain("rename", err)
+		case !pr.OK:
+			return nil, errorf("%s says %q at %s:%d cannot be renamed (not an identifier it knows, or a name from outside the project); point at the identifier of a project symbol", q.in.spec.ID, t.symbol, t.name, t.line)
+		}
+	}
+	we, err := q.c.Rename(ctx, uri, pos, in.NewName)
+	if err != nil {
+		var re *lspc.ResponseError
+		if errors.As(err, &re) {
+			return nil, errorf("%s refused to rename %q to %q: %s. Nothing was changed", q.in.spec.ID, t.symbol, in.NewName, re.Message)
+		}
+		return nil, q.explain("rename", err)
+	}
+	if we == nil {
+		return nil, errorf("%s returned no edit for renaming %q at %s:%d; nothing was changed. Check the position with lsp hover", q.in.spec.ID, t.symbol, t.name, t.line)
+	}
+	plan, err := s.planEdit(ctx, q.c, *we)
+	if err != nil {
+		return nil, err
+	}
+	if len(plan.changes) == 0 {
+		return tools.Textf("renaming %q to %q changes nothing", t.symbol, in.NewName), nil
+	}
+	if err := files.Commit(ctx, s.ws, plan.changes); err != nil {
+		return nil, errorf("renaming %q to %q: %v", t.symbol, in.NewName, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "renamed %q to %q: %s in %s", t.symbol, in.NewName, plural(plan.edits, "edit"), plural(len(plan.changes), "file"))
+	var fileRows []map[string]any
+	var touched []string
+	for _, c := range plan.changes {
+		row := map[string]any{"file": c.Path, "edits": plan.perFile[c.Path]}
+		switch {
+		case c.Old == nil:
+			fmt.Fprintf(&b, "\nA %s", c.Path)
+		case c.New == nil:
+			fmt.Fprintf(&b, "\nD %s", c.Path)
+		case c.MoveTo != "":
+			fmt.Fprintf(&b, "\nR %s -> %s (%d edits)", c.Path, c.MoveTo, plan.perFile[c.Path])
+			row["moved_to"] = c.MoveTo
+		default:
+			fmt.Fprintf(&b, "\nM %s (%d edits)", c.Path, plan.perFile[c.Path])
+		}
+		fileRows = append(fileRows, row)
+		touched = append(touched, c.Path)
+		if c.MoveTo != "" {
+			touched = append(touched, c.MoveTo)
+		}
+	}
+	res := tools.Text(b.String())
+	res.Touched = touched
+	res.StructuredContent = map[string]any{"files": fileRows, "edits": plan.edits}
+	return res, nil
+}
+
+// editPlan is a WorkspaceEdit turned into file changes.
+type editPlan struct {
+	changes []files.Change
+	edits   int
+	perFile map[string]int // by Change.Path
+}
+
+// fileState follows one file through a WorkspaceEdit's steps.
+type fileState struct {
+	orig string // workspace name before the edit; "" for a created file
+	old  []byte // content before; nil for a created file
+	cur  []byte // content after; nil when deleted
+	path string // workspace name after
+	n    int    // text edits applied
+}
+
+// planEdit computes every file's new content from a WorkspaceEdit, in
+// memory, refusing anything outside the workspace.
+func (s *Supervisor) planEdit(ctx context.Context, c *lspc.Client, we lspc.WorkspaceEdit) (*editPlan, error) {
+	ops, err := we.Operations()
+	if err != nil {
+		return nil, fmt.Errorf("lsp: the server's edit cannot be read: %w; nothing was changed", err)
+	}
+	states := map[string]*fileState{} // by current name
+	var order []*fileState
+	nameOf := func(uri string) (string, error) {
+		p, err := lspc.URIPath(uri)
+		if err != nil {
+			return "", errorf("the server's edit names %s, which is not a file; nothing was changed", uri)
+		}
+		name, ok := s.rel(p)
+		if !ok || name == "." {
+			return "", errorf("the server's edit would change %s, outside the workspace; nothing was changed", p)
+		}
+		if _, err := wspath.Name(s.root, p); err != nil {
+			return "", err
+		}
+		return name, nil
+	}
+	exists := func(name string) (bool, error) {
+		if st, ok := states[name]; ok {
+			return st.cur != nil, nil
+		}
+		_, err := s.ws.Lstat(ctx, name)
+		if isNotExist(err) {
+			return false, nil
+		}
+		return err == nil, wspath.Explain(s.root, name, err)
+	}
+	get := func(name string) (*fileState, error) {
+		if st, ok := states[name]; ok {
+			if st.cur == nil {
+				return nil, errorf("the server's edit changes %s after deleting it; nothing was changed", name)
+			}
+			return st, nil
+		}
+		data, err := s.ws.ReadFile(ctx, name)
+		if err != nil {
+			return nil, wspath.Explain(s.root, name, err)
+		}
+		st := &fileState{orig: name, old: data, cur: data, path: name}
+		states[name] = st
+		order = append(order, st)
+		return st, nil
+	}
+	edits := 0
+	for _, op := range ops {
+		switch {
+		case op.Edit != nil:
+			name, err := nameOf(op.Edit.TextDocument.URI)
+			if err != nil {
+				return nil, err
+			}
+			st, err := get(name)
+			if err != nil {
+				return nil, err
+			}
+			if v := op.Edit.TextDocument.Version; v != nil {
+				if d, ok := c.Document(op.Edit.TextDocument.URI); ok && d.Version != *v {
+					return nil, errorf("the server's edit of %s is for version %d, but version %d is current; call again. Nothing was changed", name, *v, d.Version)
+				}
+			}
+			out, err := applyEdits(st.cur, op.Edit.Edits, c.PositionEncoding())
+			if err != nil {
+				return nil, errorf("the server's edit of %s cannot be applied: %v; nothing was changed", name, err)
+			}
+			st.cur = out
+			st.n += len(op.Edit.Edits)
+			edits += len(op.Edit.Edits)
+		case op.Create != nil:
+			name, err := nameOf(op.Create.URI)
+			if err != nil {
+				return nil, err
+			}
+			ok, err := exists(name)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				if o := op.Create.Options; o != nil && o.IgnoreIfExists {
+					continue
+				}
+				return nil, errorf("the server's edit creates %s, which exists; nothing was changed", name)
+			}
+			st := &fileState{cur: []byte{}, path: name}
+			states[name] = st
+			order = append(order, st)
+		case op.Rename != nil:
+			from, err := nameOf(op.Rename.OldURI)
+			if err != nil {
+				return nil, err
+			}
+			to, err := nameOf(op.Rename.NewURI)
+			if err != nil {
+				return nil, err
+			}
+			st, err := get(from)
+			if err != nil {
+				return nil, err
+			}
+			ok, err := exists(to)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return nil, errorf("the server's edit renames %s to %s, which exists; nothing was changed", from, to)
+			}
+			delete(states, from)
+			st.path = to
+			states[to] = st
+		case op.Delete != nil:
+			name, err := nameOf(op.Delete.URI)
+			if err != nil {
+				return nil, err
+			}
+			st, err := get(name)
+			if err != nil {
+				return nil, err
+			}
+			st.cur = nil
+		}
+	}
+	plan := &editPlan{edits: edits, perFile: map[string]int{}}
+	for _, st := range order {
+		var ch files.Change
+		switch {
+		case st.orig == "" && st.cur == nil:
+			continue // created and deleted again
+		case st.orig == "":
+			ch = files.Change{Path: st.path, New: st.cur}
+		case st.cur == nil:
+			ch = files.Change{Path: st.orig, Old: st.old}
+		default:
+			if st.path == st.orig && bytes.Equal(st.old, st.cur) {
+				continue
+			}
+			ch = files.Change{Path: st.orig, Old: st.old, New: st.cur}
+			if st.path != st.orig {
+				ch.MoveTo = st.path
+			}
+		}
+		plan.changes = append(plan.changes, ch)
+		plan.perFile[ch.Path] = st.n
+	}
+	slices.SortFunc(plan.changes, func(a, b files.Change) int { return strings.Compare(a.Path, b.Path) })
+	return plan, nil
+}
+
+// applyEdits applies LSP text edits to text. Edits must not overlap; they
+// are applied from the end so earlier offsets stay valid.
+func applyEdits(text []byte, edits []lspc.TextEdit, enc string) ([]byte, error) {
+	starts := []int{0}
+	for i, b := range text {
+		if b == '\n' {
+			starts = append(starts, i+1)
+		}
+	}
+	offset := func(p lspc.Position) (int, error) {
+		if int(p.Line) >= len(starts) {
+			if int(p.Line) == len(starts) && p.Character == 0 {
+				return len(text), nil
+			}
+			return 0, fmt.Errorf("line %d is past the end (%d lines)", p.Line+1, len(starts))
+		}
+		start := starts[p.Line]
+		end := len(text)
+		if int(p.Line)+1 < len(starts) {
+			end = starts[p.Line+1] - 1
+		}
+		return start + lspc.ByteOffset(string(text[start:end]), p.Character, enc), nil
+	}
+	type span struct {
+		from, to int
+		text     string
+	}
+	var spans []span
+	for _, e := range edits {
+		from, err := offset(e.Range.Start)
+		if err != nil {
+			return nil, err
+		}
+		to, err := offset(e.Range.End)
+		if err != nil {
+			return nil, err
+		}
+		if to < from {
+			return nil, fmt.Errorf("an edit ends before it starts (line %d)", e.Range.Start.Line+1)
+		}
+		spans = append(spans, span{from, to, e.NewText})
+	}
+	slices.SortStableFunc(spans, func(a, b span) int { return a.from - b.from })
+	for i := 1; i < len(spans); i++ {
+		if spans[i].from < spans[i-1].to {
+			return nil, fmt.Errorf("two edits overlap at byte %d", spans[i].from)
+		}
+	}
+	var out bytes.Buffer
+	last := 0
+	for _, sp := range spans {
+		out.Write(text[last:sp.from])
+		out.WriteString(sp.text)
+		last = sp.to
+	}
+	out.Write(text[last:])
+	return out.Bytes(), nil
+}

@@ -1,0 +1,217 @@
+package lsp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"berth.dev/berth/sandbox"
+)
+
+// Server describes one language server of the table (LSP-1, REG-2).
+type Server struct {
+	// ID names the server in status and errors ("gopls").
+	ID string
+	// Languages maps file extensions (".go") to the LSP language id sent in
+	// didOpen ("go").
+	Languages map[string]string
+	// Markers are the root markers, any of them; the root of a file is the
+	// nearest ancestor directory, inside the workspace, holding one.
+	Markers []string
+	// Binaries are the executable names looked up, in order of preference;
+	// a trailing "-*" also matches versioned names (clangd-16), highest
+	// version first.
+	Binaries []string
+	// Args follow the binary.
+	Args []string
+	// Local are project-local directories (relative to the root) searched
+	// before PATH inside a container: ".venv/bin", "node_modules/.bin". They
+	// are never used on the host, where nothing in the workspace is run.
+	Local []string
+	// Settings answer workspace/configuration.
+	Settings map[string]any
+	// InitOptions is sent as initializationOptions.
+	InitOptions any
+}
+
+// DefaultServers returns the built-in server table. In each language the
+// first usable server answers.
+func DefaultServers() []Server {
+	py := map[string]string{".py": "python", ".pyi": "python"}
+	pyMarkers := []string{"pyproject.toml", "setup.py", "setup.cfg", "requirements.txt"}
+	ts := map[string]string{".ts": "typescript", ".tsx": "typescriptreact", ".mts": "typescript", ".cts": "typescript",
+		".js": "javascript", ".jsx": "javascriptreact", ".mjs": "javascript", ".cjs": "javascript"}
+	c := map[string]string{".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".hpp": "cpp", ".hh": "cpp", ".hxx": "cpp"}
+	return []Server{
+		{ID: "gopls", Languages: map[string]string{".go": "go"}, Markers: []string{"go.work", "go.mod"}, Binaries: []string{"gopls"}, Args: []string{"serve"},
+			// An agent's write is finished, not a keystroke: diagnose the
+			// whole workspace at once instead of after gopls's 1s typing
+			// delay, and keep links to pkg.go.dev out of hovers.
+			InitOptions: map[string]any{"diagnosticsDelay": "0s", "linksInHover": false}},
+		{ID: "pylsp", Languages: py, Markers: pyMarkers, Binaries: []string{"pylsp"}, Local: []string{".venv/bin", "venv/bin"},
+			// Style checkers drown real problems: keep pyflakes (undefined
+			// names, unused imports), drop pycodestyle and mccabe.
+			Settings: map[string]any{"pylsp": map[string]any{"plugins": map[string]any{
+				"pycodestyle": map[string]any{"enabled": false},
+				"mccabe":      map[string]any{"enabled": false},
+				"pydocstyle":  map[string]any{"enabled": false},
+			}}}},
+		{ID: "pyright", Languages: py, Markers: pyMarkers, Binaries: []string{"pyright-langserver", "basedpyright-langserver"}, Args: []string{"--stdio"}, Local: []string{".venv/bin", "venv/bin", "node_modules/.bin"}},
+		{ID: "typescript-language-server", Languages: ts, Markers: []string{"tsconfig.json", "jsconfig.json", "package.json"}, Binaries: []string{"typescript-language-server"}, Args: []string{"--stdio"}, Local: []string{"node_modules/.bin"}},
+		{ID: "clangd", Languages: c, Markers: []string{"compile_commands.json", "CMakeLists.txt", ".clangd"}, Binaries: []string{"clangd", "clangd-*"}},
+		{ID: "rust-analyzer", Languages: map[string]string{".rs": "rust"}, Markers: []string{"Cargo.toml"}, Binaries: []string{"rust-analyzer"}},
+		{ID: "dart", Languages: map[string]string{".dart": "dart"}, Markers: []string{"pubspec.yaml"}, Binaries: []string{"dart"}, Args: []string{"language-server", "--protocol=lsp"}},
+	}
+}
+
+// MergeServers returns table with extra servers added; an extra server with
+// the ID of a table entry replaces it.
+func MergeServers(table, extra []Server) []Server {
+	out := slices.Clone(table)
+	for _, e := range extra {
+		if i := slices.IndexFunc(out, func(s Server) bool { return s.ID == e.ID }); i >= 0 {
+			out[i] = e
+		} else {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// probeTimeout bounds one binary probe in the sandbox.
+const probeTimeout = 20 * time.Second
+
+// probeScript prints "bin PATH" for every executable named in the
+// arguments (a name ending in "-*" matches versioned names) found first in
+// the directories listed before "--", then on PATH, in that order.
+const probeScript = `dirs=""
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do dirs="$dirs
+$1"; shift; done
+shift
+IFS='
+'
+pathdirs=$(printf '%s' "$PATH" | tr ':' '\n')
+for d in $dirs $pathdirs; do
+  case "$d" in /*) ;; *) continue ;; esac
+  for n in "$@"; do
+    for f in "$d"/$n; do
+      [ -f "$f" ] && [ -x "$f" ] && echo "bin $f"
+    done
+  done
+done
+exit 0
+`
+
+// probeBinaries returns, in search order, every executable matching names
+// in localDirs (absolute) and then on the sandbox's PATH.
+func probeBinaries(ctx context.Context, sb sandbox.Sandbox, localDirs, names []string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	args := append([]string{"/bin/sh", "-c", probeScript, "berth-lsp-probe"}, localDirs...)
+	args = append(args, "--")
+	for _, n := range names {
+		if p, ok := strings.CutSuffix(n, "*"); ok {
+			args = append(args, p+"[0-9]*")
+		} else {
+			args = append(args, n)
+		}
+	}
+	var out, errb bytes.Buffer
+	p, err := sb.Start(ctx, &sandbox.Cmd{Args: args, Stdout: &out, Stderr: &errb})
+	if err != nil {
+		return nil, fmt.Errorf("lsp: cannot look for language servers in the sandbox: %w", err)
+	}
+	st, err := p.Wait()
+	if err != nil {
+		return nil, fmt.Errorf("lsp: looking for language servers in the sandbox failed: %w", err)
+	}
+	if !st.Success() {
+		return nil, fmt.Errorf("lsp: looking for language servers in the sandbox failed (%v): %s", st, clip(errb.String(), 400))
+	}
+	var found []string
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		if f, ok := strings.CutPrefix(sc.Text(), "bin "); ok && !slices.Contains(found, f) {
+			found = append(found, f)
+		}
+	}
+	return found, nil
+}
+
+// pickBinary returns the first of found (in search order) whose name is
+// one of names, trying names in order of preference; for a "-*" name the
+// highest version wins.
+func pickBinary(found, names []string) string {
+	for _, n := range names {
+		if prefix, ok := strings.CutSuffix(n, "*"); ok {
+			best, bestV := "", ""
+			for _, f := range found {
+				v, ok := strings.CutPrefix(path.Base(f), prefix)
+				if ok && v != "" && strings.Trim(v, "0123456789.") == "" && (best == "" || versionLess(bestV, v)) {
+					best, bestV = f, v
+				}
+			}
+			if best != "" {
+				return best
+			}
+			continue
+		}
+		for _, f := range found {
+			if path.Base(f) == n {
+				return f
+			}
+		}
+	}
+	return ""
+}
+
+// versionLess compares dotted numeric versions.
+func versionLess(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) && i < len(bs); i++ {
+		if len(as[i]) != len(bs[i]) {
+			return len(as[i]) < len(bs[i])
+		}
+		if as[i] != bs[i] {
+			return as[i] < bs[i]
+		}
+	}
+	return len(as) < len(bs)
+}
+
+// findRoot returns the nearest directory from dir (workspace-relative) up
+// to the workspace root that holds one of markers, and the marker; both are
+// empty when none does.
+func findRoot(ctx context.Context, ws sandbox.FS, dir string, markers []string) (root, marker string, err error) {
+	for {
+		for _, m := range markers {
+			_, err := ws.Stat(ctx, path.Join(dir, m))
+			if err == nil {
+				return dir, m, nil
+			}
+			if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sandbox.ErrEscape) && !errors.Is(err, syscall.ENOTDIR) {
+				return "", "", err
+			}
+		}
+		if dir == "." {
+			return "", "", nil
+		}
+		dir = path.Dir(dir)
+	}
+}
+
+func clip(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}

@@ -1,0 +1,508 @@
+// Package lsp is the lsp and lsp_rename tools (TOOLS.md §2–3) and
+// diagnostics on write (LSP-3, LSP-4), over language servers placed in the
+// run's sandbox.
+//
+// A [Supervisor] owns one run's servers, keyed by (server id, project
+// root). Which server answers for a file is discovered at call time inside
+// the sandbox: a root marker AND a binary that resolves there (LSP-1). A
+// server starts lazily, over the sandbox's exec stream ([sandbox.Pipe]), is
+// restarted after a crash with backoff (and given up on after
+// [MaxCrashes] crashes in [CrashWindow]), is stopped when idle, and is killed
+// when the run closes. Before a query answers, files changed behind the
+// server's back are re-synced, so answers are never about stale text.
+package lsp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	lspc "berth.dev/berth/lsp"
+	"berth.dev/berth/sandbox"
+)
+
+// Supervision limits and defaults.
+const (
+	// MaxCrashes crashes within CrashWindow make the supervisor give up on a
+	// server until reload.
+	MaxCrashes  = 5
+	CrashWindow = 3 * time.Minute
+	// DefaultIdleTimeout stops a server nobody used for this long.
+	DefaultIdleTimeout = 30 * time.Minute
+	// DefaultMaxColdStarts is how many servers may start at once.
+	DefaultMaxColdStarts = 2
+	// DefaultStartWait is how long a write waits for a starting server
+	// before answering that diagnostics follow on the next write.
+	DefaultStartWait = 5 * time.Second
+	// DefaultQueryWait is how long a query waits for a starting server.
+	DefaultQueryWait = 90 * time.Second
+	// DefaultDiagnosticsWait bounds waiting for diagnostics of the text just
+	// sent.
+	DefaultDiagnosticsWait = 10 * time.Second
+	// DefaultSettle is the quiet period after which no more diagnostics are
+	// expected for a change.
+	DefaultSettle = 400 * time.Millisecond
+	// maxSettle bounds the whole settle phase after the first diagnostics.
+	maxSettle = 4 * time.Second
+	// maxBackoff caps the delay before restarting a crashed server.
+	maxBackoff = 8 * time.Second
+	// stopTimeout bounds stopping one server (shutdown, exit, TERM, KILL).
+	stopTimeout = 10 * time.Second
+	// waitDelay is the time between closing a server's stdin and TERM, and
+	// between TERM and KILL.
+	waitDelay = 2 * time.Second
+	// stderrKeep is how much of a server's stderr is kept for messages.
+	stderrKeep = 4096
+	// MaxWatchedFiles caps the files tracked per root for changes made
+	// behind the server's back.
+	MaxWatchedFiles = 50_000
+)
+
+// skipDirs are never walked for changed files.
+var skipDirs = []string{".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache", "target", ".dart_tool", "build", ".cache"}
+
+// Options configure a [Supervisor]. The zero value uses the defaults.
+type Options struct {
+	// Servers is the server table (default DefaultServers()).
+	Servers []Server
+	// IdleTimeout stops a server unused for this long (default
+	// DefaultIdleTimeout; negative never stops one).
+	IdleTimeout time.Duration
+	// MaxColdStarts caps concurrent server starts (default
+	// DefaultMaxColdStarts).
+	MaxColdStarts int
+	// StartWait, QueryWait, DiagnosticsWait and Settle override the
+	// defaults of the same names.
+	StartWait, QueryWait, DiagnosticsWait, Settle time.Duration
+	// Host says the sandbox is the host: project-local binaries
+	// (.venv/bin, node_modules/.bin) are not run there.
+	Host bool
+}
+
+func (o *Options) fill() {
+	if o.Servers == nil {
+		o.Servers = DefaultServers()
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MaxColdStarts <= 0 {
+		o.MaxColdStarts = DefaultMaxColdStarts
+	}
+	if o.StartWait <= 0 {
+		o.StartWait = DefaultStartWait
+	}
+	if o.QueryWait <= 0 {
+		o.QueryWait = DefaultQueryWait
+	}
+	if o.DiagnosticsWait <= 0 {
+		o.DiagnosticsWait = DefaultDiagnosticsWait
+	}
+	if o.Settle <= 0 {
+		o.Settle = DefaultSettle
+	}
+}
+
+// Supervisor owns the language servers of one run.
+type Supervisor struct {
+	sb     sandbox.Sandbox
+	ws     sandbox.FS
+	root   string // the workspace's absolute path, cleaned
+	runCtx context.Context
+	opts   Options
+	cold   chan struct{} // semaphore of concurrent starts
+
+	mu      sync.Mutex // guards the fields below; never held across I/O
+	insts   map[key]*instance
+	closed  bool
+	sysFS   sandbox.FS // the sandbox's "/", for source lines outside the workspace
+	journal map[key]*journal
+
+	stopReaper context.CancelFunc
+	reaperDone chan struct{}
+}
+
+// key names one server instance: a server of the table at a project root
+// (workspace-relative).
+type key struct{ id, root string }
+
+func (k key) String() string { return k.id + " at " + showRoot(k.root) }
+
+func showRoot(r string) string {
+	if r == "." {
+		return "the workspace root"
+	}
+	return r + "/"
+}
+
+// New returns a supervisor for a run: sb is its sandbox, ws the workspace
+// FS, runCtx lives as long as the run. Call [Supervisor.Close] when the run
+// closes.
+func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options) *Supervisor {
+	opts.fill()
+	s := &Supervisor{
+		sb: sb, ws: ws, root: path.Clean(ws.Root()), runCtx: runCtx, opts: opts,
+		cold:    make(chan struct{}, opts.MaxColdStarts),
+		insts:   map[key]*instance{},
+		journal: map[key]*journal{},
+	}
+	if opts.IdleTimeout > 0 {
+		ctx, cancel := context.WithCancel(runCtx)
+		s.stopReaper, s.reaperDone = cancel, make(chan struct{})
+		go s.reap(ctx)
+	}
+	return s
+}
+
+// Close stops every server (shutdown, then TERM and KILL) and refuses
+// later calls.
+func (s *Supervisor) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	insts := make([]*instance, 0, len(s.insts))
+	for _, in := range s.insts {
+		insts = append(insts, in)
+	}
+	s.insts = map[key]*instance{}
+	s.mu.Unlock()
+	if s.stopReaper != nil {
+		s.stopReaper()
+		<-s.reaperDone
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(insts))
+	for i, in := range insts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = in.stop(context.Background(), "the run closed")
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// reap stops servers idle for longer than the idle timeout.
+func (s *Supervisor) reap(ctx context.Context) {
+	defer close(s.reaperDone)
+	every := min(s.opts.IdleTimeout/4, time.Minute)
+	t := time.NewTicker(max(every, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var idle []*instance
+		s.mu.Lock()
+		for _, in := range s.insts {
+			if in.idleFor() > s.opts.IdleTimeout {
+				idle = append(idle, in)
+			}
+		}
+		s.mu.Unlock()
+		for _, in := range idle {
+			in.stop(ctx, fmt.Sprintf("it was idle for more than %v", s.opts.IdleTimeout))
+		}
+	}
+}
+
+// Choice is what discovery found for one server of the table for one file
+// or directory.
+type Choice struct {
+	Server Server
+	// Root is the workspace-relative root ("." for the workspace root) where
+	// Marker was found; empty when no marker was found.
+	Root, Marker string
+	// Binary is the server's program as the sandbox sees it; empty when it
+	// does not resolve.
+	Binary string
+	// Missing says which half is missing ("" when the server is usable).
+	Missing string
+}
+
+// Usable reports whether both the marker and the binary were found.
+func (c Choice) Usable() bool { return c.Missing == "" }
+
+func (c Choice) key() key { return key{c.Server.ID, c.Root} }
+
+// discover reports every server of the table that handles ext (every
+// server when ext is empty), for a file in dir (workspace-relative).
+func (s *Supervisor) discover(ctx context.Context, dir, ext string) ([]Choice, error) {
+	var out []Choice
+	for _, sv := range s.opts.Servers {
+		if ext != "" {
+			if _, ok := sv.Languages[ext]; !ok {
+				continue
+			}
+		}
+		c := Choice{Server: sv}
+		root, marker, err := findRoot(ctx, s.ws, dir, sv.Markers)
+		if err != nil {
+			return nil, fmt.Errorf("lsp: looking for %s's root markers: %w", sv.ID, err)
+		}
+		c.Root, c.Marker = root, marker
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	// One probe for every binary of every candidate, project-local first.
+	var local, names []string
+	for _, c := range out {
+		if c.Root == "" || s.opts.Host {
+			continue
+		}
+		for _, l := range c.Server.Local {
+			d := path.Join(s.root, c.Root, l)
+			if !slices.Contains(local, d) {
+				local = append(local, d)
+			}
+		}
+	}
+	for _, c := range out {
+		for _, b := range c.Server.Binaries {
+			if !slices.Contains(names, b) {
+				names = append(names, b)
+			}
+		}
+	}
+	found, err := probeBinaries(ctx, s.sb, local, names)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		c := &out[i]
+		var allowed []string
+		for _, f := range found {
+			if !s.inWorkspace(f) {
+				allowed = append(allowed, f)
+				continue
+			}
+			// Inside the workspace only the project's own tool directories
+			// count, and never on the host.
+			for _, l := range c.Server.Local {
+				if !s.opts.Host && c.Root != "" && path.Dir(f) == path.Join(s.root, c.Root, l) {
+					allowed = append(allowed, f)
+				}
+			}
+		}
+		// Prefer the project-local directories, then PATH order.
+		slices.SortStableFunc(allowed, func(a, b string) int {
+			return boolInt(!s.inWorkspace(a)) - boolInt(!s.inWorkspace(b))
+		})
+		c.Binary = pickBinary(allowed, c.Server.Binaries)
+		var why []string
+		if c.Marker == "" {
+			where := "the workspace root"
+			if dir != "." {
+				where = dir + "/ or any parent up to the workspace root"
+			}
+			why = append(why, fmt.Sprintf("marker missing: none of %s in %s", strings.Join(c.Server.Markers, ", "), where))
+		}
+		if c.Binary == "" {
+			where := "on the sandbox's PATH"
+			if len(c.Server.Local) > 0 && !s.opts.Host {
+				where = "in the project's " + strings.Join(c.Server.Local, ", ") + " or on the sandbox's PATH"
+			}
+			why = append(why, fmt.Sprintf("binary missing: no %s %s", strings.Join(c.Server.Binaries, " or "), where))
+		}
+		c.Missing = strings.Join(why, "; ")
+	}
+	return out, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (s *Supervisor) inWorkspace(p string) bool {
+	p = path.Clean(p)
+	return p == s.root || s.root == "/" || strings.HasPrefix(p, s.root+"/")
+}
+
+// ErrNoServer means no language server applies to a file; its message says
+// which half is missing for each candidate.
+var ErrNoServer = errors.New("lsp: no language server applies")
+
+// serverFor returns the running (or starting) instance that answers for a
+// workspace file, starting one when needed. wait bounds waiting for a
+// starting server; when it passes, the instance is returned with
+// errStarting.
+func (s *Supervisor) serverFor(ctx context.Context, name string, wait time.Duration) (*instance, error) {
+	ext := path.Ext(name)
+	dir := path.Dir(name)
+	// A running server whose root holds the file answers without a probe.
+	if in := s.runningFor(ctx, dir, ext); in != nil {
+		return in, in.waitReady(ctx, wait)
+	}
+	choices, err := s.discover(ctx, dir, ext)
+	if err != nil {
+		return nil, err
+	}
+	if len(choices) == 0 {
+		return nil, fmt.Errorf("%w: no server of the table handles %s files (%s); the servers are %s",
+			ErrNoServer, extOrName(name), name, s.serverIDs())
+	}
+	for _, c := range choices {
+		if c.Usable() {
+			in, err := s.instance(c)
+			if err != nil {
+				return nil, err
+			}
+			return in, in.waitReady(ctx, wait)
+		}
+	}
+	var why []string
+	for _, c := range choices {
+		why = append(why, c.Server.ID+": "+c.Missing)
+	}
+	return nil, fmt.Errorf("%w to %s: %s. Add the marker or install the server in the sandbox, then call again; lsp status shows what was found",
+		ErrNoServer, name, strings.Join(why, "; "))
+}
+
+func extOrName(name string) string {
+	if e := path.Ext(name); e != "" {
+		return e
+	}
+	return "extension-less"
+}
+
+func (s *Supervisor) serverIDs() string {
+	var ids []string
+	for _, sv := range s.opts.Servers {
+		ids = append(ids, sv.ID)
+	}
+	return strings.Join(ids, ", ")
+}
+
+// runningFor returns a live instance for a file in dir with extension ext
+// whose root is the file's nearest root for that server.
+func (s *Supervisor) runningFor(ctx context.Context, dir, ext string) *instance {
+	s.mu.Lock()
+	var cands []*instance
+	for _, in := range s.insts {
+		if _, ok := in.spec.Languages[ext]; ok && in.alive() && within(dir, in.key.root) {
+			cands = append(cands, in)
+		}
+	}
+	s.mu.Unlock()
+	// The file's root must be this instance's root: no nearer marker.
+	for _, in := range cands {
+		root, _, err := findRoot(ctx, s.ws, dir, in.spec.Markers)
+		if err == nil && root == in.key.root {
+			return in
+		}
+	}
+	return nil
+}
+
+// within reports whether workspace-relative dir is root or below it.
+func within(dir, root string) bool {
+	return root == "." || dir == root || strings.HasPrefix(dir, root+"/")
+}
+
+// instance returns the instance for a usable choice, creating it (and
+// starting its server) when there is none or it died.
+func (s *Supervisor) instance(c Choice) (*instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("lsp: the run is closed; open a new run")
+	}
+	k := c.key()
+	in := s.insts[k]
+	if in == nil {
+		in = &instance{s: s, key: k, spec: c.Server}
+		s.insts[k] = in
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if err := in.ensureLocked(c.Binary); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// instances returns every instance, sorted by key.
+func (s *Supervisor) instances() []*instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*instance, 0, len(s.insts))
+	for _, in := range s.insts {
+		out = append(out, in)
+	}
+	slices.SortFunc(out, func(a, b *instance) int { return strings.Compare(a.key.String(), b.key.String()) })
+	return out
+}
+
+// rootFS returns an FS of the sandbox's "/", for showing source lines of
+// files outside the workspace (a standard library definition).
+func (s *Supervisor) rootFS(ctx context.Context) (sandbox.FS, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sysFS != nil {
+		return s.sysFS, nil
+	}
+	f, err := s.sb.FS(ctx, "/")
+	if err != nil {
+		return nil, err
+	}
+	s.sysFS = f
+	return f, nil
+}
+
+// rel returns the workspace name of an absolute sandbox path, and whether
+// it lies in the workspace.
+func (s *Supervisor) rel(p string) (string, bool) {
+	p = path.Clean(p)
+	if p == s.root {
+		return ".", true
+	}
+	if r, ok := strings.CutPrefix(p, strings.TrimSuffix(s.root, "/")+"/"); ok {
+		return r, true
+	}
+	return p, false
+}
+
+// readAny reads a file by absolute sandbox path, through the workspace FS
+// when it lies there.
+func (s *Supervisor) readAny(ctx context.Context, abs string) ([]byte, error) {
+	if name, ok := s.rel(abs); ok {
+		return s.ws.ReadFile(ctx, name)
+	}
+	f, err := s.rootFS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return f.ReadFile(ctx, strings.TrimPrefix(path.Clean(abs), "/"))
+}
+
+// isNotExist reports a file that is not there (or not a file).
+func isNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// languageID returns the LSP language id of a file for spec.
+func languageID(spec Server, name string) string {
+	if id, ok := spec.Languages[path.Ext(name)]; ok {
+		return id
+	}
+	return "plaintext"
+}
+
+// uriOf returns the file URI of a workspace name.
+func (s *Supervisor) uriOf(name string) string {
+	u, _ := lspc.FileURI(path.Join(s.root, name))
+	return u
+}
