@@ -240,14 +240,18 @@ func (in *instance) waitReady(ctx context.Context, wait time.Duration) error {
 		}
 		return fmt.Errorf("lsp: %s is not running; call again", in.key)
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
 	select {
 	case <-g.ready:
-	case <-t.C:
-		return fmt.Errorf("%w: %s (%s) began starting %v ago", errStarting, in.key, g.binary, time.Since(in.lastUsedOr()).Round(time.Millisecond))
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-g.ready:
+		case <-t.C:
+			return fmt.Errorf("%w: %s (%s) began starting %v ago", errStarting, in.key, g.binary, time.Since(in.lastUsedOr()).Round(time.Millisecond))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	if g.err != nil {
 		return fmt.Errorf("lsp: %s could not start: %w. lsp status shows details; fix the cause and call lsp with action reload", in.key, g.err)
@@ -303,8 +307,17 @@ func (in *instance) acquire() func() {
 func (in *instance) idleFor() time.Duration {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.inflight > 0 || in.gen == nil || in.gen.stopped != "" {
+	g := in.gen
+	if in.inflight > 0 || g == nil || g.stopped != "" {
 		return 0
+	}
+	select {
+	case <-g.ready:
+	default:
+		return 0 // starting is not idling
+	}
+	if g.started.After(in.lastUsed) {
+		return time.Since(g.started)
 	}
 	return time.Since(in.lastUsed)
 }

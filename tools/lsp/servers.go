@@ -96,9 +96,12 @@ const probeScript = `dirs=""
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do dirs="$dirs
 $1"; shift; done
 shift
+pathdirs=""
+IFS=:
+for d in $PATH; do pathdirs="$pathdirs
+$d"; done
 IFS='
 '
-pathdirs=$(printf '%s' "$PATH" | tr ':' '\n')
 for d in $dirs $pathdirs; do
   case "$d" in /*) ;; *) continue ;; esac
   for n in "$@"; do

@@ -14,6 +14,7 @@ import (
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/lsp/projectcheck"
 	wspath "berth.dev/berth/tools/workspace"
 )
 
@@ -1068,7 +1069,12 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		where = dir + "/"
 	}
 	fmt.Fprintf(&b, "language servers for %s:\n", where)
+	var absent []string
 	for _, r := range rows {
+		if r.State == "unavailable" && r.Marker == "" && r.Binary == "" {
+			absent = append(absent, r.Server)
+			continue
+		}
 		fmt.Fprintf(&b, "%s: %s", r.Server, r.State)
 		if r.Root != "" {
 			fmt.Fprintf(&b, "; root %s", showRoot(r.Root))
@@ -1098,6 +1104,9 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 			fmt.Fprintf(&b, "; last error: %s", clip(r.LastErr, 400))
 		}
 		b.WriteString("\n")
+	}
+	if len(absent) > 0 {
+		fmt.Fprintf(&b, "neither marker nor binary here: %s\n", strings.Join(absent, ", "))
 	}
 	res := tools.Text(strings.TrimRight(b.String(), "\n"))
 	res.StructuredContent = map[string]any{"servers": rows}
@@ -1146,7 +1155,78 @@ func (s *Supervisor) reloadAction(ctx context.Context, in Input) (*tools.Result,
 	return tools.Text(strings.TrimRight(b.String(), "\n")), nil
 }
 
-// projectCheck runs the project's own check (diagnostics "*").
+// projectCheck runs the project's own checks (diagnostics "*"): one
+// checker per language whose marker is at the workspace root and whose
+// program resolves in the sandbox.
 func (s *Supervisor) projectCheck(ctx context.Context) (*tools.Result, error) {
-	return nil, errorf("the project check is not available yet")
+	apps, missing, err := projectcheck.Find(ctx, s.sb, s.root, s.root)
+	if err != nil {
+		return nil, err
+	}
+	if len(apps) == 0 {
+		var why []string
+		for _, m := range missing {
+			why = append(why, m.Language+": "+m.Reason)
+		}
+		return nil, errorf("no project check applies at the workspace root: %s. Ask for one file's diagnostics instead (lsp diagnostics with file)", strings.Join(why, "; "))
+	}
+	var b strings.Builder
+	var all []Diag
+	var results []*projectcheck.Result
+	sl := &sourceLines{s: s}
+	for _, a := range apps {
+		r, err := projectcheck.Run(ctx, s.sb, a)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, r)
+		fmt.Fprintf(&b, "%s (%s, %s): ", a.Checker, a.Command, r.Status)
+		switch {
+		case r.Total == 0 && r.Status.Success():
+			b.WriteString("no problems\n")
+		case r.Total == 0:
+			b.WriteString("failed without reporting a problem it could place; its output:\n" + r.Unparsed + "\n")
+		default:
+			fmt.Fprintf(&b, "%s", plural(r.Total, "problem"))
+			if r.Total > len(r.Diagnostics) {
+				fmt.Fprintf(&b, ", the first %d shown", len(r.Diagnostics))
+			}
+			b.WriteString("\n")
+		}
+		if r.TimedOut {
+			fmt.Fprintf(&b, "(stopped after %v; what it printed until then is shown)\n", projectcheck.CheckTimeout)
+		}
+		for _, d := range r.Diagnostics {
+			name := d.File
+			if n, ok := s.rel(d.File); ok {
+				name = n
+			}
+			x := Diag{File: name, Line: d.Line, Column: d.Column, EndLine: d.EndLine, EndColumn: d.EndColumn, Severity: d.Severity, Code: d.Code, Source: d.Source, Message: d.Message}
+			all = append(all, x)
+			msg := x.Message
+			if i := strings.IndexByte(msg, '\n'); i >= 0 {
+				msg = msg[:i] + " …"
+			}
+			switch {
+			case x.File == "":
+				fmt.Fprintf(&b, "%s: %s", x.Severity, msg)
+			case x.Column > 0:
+				fmt.Fprintf(&b, "%s:%d:%d: %s: %s", x.File, x.Line, x.Column, x.Severity, msg)
+			default:
+				fmt.Fprintf(&b, "%s:%d: %s: %s", x.File, x.Line, x.Severity, msg)
+			}
+			if x.Code != "" {
+				b.WriteString(" (" + x.Code + ")")
+			}
+			b.WriteString("\n")
+			if x.File != "" && x.Line > 0 {
+				if text, ok := sl.line(ctx, d.File, x.Line-1); ok && strings.TrimSpace(text) != "" {
+					b.WriteString("    " + clipLine(text) + "\n")
+				}
+			}
+		}
+	}
+	res := tools.Text(strings.TrimRight(b.String(), "\n"))
+	res.StructuredContent = map[string]any{"diagnostics": nonNil(all), "checks": results}
+	return res, nil
 }

@@ -223,8 +223,11 @@ import "example.com/proj/greet"
 var _ = greet.Hello(greet.English{})
 EOF`)
 	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "other.go"}, "not enough arguments")
+	// The project check (go vet) sees it too, as an error with its line.
+	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "*"}, "go vet", "other.go:5:", "not enough arguments")
 	e.Sh(t, "rm -f other.go")
 	e.PutAll(t, GoProject)
+	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "*"}, "go vet", "no problems")
 }
 
 func readBack(t *testing.T, e Env, name string) string {
@@ -314,4 +317,45 @@ func CheckStatusMissing(t *testing.T, e Env, binaryless string) {
 	r := e.fails(t, "lsp", map[string]any{"action": "hover", "file": "py/x.py", "line": 1, "symbol": "x"}, "marker missing", "setup.py")
 	_ = r
 	e.Sh(t, "rm -rf loose py")
+}
+
+// PythonProject is a small package for pylsp. Known positions:
+// pkg/greet.py: hello 1:5, English 5:7, English.greet 6:9; main.py:
+// hello 3:7, English 4:7.
+var PythonProject = map[string]string{
+	"setup.py":        "from setuptools import setup\n\nsetup(name=\"proj\", packages=[\"pkg\"])\n",
+	"pkg/__init__.py": "",
+	"pkg/greet.py": `def hello(name):
+    """Greet name."""
+    return "Hello, " + name
+
+class English:
+    def greet(self, name):
+        return hello(name)
+`,
+	"main.py": `from pkg.greet import hello, English
+
+print(hello("world"))
+print(English().greet("x"))
+`,
+}
+
+// CheckPython asks pylsp about PythonProject (already in the workspace).
+func CheckPython(t *testing.T, e Env) {
+	t.Helper()
+	wantLocs(t, "definition of hello", e.locations(t, map[string]any{"action": "definition", "file": "main.py", "line": 3, "symbol": "hello"}), "pkg/greet.py:1:5")
+	wantLocs(t, "definition of greet", e.locations(t, map[string]any{"action": "definition", "file": "main.py", "line": 4, "symbol": "greet"}), "pkg/greet.py:6:9")
+	wantLocs(t, "references of hello", e.locations(t, map[string]any{"action": "references", "file": "pkg/greet.py", "line": 1, "symbol": "hello"}),
+		"main.py:1:23", "main.py:3:7", "pkg/greet.py:1:5", "pkg/greet.py:7:16")
+	e.ok(t, "lsp", map[string]any{"action": "hover", "file": "main.py", "line": 3, "symbol": "hello"}, "hello(name)", "Greet name.")
+	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "pkg/greet.py"}, "function hello", "class English", "greet")
+	e.fails(t, "lsp", map[string]any{"action": "implementation", "file": "main.py", "line": 4, "symbol": "English"}, "pylsp does not offer implementation")
+	// Diagnostics on write: pyflakes's undefined name, once.
+	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "main.py"}, "none")
+	r := e.ok(t, "edit", map[string]any{"path": "main.py", "old_string": `print(hello("world"))`, "new_string": `print(hello(wrld))`},
+		"1 new problem", "main.py:3:13: error: undefined name 'wrld'")
+	_ = r
+	e.ok(t, "edit", map[string]any{"path": "main.py", "old_string": `print(hello(wrld))`, "new_string": "\n\nprint(hello(wrld))"}, "no new problems")
+	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "main.py"}, "main.py:5:13: error: undefined name 'wrld'")
+	e.PutAll(t, PythonProject)
 }
