@@ -284,7 +284,7 @@ func (in *instance) client() (*lspc.Client, *generation, error) {
 	}
 	select {
 	case <-g.client.Done():
-		return nil, nil, fmt.Errorf("lsp: %s exited while answering (%v); call again and it is restarted", in.key, g.client.Err())
+		return nil, nil, fmt.Errorf("%w: %s exited (%v); call again and it is restarted", errDied, in.key, g.client.Err())
 	default:
 	}
 	return g.client, g, nil
@@ -367,7 +367,7 @@ func (g *generation) shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
 	var err error
-	if g.client != nil && g.err == nil {
+	if g.client != nil && g.err == nil && !g.dead() {
 		err = g.client.Shutdown(ctx)
 		if errors.Is(err, lspc.ErrServerExited) || errors.Is(err, lspc.ErrClosed) {
 			err = nil
@@ -392,6 +392,19 @@ func (g *generation) kill() error {
 		g.cancel()
 	}
 	return err
+}
+
+// dead reports whether g's connection has ended.
+func (g *generation) dead() bool {
+	if g.client == nil {
+		return false
+	}
+	select {
+	case <-g.client.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // pid is the server's pid in the sandbox, or 0.

@@ -229,6 +229,12 @@ func (s *Supervisor) afterWrite(ctx context.Context, touched []string) writeRepo
 			continue
 		}
 		r, err := s.diagnoseWrite(ctx, in, names)
+		if errors.Is(err, errDied) && ctx.Err() == nil {
+			// The server died: one retry with a restarted one.
+			if in2, err2 := s.serverFor(ctx, names[0], s.opts.StartWait); err2 == nil {
+				r, err = s.diagnoseWrite(ctx, in2, names)
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return rep
@@ -260,6 +266,18 @@ func (s *Supervisor) diagnoseWrite(ctx context.Context, in *instance, names []st
 	if err != nil {
 		return writeReport{}, err
 	}
+	rep, err := s.syncWrite(ctx, in, c, g, names)
+	if err != nil {
+		select {
+		case <-c.Done():
+			return writeReport{}, fmt.Errorf("%w: %w", errDied, err)
+		default:
+		}
+	}
+	return rep, err
+}
+
+func (s *Supervisor) syncWrite(ctx context.Context, in *instance, c *lspc.Client, g *generation, names []string) (writeReport, error) {
 	if err := in.refresh(ctx, c, g); err != nil {
 		return writeReport{}, err
 	}

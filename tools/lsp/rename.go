@@ -16,12 +16,15 @@ import (
 
 func (s *Supervisor) rename(ctx context.Context, in RenameInput) (*tools.Result, error) {
 	res, err := s.doRename(ctx, in)
+	if errors.Is(err, errDied) && ctx.Err() == nil {
+		res, err = s.doRename(ctx, in) // nothing was written: retry with a restarted server
+	}
 	return finish(ctx, res, err)
 }
 
 // doRename asks the server for a rename's WorkspaceEdit and applies it all
 // or nothing through the file tools' write path (LSP-5).
-func (s *Supervisor) doRename(ctx context.Context, in RenameInput) (*tools.Result, error) {
+func (s *Supervisor) doRename(ctx context.Context, in RenameInput) (_ *tools.Result, err error) {
 	if s.isClosed() {
 		return nil, errorf("the run is closed; open a new run")
 	}
@@ -37,6 +40,12 @@ func (s *Supervisor) doRename(ctx context.Context, in RenameInput) (*tools.Resul
 		return nil, err
 	}
 	defer q.release()
+	committed := false
+	defer func() {
+		if !committed {
+			err = q.died(err)
+		}
+	}()
 	if !q.c.Supports("textDocument/rename") {
 		return nil, errorf("%s does not offer rename; change the name with ast_edit or edit instead", q.in.spec.ID)
 	}
@@ -75,6 +84,7 @@ func (s *Supervisor) doRename(ctx context.Context, in RenameInput) (*tools.Resul
 	if len(plan.changes) == 0 {
 		return tools.Textf("renaming %q to %q changes nothing", t.symbol, in.NewName), nil
 	}
+	committed = true
 	if err := files.Commit(ctx, s.ws, plan.changes); err != nil {
 		return nil, errorf("renaming %q to %q: %v", t.symbol, in.NewName, err)
 	}

@@ -119,7 +119,29 @@ func finish(ctx context.Context, res *tools.Result, err error) (*tools.Result, e
 
 func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) {
 	res, err := s.do(ctx, in)
+	if errors.Is(err, errDied) && ctx.Err() == nil {
+		// The server died under this call (killed, crashed): the retry
+		// starts a new one.
+		res, err = s.do(ctx, in)
+	}
 	return finish(ctx, res, err)
+}
+
+// errDied marks a failure caused by the server's connection ending during
+// the call; the call is retried once with a restarted server.
+var errDied = errors.New("the language server died during the call")
+
+// died wraps err with errDied when q's server connection has ended.
+func (q *query) died(err error) error {
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-q.c.Done():
+		return fmt.Errorf("%w: %w", errDied, err)
+	default:
+		return err
+	}
 }
 
 // navigation maps the position actions to their LSP methods.
@@ -164,6 +186,12 @@ func (s *Supervisor) do(ctx context.Context, in Input) (*tools.Result, error) {
 		return nil, err
 	}
 	defer q.release()
+	res, err := s.navigate(ctx, q, in, t, method)
+	return res, q.died(err)
+}
+
+// navigate answers a position action with a ready server.
+func (s *Supervisor) navigate(ctx context.Context, q *query, in Input, t target, method string) (*tools.Result, error) {
 	if !q.c.Supports(method) {
 		return nil, errorf("%s does not offer %s (%s); try another action, such as references or hover", q.in.spec.ID, in.Action, method)
 	}
@@ -227,11 +255,12 @@ func (s *Supervisor) ready(ctx context.Context, in *instance) (*query, error) {
 		release()
 		return nil, err
 	}
+	q := &query{in: in, c: c, release: release}
 	if err := in.refresh(ctx, c, g); err != nil {
 		release()
-		return nil, err
+		return nil, q.died(err)
 	}
-	return &query{in: in, c: c, release: release}, nil
+	return q, nil
 }
 
 // explain turns a failed request into an instruction.
@@ -642,7 +671,7 @@ func (s *Supervisor) codeActions(ctx context.Context, q *query, t target, uri st
 }
 
 // diagnostics lists a file's diagnostics, computed for its current text.
-func (s *Supervisor) diagnostics(ctx context.Context, in Input) (*tools.Result, error) {
+func (s *Supervisor) diagnostics(ctx context.Context, in Input) (_ *tools.Result, err error) {
 	if in.File == "" {
 		return nil, errorf("file is required for diagnostics: a file relative to the workspace, or \"*\" for the project check")
 	}
@@ -658,6 +687,7 @@ func (s *Supervisor) diagnostics(ctx context.Context, in Input) (*tools.Result, 
 		return nil, err
 	}
 	defer q.release()
+	defer func() { err = q.died(err) }()
 	_, v, err := q.in.open(ctx, q.c, name)
 	if err != nil {
 		return nil, wspath.Explain(s.root, name, err)
@@ -850,7 +880,7 @@ func (s *Supervisor) workspaceServers(ctx context.Context) ([]*query, error) {
 	if len(qs) > 0 {
 		return qs, nil
 	}
-	choices, err := s.discover(ctx, ".", "")
+	choices, err := s.discover(ctx, ".", "", false)
 	if err != nil {
 		return nil, err
 	}
@@ -889,7 +919,7 @@ func langSet(sv Server) string {
 	return strings.Join(slices.Compact(ls), ",")
 }
 
-func (s *Supervisor) documentSymbols(ctx context.Context, in Input) (*tools.Result, error) {
+func (s *Supervisor) documentSymbols(ctx context.Context, in Input) (_ *tools.Result, err error) {
 	name, err := wspath.Name(s.root, in.File)
 	if err != nil {
 		return nil, err
@@ -902,6 +932,7 @@ func (s *Supervisor) documentSymbols(ctx context.Context, in Input) (*tools.Resu
 		return nil, err
 	}
 	defer q.release()
+	defer func() { err = q.died(err) }()
 	if _, _, err := q.in.open(ctx, q.c, name); err != nil {
 		return nil, wspath.Explain(s.root, name, err)
 	}
@@ -974,7 +1005,7 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 			dir = path.Dir(name)
 		}
 	}
-	choices, err := s.discover(ctx, dir, "")
+	choices, err := s.discover(ctx, dir, "", true)
 	if err != nil {
 		return nil, err
 	}

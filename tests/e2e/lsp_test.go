@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"berth.dev/berth/tools/lsp/lsptest"
+)
+
+// lspEnv drives the lsp checks through the HTTP API against a run in ctr.
+func lspEnv(a *api, run string, ctr *container) lsptest.Env {
+	return lsptest.Env{
+		Call: func(t *testing.T, tool string, args map[string]any) lsptest.Result {
+			t.Helper()
+			raw, _ := json.Marshal(args)
+			r := a.do("POST", "/v1/runs/"+run+"/tools/"+tool, token, fmt.Sprintf(`{"args":%s,"surface":"default"}`, raw))
+			if r.status != http.StatusOK {
+				t.Fatalf("%s %s: %s", tool, raw, r)
+			}
+			var res struct {
+				Content           []struct{ Type, Text string }
+				IsError           bool
+				StructuredContent json.RawMessage
+			}
+			r.decode(t, &res)
+			var texts []string
+			for _, c := range res.Content {
+				texts = append(texts, c.Text)
+			}
+			return lsptest.Result{Text: strings.Join(texts, "\n"), IsError: res.IsError, Structured: res.StructuredContent}
+		},
+		Put: func(t *testing.T, name, content string) { ctr.put(t, name, content) },
+		Sh:  func(t *testing.T, script string) string { return ctr.sh(t, "cd "+workspace+" && "+script) },
+	}
+}
+
+// TestLSPGoInContainer runs gopls inside berth-test-go through exec
+// streams: every action against known lines, diagnostics on write, rename,
+// status, reload, a killed server, and nothing left after the run closes.
+func TestLSPGoInContainer(t *testing.T) {
+	const image = "berth-test-go"
+	needImage(t, image, false)
+	ctr := startContainer(t, image)
+	a := newAPI(t)
+	run, _ := a.open(ctr.conv)
+	e := lspEnv(a, run, ctr)
+	e.PutAll(t, lsptest.GoProject)
+
+	t.Run("actions", func(t *testing.T) { lsptest.CheckGo(t, e) })
+	t.Run("write", func(t *testing.T) { lsptest.CheckGoWriteScenario(t, e) })
+	t.Run("rename", func(t *testing.T) { lsptest.CheckGoRename(t, e) })
+	t.Run("lifecycle", func(t *testing.T) { lsptest.CheckLifecycle(t, e, "gopls", "main.go", 11, "Hello") })
+	t.Run("missing", func(t *testing.T) {
+		// The image has gopls and no pylsp; a Python project's status says
+		// the binary is missing, and a markerless Python file says the
+		// marker is.
+		e.Put(t, "py/setup.py", "")
+		e.Put(t, "py/a.py", "x = 1\n")
+		e.Put(t, "loose.py", "y = 2\n")
+		r := e.Call(t, "lsp", map[string]any{"action": "status", "file": "py/a.py"})
+		if r.IsError || !strings.Contains(r.Text, "pylsp: unavailable; root py/ (setup.py)") || !strings.Contains(r.Text, "binary missing: no pylsp") {
+			t.Fatalf("status in a Python project without pylsp:\n%s", r.Text)
+		}
+		r = e.Call(t, "lsp", map[string]any{"action": "hover", "file": "loose.py", "line": 1, "symbol": "y"})
+		if !r.IsError || !strings.Contains(r.Text, "marker missing: none of pyproject.toml") {
+			t.Fatalf("hover on a markerless Python file:\n%s", r.Text)
+		}
+		e.Sh(t, "rm -rf py loose.py")
+	})
+
+	if left := leftovers(t, ctr, "gopls"); len(left) == 0 {
+		t.Fatal("no gopls runs in the container before the run closes")
+	}
+	if r := a.do("DELETE", "/v1/runs/"+run, token, ""); r.status/100 != 2 {
+		t.Fatalf("close run: %s", r)
+	}
+	noLeftovers(t, ctr, "gopls")
+}
+
+// TestLSPPythonInContainer runs pylsp inside berth-test-python.
+func TestLSPPythonInContainer(t *testing.T) {
+	const image = "berth-test-python"
+	needImage(t, image, false)
+	ctr := startContainer(t, image)
+	a := newAPI(t)
+	run, _ := a.open(ctr.conv)
+	e := lspEnv(a, run, ctr)
+	e.PutAll(t, lsptest.PythonProject)
+	lsptest.CheckPython(t, e)
+	lsptest.CheckLifecycle(t, e, "pylsp", "main.py", 3, "hello")
+	if r := a.do("DELETE", "/v1/runs/"+run, token, ""); r.status/100 != 2 {
+		t.Fatalf("close run: %s", r)
+	}
+	noLeftovers(t, ctr, "pylsp")
+}
