@@ -56,7 +56,9 @@ func (s procStream) Close() error {
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
-func millis(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+func millis(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+}
 
 // lspSide is one gopls reached one way: started directly on the host, or
 // placed in the container through the exec stream.
