@@ -1030,12 +1030,11 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 	}
 	fill := func(r *row, in *instance) {
 		in.mu.Lock()
+		defer in.mu.Unlock()
 		g := in.gen
 		r.Restarts, r.LastErr = in.restarts, in.lastErr
-		gaveUp := in.gaveUp
-		in.mu.Unlock()
 		switch {
-		case gaveUp:
+		case in.gaveUp:
 			r.State = fmt.Sprintf("given up after %d crashes in %v; reload to try again", MaxCrashes, CrashWindow)
 		case g == nil:
 			r.State = "not running"
@@ -1048,7 +1047,7 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 				case g.err != nil:
 					r.State = "failed to start"
 					r.LastErr = g.err.Error()
-				case !in.alive():
+				case !in.aliveLocked():
 					r.State = "exited; restarted on the next call"
 				default:
 					r.State = "running"
