@@ -5,6 +5,7 @@ import (
 
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/debug"
+	"berth.dev/berth/tools/eval"
 	"berth.dev/berth/tools/files"
 	"berth.dev/berth/tools/lsp"
 	"berth.dev/berth/tools/structural"
@@ -13,10 +14,28 @@ import (
 // DefaultTools returns the binders every run gets when Config.Tools is nil:
 // the workspace file tools (read, write, edit, apply_patch), the
 // structural tools (ast_grep, ast_edit, resolve), the language-server tools
-// (lsp, lsp_rename, diagnostics on write), and debug for runs with a
-// conversation id.
+// (lsp, lsp_rename, diagnostics on write), debug for runs with a
+// conversation id, and eval.
 func DefaultTools() []Binder {
-	return []Binder{FileTools, StructuralTools, LSPTools, DebugTools}
+	return []Binder{FileTools, StructuralTools, LSPTools, DebugTools, EvalTools}
+}
+
+// EvalTools registers eval (TOOLS.md §8) with one kernel supervisor per
+// run: kernels start on the first cell inside the run's sandbox, and the
+// run's close shuts them down. Its tool() bridge calls back into the run's
+// registry.
+func EvalTools(ctx context.Context, r *tools.Registry, env *Env) error {
+	return EvalToolsWith(eval.Options{})(ctx, r, env)
+}
+
+// EvalToolsWith is EvalTools with operator settings (the cell budget, a
+// wall limit).
+func EvalToolsWith(opts eval.Options) Binder {
+	return func(ctx context.Context, r *tools.Registry, env *Env) error {
+		sup := eval.Register(r, env.Sandbox, env.Workspace, env.Context, opts)
+		env.OnClose(sup.Close)
+		return nil
+	}
 }
 
 // LSPTools registers lsp and lsp_rename (TOOLS.md §2–3) with one

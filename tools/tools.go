@@ -71,6 +71,18 @@ func (s Surface) MaxLevel() Level {
 	return 0
 }
 
+type surfaceKey struct{}
+
+// SurfaceOf returns the surface a tool call was made on, for a tool that
+// calls other tools on the caller's behalf (eval's tool() bridge) and must
+// pass the same gate. Outside a call it is SurfaceReadonly, the narrowest.
+func SurfaceOf(ctx context.Context) Surface {
+	if s, ok := ctx.Value(surfaceKey{}).(Surface); ok {
+		return s
+	}
+	return SurfaceReadonly
+}
+
 // ParseSurface validates a surface name; empty means SurfaceDefault.
 func ParseSurface(s string) (Surface, error) {
 	if s == "" {
@@ -270,6 +282,7 @@ func (r *Registry) Call(ctx context.Context, s Surface, name string, args json.R
 	for _, m := range mws {
 		h = m(e.tool, h)
 	}
+	ctx = context.WithValue(ctx, surfaceKey{}, s)
 	if e.tool.Serial {
 		select {
 		case r.serial <- struct{}{}:

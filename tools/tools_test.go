@@ -267,3 +267,26 @@ func TestResultJSON(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", b, want)
 	}
 }
+
+// TestSurfaceOf: a handler sees the surface it was called on; outside a
+// call the narrowest surface is assumed.
+func TestSurfaceOf(t *testing.T) {
+	if got := SurfaceOf(context.Background()); got != SurfaceReadonly {
+		t.Errorf("outside a call: %q", got)
+	}
+	r := NewRegistry()
+	var seen Surface
+	type in struct{}
+	Register(r, Tool{Name: "probe", Level: LevelRead, Description: "x"}, func(ctx context.Context, _ in) (*Result, error) {
+		seen = SurfaceOf(ctx)
+		return Text("ok"), nil
+	})
+	for _, s := range Surfaces {
+		if _, err := r.Call(context.Background(), s, "probe", nil); err != nil {
+			t.Fatal(err)
+		}
+		if seen != s {
+			t.Errorf("called on %q, handler saw %q", s, seen)
+		}
+	}
+}

@@ -181,6 +181,13 @@ type api struct {
 
 func newAPI(t *testing.T) *api {
 	t.Helper()
+	return newAPIWith(t, nil)
+}
+
+// newAPIWith is newAPI with the runs' tools wired by binders (nil: the
+// defaults).
+func newAPIWith(t *testing.T, binders []controller.Binder) *api {
+	t.Helper()
 	dp, err := docker.New(docker.WithLabelKey(labelKey))
 	if err != nil {
 		t.Fatal(err)
@@ -189,6 +196,7 @@ func newAPI(t *testing.T) *api {
 		Providers:  []sandbox.Provider{dp, &host.Provider{}},
 		LabelKey:   labelKey,
 		Registerer: prometheus.NewRegistry(),
+		Tools:      binders,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,444 @@
+package eval
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"berth.dev/berth/kernel"
+	"berth.dev/berth/kernel/bundled"
+	"berth.dev/berth/tools"
+)
+
+// Input is the eval tool's arguments.
+type Input struct {
+	Code        string `json:"code" jsonschema:"the cell: Python (default) or JavaScript; the last expression is echoed"`
+	Description string `json:"description" jsonschema:"5 to 10 words saying what the cell does, for the transcript"`
+	Language    string `json:"language,omitempty" jsonschema:"python (default) or javascript"`
+	Reset       bool   `json:"reset,omitempty" jsonschema:"restart the kernel clean before running the cell"`
+}
+
+const description = `Run code in a persistent kernel in the sandbox; variables, imports and loaded data survive between calls.
+Python (default) or JavaScript (language "javascript"). The last expression is shown like in a notebook; display(x) shows rich output; a pandas DataFrame comes back as a table, a matplotlib figure as an image.
+IPython idioms work in Python: %pip install, %cd, !cmd, x = !cmd, %%bash, %%timeit (and !cmd in JavaScript).
+tool(name, args) calls this run's tools from the cell (Python: tool("read", {"path": "a.py"}); JavaScript: await tool(...)).
+A cell silent for 5 minutes is interrupted. description (5-10 words) is required; reset restarts the kernel clean.`
+
+// minWords and maxWords bound the description.
+const minWords, maxWords = 5, 10
+
+var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07`)
+
+func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) {
+	if n := len(strings.Fields(in.Description)); n < minWords || n > maxWords {
+		return tools.Errorf("description must be %d to %d words saying what the cell does (got %d), e.g. \"load the CSV and count rows per day\"", minWords, maxWords, n), nil
+	}
+	lang := strings.ToLower(strings.TrimSpace(in.Language))
+	switch lang {
+	case "", "py", "python", "python3":
+		lang = Python
+	case "js", "javascript", "node":
+		lang = JavaScript
+	default:
+		return tools.Errorf("unknown language %q: use python or javascript", in.Language), nil
+	}
+	code := in.Code
+	if lang == Python {
+		var err error
+		if code, err = rewritePython(code); err != nil {
+			return tools.Errorf("%v", err), nil
+		}
+	} else {
+		code = rewriteJavaScript(code)
+	}
+	k, notes, err := s.kernelFor(ctx, lang, in.Reset)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		res := tools.Errorf("%s", strings.TrimPrefix(err.Error(), "eval: "))
+		prependNotes(res, notes)
+		return res, nil
+	}
+	if strings.TrimSpace(in.Code) == "" {
+		res := tools.Textf("the %s kernel (%s) is ready", lang, k.kind)
+		prependNotes(res, notes)
+		return res, nil
+	}
+	res, err := s.run(ctx, k, code)
+	if err != nil {
+		return nil, err
+	}
+	prependNotes(res, notes)
+	return res, nil
+}
+
+func prependNotes(res *tools.Result, notes []string) {
+	if len(notes) == 0 {
+		return
+	}
+	res.Content = append([]tools.Content{{Type: "text", Text: "note: " + strings.Join(notes, "; note: ")}}, res.Content...)
+}
+
+// output collects a cell's events into a result.
+type output struct {
+	mu      sync.Mutex
+	text    strings.Builder
+	cut     int // characters dropped from the middle
+	tail    []string
+	images  []tools.Content
+	dropped int // images left out
+	rich    []map[string]any
+	last    string // the execute_result's text/plain
+	errText string
+}
+
+// add appends text, keeping the head and a rolling tail within
+// MaxOutputChars.
+func (o *output) add(s string) {
+	half := MaxOutputChars / 2
+	if o.text.Len() < half {
+		room := half - o.text.Len()
+		if len(s) <= room {
+			o.text.WriteString(s)
+			return
+		}
+		o.text.WriteString(s[:room])
+		s = s[room:]
+	}
+	o.tail = append(o.tail, s)
+	n := 0
+	for _, t := range o.tail {
+		n += len(t)
+	}
+	for n > half && len(o.tail) > 0 {
+		drop := min(n-half, len(o.tail[0]))
+		o.tail[0] = o.tail[0][drop:]
+		o.cut += drop
+		n -= drop
+		if o.tail[0] == "" {
+			o.tail = o.tail[1:]
+		}
+	}
+}
+
+func (o *output) event(e kernel.Event) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch e.Type {
+	case kernel.EventStream:
+		o.add(ansi.ReplaceAllString(e.Text, ""))
+	case kernel.EventExecuteResult, kernel.EventDisplayData, kernel.EventUpdateDisplayData:
+		o.display(e)
+	case kernel.EventError:
+		if e.Error != nil {
+			o.errText = renderError(e.Error)
+		}
+	case kernel.EventClearOutput:
+		// A notebook would clear; a transcript keeps what was said.
+	}
+}
+
+// display renders rich output: an image as an image block, HTML kept in
+// structuredContent, text/plain as text.
+func (o *output) display(e kernel.Event) {
+	rich := map[string]any{"type": e.Type}
+	for _, mime := range []string{"image/png", "image/jpeg"} {
+		if b64, ok := e.TextData(mime); ok {
+			data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(b64))
+			switch {
+			case err != nil:
+				o.add(fmt.Sprintf("[an %s that is not valid base64 was dropped]\n", mime))
+			case len(data) > MaxImageBytes || len(o.images) >= MaxImages:
+				o.dropped++
+			default:
+				o.images = append(o.images, tools.Content{Type: "image", MimeType: mime, Data: data})
+				rich["image"] = len(o.images) - 1
+			}
+			break
+		}
+	}
+	if html, ok := e.TextData("text/html"); ok {
+		rich["html"] = html
+	}
+	if plain, ok := e.TextData("text/plain"); ok {
+		rich["text"] = plain
+		_, isImage := rich["image"]
+		if !isImage || !strings.HasPrefix(plain, "<Figure") {
+			if e.Type == kernel.EventExecuteResult {
+				o.last = plain
+			}
+			o.add(plain + "\n")
+		}
+	}
+	if len(rich) > 1 {
+		o.rich = append(o.rich, rich)
+	}
+}
+
+func renderError(e *kernel.ExecError) string {
+	if e == nil {
+		return "the cell failed"
+	}
+	tb := ansi.ReplaceAllString(strings.Join(e.Traceback, "\n"), "")
+	if strings.TrimSpace(tb) == "" {
+		return e.Name + ": " + e.Value
+	}
+	return tb
+}
+
+// run executes a cell under the inactivity budget, with the tool() bridge.
+func (s *Supervisor) run(ctx context.Context, k *kern, code string) (*tools.Result, error) {
+	out := &output{}
+	w := newWatchdog(s.opts.Budget, s.opts.WallLimit)
+	defer w.stop()
+	ectx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-w.fired:
+			cancel()
+		case <-ectx.Done():
+		}
+	}()
+	start := time.Now()
+	rep, err := k.client.Execute(ectx, code, kernel.ExecuteOptions{
+		OnEvent: func(e kernel.Event) {
+			w.activity()
+			out.event(e)
+		},
+		OnInput: func(ictx context.Context, req kernel.InputRequest) (string, error) {
+			w.pause()
+			defer w.resume()
+			return s.bridge(ictx, ctx, req)
+		},
+	})
+	k.cells++
+	var res *tools.Result
+	switch {
+	case err == nil:
+		res = out.result(rep)
+	case w.why() != "":
+		// The budget ran out: interrupt, and keep the kernel if that works.
+		res = s.interrupted(ctx, k, out, w.why(), time.Since(start))
+	case ctx.Err() != nil:
+		// The caller went away mid-cell: interrupt so the next call is not
+		// stuck behind an abandoned cell.
+		s.abandon(k)
+		return nil, ctx.Err()
+	case errors.Is(err, kernel.ErrDead):
+		res = out.result(nil)
+		res.IsError = true
+		res.AppendText(fmt.Sprintf("the %s kernel died while running the cell (%s); its state is lost, and the next call starts a new kernel", k.lang, k.dead()))
+	default:
+		res = out.result(nil)
+		res.IsError = true
+		res.AppendText("the cell could not be run: " + err.Error())
+	}
+	return res, nil
+}
+
+// result turns the collected output into a tool result.
+func (o *output) result(rep *kernel.ExecuteReply) *tools.Result {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	text := o.text.String()
+	if o.cut > 0 {
+		text += fmt.Sprintf("\n[… %d characters of output cut …]\n", o.cut)
+	}
+	text += strings.Join(o.tail, "")
+	res := &tools.Result{}
+	isErr := false
+	if rep != nil && rep.Status == "error" {
+		isErr = true
+		if o.errText == "" {
+			o.errText = renderError(rep.Error)
+		}
+	}
+	if rep != nil && rep.Status == "aborted" {
+		isErr = true
+		o.errText = "the cell was aborted (an earlier cell failed)"
+	}
+	if o.errText != "" {
+		isErr = true
+		text = strings.TrimRight(text, "\n")
+		if text != "" {
+			text += "\n"
+		}
+		text += o.errText
+	}
+	if strings.TrimSpace(text) == "" && len(o.images) == 0 {
+		text = "(no output)"
+	}
+	if text != "" {
+		res.Content = append(res.Content, tools.Content{Type: "text", Text: strings.TrimRight(text, "\n")})
+	}
+	res.Content = append(res.Content, o.images...)
+	if o.dropped > 0 {
+		res.AppendText(fmt.Sprintf("[%d more images not shown]", o.dropped))
+	}
+	res.IsError = isErr
+	sc := map[string]any{}
+	if rep != nil {
+		sc["execution_count"] = rep.ExecutionCount
+		sc["status"] = rep.Status
+	}
+	if len(o.rich) > 0 {
+		sc["outputs"] = o.rich
+	}
+	if o.last != "" {
+		sc["result"] = o.last
+	}
+	res.StructuredContent = sc
+	return res
+}
+
+// interrupted interrupts a cell whose budget ran out and waits for it to
+// end; when it does not, the kernel is restarted.
+func (s *Supervisor) interrupted(ctx context.Context, k *kern, out *output, why string, ran time.Duration) *tools.Result {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.InterruptWait)
+	defer cancel()
+	ierr := k.interruptKernel(ictx)
+	// The cell's reply (a KeyboardInterrupt error) tells that it ended;
+	// a tiny cell behind it proves the kernel answers again.
+	var alive bool
+	if ierr == nil {
+		if rep, err := k.client.Execute(ictx, "", kernel.ExecuteOptions{Silent: true}); err == nil && rep != nil {
+			alive = true
+		}
+	}
+	res := out.result(nil)
+	res.IsError = true
+	msg := fmt.Sprintf("the cell was interrupted after %v: %s", ran.Round(time.Second), why)
+	if alive {
+		msg += fmt.Sprintf("; the %s kernel survived and keeps its state", k.lang)
+	} else {
+		s.mu.Lock()
+		if s.kernels[k.lang] == k {
+			delete(s.kernels, k.lang)
+		}
+		s.mu.Unlock()
+		k.stop(ctx)
+		msg += fmt.Sprintf("; the interrupt did not stop it, so the %s kernel was killed and its state is lost (the next call starts a new one)", k.lang)
+	}
+	res.AppendText(msg)
+	return res
+}
+
+// abandon interrupts a cell whose caller went away, in the background; the
+// kernel is replaced when the interrupt does not end the cell.
+func (s *Supervisor) abandon(k *kern) {
+	go func() {
+		ctx, cancel := context.WithTimeout(s.runCtx, s.opts.InterruptWait)
+		defer cancel()
+		if err := k.interruptKernel(ctx); err == nil {
+			if _, err := k.client.Execute(ctx, "", kernel.ExecuteOptions{Silent: true}); err == nil {
+				return
+			}
+		}
+		s.mu.Lock()
+		if s.kernels[k.lang] == k {
+			delete(s.kernels, k.lang)
+			s.notes[k.lang] = append(s.notes[k.lang], fmt.Sprintf("the %s kernel did not stop the cell abandoned by an earlier call and was restarted: its state was lost", k.lang))
+		}
+		s.mu.Unlock()
+		k.stop(context.Background())
+	}()
+}
+
+// bridge answers an input_request. A tool() envelope (kernel/bundled's
+// protocol) calls the run's tool through the registry, on the surface of
+// the eval call — the same gates and middleware as a model's call; any
+// other prompt is a plain input(), which a model cannot answer.
+func (s *Supervisor) bridge(ctx, callCtx context.Context, req kernel.InputRequest) (string, error) {
+	tr, ok := bundled.ParseToolRequest(req.Prompt)
+	if !ok {
+		return "", fmt.Errorf("the cell asked for input (%q), which eval cannot give: pass values in the code instead", clip(req.Prompt, 100))
+	}
+	if t, found := s.reg.Lookup(tr.Tool); found && t.Serial {
+		return bundled.ReplyError(fmt.Sprintf("tool(%q) cannot be called from inside a cell: it would wait for this cell to finish", tr.Tool)), nil
+	}
+	res, err := s.reg.Call(ctx, tools.SurfaceOf(callCtx), tr.Tool, tr.Args)
+	if err != nil {
+		return bundled.ReplyError(err.Error()), nil
+	}
+	if res.IsError {
+		return bundled.ReplyError(res.AllText()), nil
+	}
+	return bundled.ReplyOK(res.AllText())
+}
+
+// watchdog is the cell's inactivity budget: activity resets it, a bridge
+// call pauses it, and an optional wall limit ends the cell regardless.
+type watchdog struct {
+	mu     sync.Mutex
+	budget time.Duration
+	timer  *time.Timer
+	wall   *time.Timer
+	paused int
+	reason string
+	fired  chan struct{}
+	once   sync.Once
+}
+
+func newWatchdog(budget, wall time.Duration) *watchdog {
+	w := &watchdog{budget: budget, fired: make(chan struct{})}
+	w.timer = time.AfterFunc(budget, func() { w.fire(fmt.Sprintf("no output for %v (the inactivity budget)", budget)) })
+	if wall > 0 {
+		w.wall = time.AfterFunc(wall, func() { w.fire(fmt.Sprintf("it ran longer than the %v limit for one cell", wall)) })
+	}
+	return w
+}
+
+func (w *watchdog) fire(why string) {
+	w.mu.Lock()
+	if w.paused > 0 && !strings.Contains(why, "limit") {
+		w.mu.Unlock()
+		return
+	}
+	w.reason = why
+	w.mu.Unlock()
+	w.once.Do(func() { close(w.fired) })
+}
+
+func (w *watchdog) why() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reason
+}
+
+func (w *watchdog) activity() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.paused == 0 {
+		w.timer.Reset(w.budget)
+	}
+}
+
+func (w *watchdog) pause() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.paused++
+	w.timer.Stop()
+}
+
+func (w *watchdog) resume() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.paused--
+	if w.paused == 0 {
+		w.timer.Reset(w.budget)
+	}
+}
+
+func (w *watchdog) stop() {
+	w.timer.Stop()
+	if w.wall != nil {
+		w.wall.Stop()
+	}
+}

@@ -1,0 +1,471 @@
+// Package eval is the eval tool (TOOLS.md §8): persistent Python and
+// JavaScript kernels inside the run's sandbox, spoken to over Jupyter's
+// ZeroMQ protocol (package kernel) through the sandbox's Dial.
+//
+// A [Supervisor] keeps one kernel per language for a run, started on the
+// first cell. Python runs in ipykernel when the sandbox's python (a project
+// .venv/bin/python or venv/bin/python first, then python3 on PATH) can
+// import it; otherwise, and for JavaScript (node), in berth's own kernels
+// (package kernel/bundled), which need nothing but the interpreter
+// (EVAL-6). The kernel's sockets are unix sockets in a private directory
+// of the sandbox's /tmp — no port is bound at all — and its key is fresh
+// per kernel.
+//
+// Every cell is rewritten first (EVAL-3: %pip, %cd, !cmd, %%bash,
+// %%timeit become calls of helpers a prelude defines), runs under an
+// inactivity budget that any output resets and a bridge call pauses
+// (EVAL-5), and may call the run's tools with tool(name, args) over the
+// kernel's own stdin channel (EVAL-4).
+package eval
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"berth.dev/berth/kernel"
+	"berth.dev/berth/kernel/bundled"
+	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
+)
+
+// Defaults and caps.
+const (
+	// DefaultBudget is the inactivity budget of a cell (EVAL-5).
+	DefaultBudget = 5 * time.Minute
+	// DefaultInterruptWait is how long an interrupted cell may take to end
+	// before the kernel is restarted.
+	DefaultInterruptWait = 5 * time.Second
+	// DefaultStartTimeout bounds a kernel's start (process, sockets,
+	// kernel_info, prelude).
+	DefaultStartTimeout = 90 * time.Second
+	// MaxOutputChars bounds the text of one result; the head and the tail
+	// are kept.
+	MaxOutputChars = 20_000
+	// MaxImages bounds the images of one result.
+	MaxImages = 8
+	// MaxImageBytes bounds one image.
+	MaxImageBytes = 4 << 20
+	// stopTimeout bounds stopping a kernel (shutdown_request, TERM, KILL).
+	stopTimeout = 10 * time.Second
+	// probeTimeout bounds the discovery probe.
+	probeTimeout = 30 * time.Second
+)
+
+// Languages.
+const (
+	Python     = "python"
+	JavaScript = "javascript"
+)
+
+//go:embed prelude/prelude.py
+var preludePython string
+
+//go:embed prelude/prelude.js
+var preludeJS string
+
+// Options configure a [Supervisor].
+type Options struct {
+	// Budget is a cell's inactivity budget (default DefaultBudget).
+	Budget time.Duration
+	// WallLimit, when set, bounds a cell's whole run regardless of output.
+	WallLimit time.Duration
+	// InterruptWait overrides DefaultInterruptWait.
+	InterruptWait time.Duration
+	// StartTimeout overrides DefaultStartTimeout.
+	StartTimeout time.Duration
+}
+
+// Supervisor owns the kernels of one run.
+type Supervisor struct {
+	sb     sandbox.Sandbox
+	ws     sandbox.FS
+	root   string
+	runCtx context.Context
+	opts   Options
+	reg    *tools.Registry
+
+	mu      sync.Mutex // guards the fields below; never held across I/O
+	kernels map[string]*kern
+	notes   map[string][]string // per language, shown with the next result
+	closed  bool
+}
+
+// New returns a supervisor whose tool() bridge calls into reg.
+func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, reg *tools.Registry, opts Options) *Supervisor {
+	if opts.Budget <= 0 {
+		opts.Budget = DefaultBudget
+	}
+	if opts.InterruptWait <= 0 {
+		opts.InterruptWait = DefaultInterruptWait
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
+	}
+	return &Supervisor{sb: sb, ws: ws, root: path.Clean(ws.Root()), runCtx: runCtx, opts: opts, reg: reg,
+		kernels: map[string]*kern{}, notes: map[string][]string{}}
+}
+
+// Register adds the eval tool to r and returns its supervisor; the caller
+// closes it when the run closes.
+func Register(r *tools.Registry, sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options) *Supervisor {
+	s := New(sb, ws, runCtx, r, opts)
+	tools.Register(r, tools.Tool{Name: "eval", Level: tools.LevelExec, Serial: true, Description: description}, s.call)
+	return s
+}
+
+// Close shuts every kernel down and refuses later calls.
+func (s *Supervisor) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	ks := make([]*kern, 0, len(s.kernels))
+	for _, k := range s.kernels {
+		ks = append(ks, k)
+	}
+	s.kernels = map[string]*kern{}
+	s.mu.Unlock()
+	var errs []error
+	for _, k := range ks {
+		errs = append(errs, k.stop(context.Background()))
+	}
+	return errors.Join(errs...)
+}
+
+// kern is one running kernel.
+type kern struct {
+	lang      string
+	kind      string // "ipykernel", "berth's Python kernel", "berth's JavaScript kernel"
+	binary    string
+	dir       string // private directory in the sandbox: connection file, sockets
+	client    *kernel.Client
+	proc      sandbox.Process
+	cancel    context.CancelFunc
+	exited    chan struct{}
+	stderr    *tailBuffer
+	started   time.Time
+	interrupt string // "signal" or "message"
+	cells     int
+	sb        sandbox.Sandbox
+}
+
+// dead says why the kernel cannot be used, or "" when it can.
+func (k *kern) dead() string {
+	select {
+	case <-k.exited:
+		msg := "its process exited"
+		if st, err := k.proc.Wait(); err == nil {
+			msg += " (" + st.String() + ")"
+		}
+		if t := strings.TrimSpace(k.stderr.String()); t != "" {
+			msg += "; its last stderr: " + clip(t, 600)
+		}
+		return msg
+	default:
+	}
+	select {
+	case <-k.client.Dead():
+		return "it stopped answering its heartbeat (" + k.client.Err().Error() + ")"
+	default:
+		return ""
+	}
+}
+
+// stop asks the kernel to shut down, then kills its process group, and
+// removes its directory.
+func (k *kern) stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	if k.dead() == "" {
+		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+		k.client.Shutdown(sctx, false)
+		scancel()
+		t := time.NewTimer(2 * time.Second)
+		select {
+		case <-k.exited:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	k.client.Close()
+	k.cancel() // TERM, then KILL, to the kernel's process group
+	var err error
+	select {
+	case <-k.exited:
+	case <-ctx.Done():
+		err = fmt.Errorf("eval: the %s kernel (pid %d) did not exit after it was killed", k.lang, k.proc.Pid())
+	}
+	// The private directory goes with the kernel.
+	if p, perr := k.sb.Start(ctx, &sandbox.Cmd{Args: []string{"rm", "-rf", "--", k.dir}}); perr == nil {
+		p.Wait()
+	}
+	return err
+}
+
+// probe is what discovery found in the sandbox.
+type probe struct {
+	python    string
+	ipykernel bool
+	node      string
+	dir       string
+}
+
+// probeScript finds the python (project venv first) and whether it imports
+// ipykernel, finds node, and makes the kernel's private directory.
+const probeScript = `ws=$1
+for py in "$ws/.venv/bin/python" "$ws/venv/bin/python" "$(command -v python3 2>/dev/null)"; do
+  [ -n "$py" ] && [ -f "$py" ] && [ -x "$py" ] || continue
+  if "$py" -c 'import ipykernel' >/dev/null 2>&1; then echo "py ipykernel $py"; else echo "py plain $py"; fi
+  break
+done
+n=$(command -v node 2>/dev/null || command -v nodejs 2>/dev/null)
+[ -n "$n" ] && echo "node $n"
+umask 077
+d=$(mktemp -d /tmp/berth-kernel.XXXXXX) && echo "dir $d"
+exit 0
+`
+
+func (s *Supervisor) probe(ctx context.Context) (probe, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var out, errb bytes.Buffer
+	p, err := s.sb.Start(ctx, &sandbox.Cmd{Args: []string{"/bin/sh", "-c", probeScript, "berth-eval-probe", s.root}, Stdout: &out, Stderr: &errb})
+	if err != nil {
+		return probe{}, fmt.Errorf("eval: cannot look for interpreters in the sandbox: %w", err)
+	}
+	if st, err := p.Wait(); err != nil || !st.Success() {
+		return probe{}, fmt.Errorf("eval: looking for interpreters in the sandbox failed (%v %v): %s", st, err, clip(errb.String(), 400))
+	}
+	var pr probe
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), " ", 3)
+		switch {
+		case len(f) == 3 && f[0] == "py":
+			pr.python, pr.ipykernel = f[2], f[1] == "ipykernel"
+		case len(f) >= 2 && f[0] == "node":
+			pr.node = strings.Join(f[1:], " ")
+		case len(f) >= 2 && f[0] == "dir":
+			pr.dir = strings.Join(f[1:], " ")
+		}
+	}
+	if pr.dir == "" {
+		return probe{}, fmt.Errorf("eval: cannot make a private directory under /tmp in the sandbox: %s", clip(errb.String(), 400))
+	}
+	return pr, nil
+}
+
+// kernelFor returns the language's running kernel, starting one when there
+// is none or it died (with a note that state was lost).
+func (s *Supervisor) kernelFor(ctx context.Context, lang string, reset bool) (*kern, []string, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, nil, errors.New("the run is closed; open a new run")
+	}
+	k := s.kernels[lang]
+	notes := s.notes[lang]
+	delete(s.notes, lang)
+	s.mu.Unlock()
+	if k != nil {
+		why := k.dead()
+		switch {
+		case reset:
+			k.stop(ctx)
+			notes = append(notes, fmt.Sprintf("reset: the %s kernel was restarted clean; all variables and imports are gone", lang))
+			k = nil
+		case why != "":
+			k.stop(ctx)
+			notes = append(notes, fmt.Sprintf("the %s kernel had died (%s) and was restarted: all state (variables, imports, loaded data) was lost; run the setup cells again", lang, why))
+			k = nil
+		}
+	}
+	if k == nil {
+		var err error
+		k, err = s.start(ctx, lang)
+		if err != nil {
+			return nil, notes, err
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			k.stop(ctx)
+			return nil, nil, errors.New("the run is closed; open a new run")
+		}
+		s.kernels[lang] = k
+		s.mu.Unlock()
+	}
+	return k, notes, nil
+}
+
+// start starts a kernel for lang in the sandbox and connects to it.
+func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
+	pr, err := s.probe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k := &kern{lang: lang, dir: pr.dir, stderr: &tailBuffer{max: 8192}, exited: make(chan struct{}), sb: s.sb, interrupt: "message"}
+	cleanup := func() {
+		if p, err := s.sb.Start(context.WithoutCancel(ctx), &sandbox.Cmd{Args: []string{"rm", "-rf", "--", pr.dir}}); err == nil {
+			p.Wait()
+		}
+	}
+	dfs, err := s.sb.FS(ctx, pr.dir)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("eval: cannot use the kernel's directory %s: %w", pr.dir, err)
+	}
+	conn, err := kernel.NewConnectionInfo(kernel.ConnectionConfig{Transport: "ipc", IP: path.Join(pr.dir, "k"), KernelName: lang})
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	file, err := conn.MarshalFile()
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	if err := dfs.WriteFile(ctx, "conn.json", file, 0o600); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("eval: cannot write the kernel's connection file: %w", err)
+	}
+	connPath := path.Join(pr.dir, "conn.json")
+	var args []string
+	switch {
+	case lang == Python && pr.python == "":
+		cleanup()
+		return nil, errors.New("eval: no Python in the sandbox: no .venv/bin/python or venv/bin/python in the workspace and no python3 on PATH. Install python3 in the sandbox, or use language javascript")
+	case lang == Python && pr.ipykernel:
+		k.kind, k.binary, k.interrupt = "ipykernel", pr.python, "signal"
+		args = []string{pr.python, "-m", "ipykernel_launcher", "-f", connPath}
+	case lang == Python:
+		k.kind, k.binary, k.interrupt = "berth's Python kernel", pr.python, "signal"
+		src, _ := bundled.Source(bundled.Python)
+		if err := dfs.WriteFile(ctx, "berth_kernel.py", src, 0o600); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("eval: cannot write berth's Python kernel into the sandbox: %w", err)
+		}
+		args = []string{pr.python, path.Join(pr.dir, "berth_kernel.py"), "-f", connPath}
+	case lang == JavaScript && pr.node == "":
+		cleanup()
+		return nil, errors.New("eval: no node in the sandbox's PATH, so JavaScript cells cannot run. Install Node.js in the sandbox, or use language python")
+	case lang == JavaScript:
+		k.kind, k.binary = "berth's JavaScript kernel", pr.node
+		src, _ := bundled.Source(bundled.JavaScript)
+		if err := dfs.WriteFile(ctx, "berth_kernel.js", src, 0o600); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("eval: cannot write berth's JavaScript kernel into the sandbox: %w", err)
+		}
+		args = []string{pr.node, path.Join(pr.dir, "berth_kernel.js"), "-f", connPath}
+	default:
+		cleanup()
+		return nil, fmt.Errorf("eval: unknown language %q: use python or javascript", lang)
+	}
+	pctx, cancel := context.WithCancel(s.runCtx)
+	proc, err := s.sb.Start(pctx, &sandbox.Cmd{Args: args, Dir: s.root, Stdout: k.stderr, Stderr: k.stderr, WaitDelay: 2 * time.Second})
+	if err != nil {
+		cancel()
+		cleanup()
+		return nil, fmt.Errorf("eval: starting %s failed: %w", k.kind, err)
+	}
+	k.proc, k.cancel = proc, cancel
+	go func() {
+		proc.Wait()
+		close(k.exited)
+	}()
+	sctx, scancel := context.WithTimeout(ctx, s.opts.StartTimeout)
+	defer scancel()
+	// Fail fast when the process dies before it answers.
+	cctx, ccancel := context.WithCancel(sctx)
+	go func() {
+		select {
+		case <-k.exited:
+			ccancel()
+		case <-cctx.Done():
+		}
+	}()
+	client, err := kernel.Connect(cctx, kernel.Config{
+		Conn: conn,
+		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+			return s.sb.Dial(ctx, network, address)
+		},
+	})
+	ccancel()
+	if err != nil {
+		cancel()
+		<-k.exited
+		cleanup()
+		msg := fmt.Sprintf("eval: %s (%s) did not come up: %v", k.kind, k.binary, err)
+		if t := strings.TrimSpace(k.stderr.String()); t != "" {
+			msg += "; its output: " + clip(t, 800)
+		}
+		return nil, errors.New(msg)
+	}
+	k.client = client
+	prelude := preludePython
+	if lang == JavaScript {
+		prelude = preludeJS
+	}
+	if k.kind == "ipykernel" {
+		prelude = bundled.IPythonToolShim() + "\n" + prelude // tool(), as berth's own kernels have it
+	}
+	rep, err := client.Execute(sctx, prelude, kernel.ExecuteOptions{Silent: true, NoHistory: true})
+	if err == nil && rep.Status != "ok" {
+		err = fmt.Errorf("%s", renderError(rep.Error))
+	}
+	if err != nil {
+		k.stop(ctx)
+		return nil, fmt.Errorf("eval: setting up %s failed: %v", k.kind, err)
+	}
+	k.started = time.Now()
+	return k, nil
+}
+
+// interruptKernel interrupts the running cell: SIGINT to the kernel's
+// process group for kernels that take a signal, interrupt_request on the
+// control channel otherwise.
+func (k *kern) interruptKernel(ctx context.Context) error {
+	if k.interrupt == "signal" {
+		return k.proc.Signal(ctx, syscall.SIGINT)
+	}
+	return k.client.Interrupt(ctx)
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+func clip(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}

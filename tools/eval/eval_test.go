@@ -1,0 +1,206 @@
+package eval_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"berth.dev/berth/sandbox/host"
+	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/eval"
+	"berth.dev/berth/tools/eval/evaltest"
+	"berth.dev/berth/tools/files"
+)
+
+// hostRun is a run on the host with the file tools, eval, and a slow tool
+// for the bridge's budget check.
+type hostRun struct {
+	dir string
+	reg *tools.Registry
+	sup *eval.Supervisor
+}
+
+func newHostRun(t *testing.T, path string, opts eval.Options) *hostRun {
+	t.Helper()
+	dir := t.TempDir()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+path)
+	sb := host.New(host.Options{Env: env})
+	ws, err := sb.FS(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	reg := tools.NewRegistry()
+	files.Register(reg, ws)
+	type slowIn struct{}
+	tools.Register(reg, tools.Tool{Name: "slow", Level: tools.LevelRead, Description: "sleeps 3 seconds (test tool)"}, func(ctx context.Context, _ slowIn) (*tools.Result, error) {
+		select {
+		case <-time.After(3 * time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return tools.Text("slept"), nil
+	})
+	sup := eval.Register(reg, sb, ws, runCtx, opts)
+	t.Cleanup(func() {
+		if err := sup.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		cancel()
+		sb.Close()
+	})
+	return &hostRun{dir: dir, reg: reg, sup: sup}
+}
+
+func (h *hostRun) env() evaltest.Env {
+	return evaltest.Env{
+		Call: func(t *testing.T, tool string, args map[string]any) evaltest.Result {
+			t.Helper()
+			raw, _ := json.Marshal(args)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			res, err := h.reg.Call(ctx, tools.SurfaceDefault, tool, raw)
+			if err != nil {
+				t.Fatalf("%s: call error: %v", tool, err)
+			}
+			var r evaltest.Result
+			for _, c := range res.Content {
+				switch c.Type {
+				case "text":
+					r.Text += c.Text + "\n"
+				case "image":
+					r.Images = append(r.Images, c.Data)
+				}
+			}
+			r.IsError = res.IsError
+			r.Structured, _ = json.Marshal(res.StructuredContent)
+			return r
+		},
+		Put: func(t *testing.T, name, content string) {
+			p := filepath.Join(h.dir, name)
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+}
+
+func need(t *testing.T, what string, ok bool) {
+	t.Helper()
+	if !ok {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is missing; tests/run installs it", what)
+		}
+		t.Skipf("%s is missing", what)
+	}
+}
+
+func debianPython(t *testing.T, modules ...string) {
+	t.Helper()
+	for _, m := range modules {
+		err := exec.Command("/usr/bin/python3", "-c", "import "+m).Run()
+		need(t, "Debian's python3-"+m, err == nil)
+	}
+}
+
+// TestIPykernelOnHost: Debian's python3 with ipykernel, pandas, matplotlib
+// and pip.
+func TestIPykernelOnHost(t *testing.T) {
+	debianPython(t, "ipykernel", "pandas", "matplotlib", "pip")
+	h := newHostRun(t, "/usr/bin:/bin", eval.Options{})
+	e := h.env()
+	e.Cell(t, "python", "", "ipykernel")
+	evaltest.CheckPython(t, e, true, true)
+	evaltest.CheckBudget(t, newHostRun(t, "/usr/bin:/bin", eval.Options{Budget: 2 * time.Second}).env(), "python", "slow")
+}
+
+// noIPykernelPython makes a python3 without site-packages (so without
+// ipykernel) first on PATH: eval must bring its own kernel.
+func noIPykernelPython(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	script := "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "python3"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin + ":/usr/bin:/bin"
+}
+
+// TestBundledPythonOnHost: a python without ipykernel gets berth's kernel.
+func TestBundledPythonOnHost(t *testing.T) {
+	_, err := os.Stat("/usr/bin/python3")
+	need(t, "/usr/bin/python3", err == nil)
+	path := noIPykernelPython(t)
+	h := newHostRun(t, path, eval.Options{})
+	e := h.env()
+	e.Cell(t, "python", "", "berth's Python kernel")
+	evaltest.CheckPython(t, e, false, false)
+	evaltest.CheckBudget(t, newHostRun(t, path, eval.Options{Budget: 2 * time.Second}).env(), "python", "slow")
+}
+
+// TestJavaScriptOnHost: node gets berth's JavaScript kernel.
+func TestJavaScriptOnHost(t *testing.T) {
+	_, err := exec.LookPath("node")
+	need(t, "node", err == nil)
+	h := newHostRun(t, "/usr/bin:/bin", eval.Options{})
+	e := h.env()
+	e.Cell(t, "javascript", "", "berth's JavaScript kernel")
+	evaltest.CheckJavaScript(t, e)
+	evaltest.CheckBudget(t, newHostRun(t, "/usr/bin:/bin", eval.Options{Budget: 2 * time.Second}).env(), "javascript", "slow")
+}
+
+func TestDescriptionIsRequired(t *testing.T) {
+	h := newHostRun(t, "/usr/bin:/bin", eval.Options{})
+	raw, _ := json.Marshal(map[string]any{"code": "1", "description": "too short"})
+	res, err := h.reg.Call(t.Context(), tools.SurfaceDefault, "eval", raw)
+	if err != nil || !res.IsError || !strings.Contains(res.AllText(), "5 to 10 words") {
+		t.Fatalf("%v %v", err, res.AllText())
+	}
+}
+
+// TestAbandonedCellIsInterrupted: a caller that goes away mid-cell does
+// not leave the next call stuck behind the cell.
+func TestAbandonedCellIsInterrupted(t *testing.T) {
+	h := newHostRun(t, noIPykernelPython(t), eval.Options{})
+	e := h.env()
+	e.Cell(t, "python", "x = 7")
+	raw, _ := json.Marshal(map[string]any{"code": "import time\ntime.sleep(120)", "description": "sleep long enough to be abandoned"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := h.reg.Call(ctx, tools.SurfaceDefault, "eval", raw); err == nil {
+		t.Fatal("the abandoned call returned no error")
+	}
+	start := time.Now()
+	e.Cell(t, "python", "x * 6", "42")
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("the next cell waited %v behind the abandoned one", d)
+	}
+}
+
+// TestDeadKernelIsRestartedWithANote: a kernel killed between calls is
+// reported, and the next call runs in a new one.
+func TestDeadKernelIsRestartedWithANote(t *testing.T) {
+	h := newHostRun(t, noIPykernelPython(t), eval.Options{})
+	e := h.env()
+	e.Cell(t, "python", "import os\nx = 1\nprint(os.getpid())")
+	r := e.Cell(t, "python", "os.getpid()")
+	pid := strings.TrimSpace(strings.Split(r.Text, "\n")[0])
+	if err := exec.Command("kill", "-9", pid).Run(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	r = e.Cell(t, "python", "'x' in dir()", "False", "had died", "state", "lost")
+	_ = r
+}
