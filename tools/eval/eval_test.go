@@ -204,3 +204,11 @@ func TestDeadKernelIsRestartedWithANote(t *testing.T) {
 	r = e.Cell(t, "python", "'x' in dir()", "False", "had died", "state", "lost")
 	_ = r
 }
+
+// TestWallLimit: an operator's wall limit ends a cell that keeps printing.
+func TestWallLimit(t *testing.T) {
+	h := newHostRun(t, noIPykernelPython(t), eval.Options{WallLimit: 2 * time.Second})
+	e := h.env()
+	e.Fails(t, "python", "import time\nfor i in range(40):\n    print(i, flush=True)\n    time.sleep(0.25)", "interrupted", "limit for one cell", "survived")
+	e.Cell(t, "python", "1+1", "2")
+}

@@ -82,6 +82,11 @@ func CheckPython(t *testing.T, e Env, rich, pip bool) {
 		t.Errorf("traceback keeps ANSI codes: %q", r.Text)
 	}
 	e.Cell(t, "python", "x", "41") // state survived the error
+	// Long output keeps its head and tail and says what was cut.
+	r = e.Cell(t, "python", "print('HEAD' + 'x' * 60000 + 'TAIL')", "HEAD", "TAIL", "characters of output cut")
+	if len(r.Text) > 25_000 {
+		t.Errorf("output of %d characters was not bounded", len(r.Text))
+	}
 	// display() of an object with an HTML repr.
 	r = e.Cell(t, "python", "class T:\n    def _repr_html_(self): return '<b>bold</b>'\n    def __repr__(self): return 'T()'\ndisplay(T())", "T()")
 	if !structuredHas(r, "<b>bold</b>") {
