@@ -9,12 +9,12 @@ import (
 	"io/fs"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools/internal/proc"
 )
 
 // Adapter ids, as the tool's adapter argument and the adapters operation name
@@ -145,7 +145,7 @@ func (s *Supervisor) runProbe(ctx context.Context, venvRoots []string) (probe, e
 		return probe{}, fmt.Errorf("debug: looking for debug adapters in the sandbox failed: %w", err)
 	}
 	if !st.Success() {
-		return probe{}, fmt.Errorf("debug: looking for debug adapters in the sandbox failed (%v): %s", st, clip(errb.String(), 400))
+		return probe{}, fmt.Errorf("debug: looking for debug adapters in the sandbox failed (%v): %s", st, proc.Clip(errb.String(), 400))
 	}
 	return s.parseProbe(out.String()), nil
 }
@@ -182,37 +182,11 @@ func (s *Supervisor) parseProbe(out string) probe {
 		if a.id == AdapterDebugpy {
 			continue
 		}
-		if b := pickBinary(found, a.names); b != "" {
+		if b := proc.PickBinary(found, a.names); b != "" {
 			pr.bins[a.id] = b
 		}
 	}
 	return pr
-}
-
-// pickBinary returns the first of found matching names in order of
-// preference; for a "-*" name, the highest version.
-func pickBinary(found []string, names []string) string {
-	for _, n := range names {
-		if prefix, ok := strings.CutSuffix(n, "*"); ok {
-			best, bestV := "", -1
-			for _, f := range found {
-				v, err := strconv.Atoi(strings.TrimPrefix(path.Base(f), prefix))
-				if strings.HasPrefix(path.Base(f), prefix) && err == nil && v > bestV {
-					best, bestV = f, v
-				}
-			}
-			if best != "" {
-				return best
-			}
-			continue
-		}
-		for _, f := range found {
-			if path.Base(f) == n {
-				return f
-			}
-		}
-	}
-	return ""
 }
 
 func (s *Supervisor) inWorkspace(p string) bool {
@@ -300,12 +274,4 @@ func (s *Supervisor) discover(ctx context.Context, dir string) ([]Availability, 
 		}
 	}
 	return out, nil
-}
-
-func clip(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n:]
 }

@@ -20,13 +20,13 @@ import (
 	"io"
 	"path"
 	"regexp"
-	"strings"
 	"sync"
 	"time"
 
 	"berth.dev/berth/dap"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/internal/proc"
 )
 
 // Defaults.
@@ -125,7 +125,7 @@ type session struct {
 	exited <-chan struct{}    // closed when the adapter process has exited
 	status func() (sandbox.ExitStatus, error)
 	pid    int
-	stderr *tailBuffer
+	stderr *proc.Tail
 	timer  *time.Timer
 
 	mu         sync.Mutex
@@ -197,7 +197,7 @@ func (ss *session) gone() string {
 	}
 	msg := fmt.Sprintf("the %s debug adapter (pid %d) exited unexpectedly (%s) while debugging %s; the session is over, launch again", ss.adapter, ss.pid, how, ss.program)
 	if t := ss.stderr.String(); t != "" {
-		msg += "; its last stderr: " + clip(t, 600)
+		msg += "; its last stderr: " + proc.Clip(t, 600)
 	}
 	return msg
 }
@@ -258,14 +258,14 @@ type adapterProc struct {
 	exited <-chan struct{}
 	status func() (sandbox.ExitStatus, error)
 	pid    int
-	stderr *tailBuffer
+	stderr *proc.Tail
 }
 
 // startAdapter starts the adapter for av in the sandbox. Its process lives
 // until the returned cancel is called or the run ends.
 func (s *Supervisor) startAdapter(ctx context.Context, av Availability) (*adapterProc, error) {
 	pctx, cancel := context.WithCancel(s.runCtx)
-	stderr := &tailBuffer{limit: stderrKeep}
+	stderr := proc.NewTail(stderrKeep)
 	env := []string{"PYDEVD_DISABLE_FILE_VALIDATION=1"}
 	switch av.Adapter {
 	case AdapterDelve:
@@ -279,7 +279,7 @@ func (s *Supervisor) startAdapter(ctx context.Context, av Availability) (*adapte
 	}
 }
 
-func (s *Supervisor) startPipe(pctx context.Context, cancel context.CancelFunc, cmd *sandbox.Cmd, stderr *tailBuffer) (*adapterProc, error) {
+func (s *Supervisor) startPipe(pctx context.Context, cancel context.CancelFunc, cmd *sandbox.Cmd, stderr *proc.Tail) (*adapterProc, error) {
 	ps, err := sandbox.Pipe(pctx, s.sb, cmd)
 	if err != nil {
 		cancel()
@@ -293,7 +293,7 @@ var listenLine = regexp.MustCompile(`DAP server listening at: (\S+)`)
 // startDelve starts `dlv dap --listen 127.0.0.1:0` and connects to the port
 // it prints through the sandbox's Dial: the port is never reachable from
 // outside the sandbox. dlv serves one client and exits after it.
-func (s *Supervisor) startDelve(ctx, pctx context.Context, cancel context.CancelFunc, av Availability, stderr *tailBuffer) (*adapterProc, error) {
+func (s *Supervisor) startDelve(ctx, pctx context.Context, cancel context.CancelFunc, av Availability, stderr *proc.Tail) (*adapterProc, error) {
 	outR, outW := io.Pipe()
 	p, err := s.sb.Start(pctx, &sandbox.Cmd{
 		Args:   []string{av.Binary, "dap", "--listen", "127.0.0.1:0"},
@@ -341,9 +341,9 @@ func (s *Supervisor) startDelve(ctx, pctx context.Context, cancel context.Cancel
 	case a = <-addr:
 	case <-exited:
 		cancel()
-		return nil, fmt.Errorf("debug: dlv exited before it listened (%v): %s", status, clip(stderr.String(), 600))
+		return nil, fmt.Errorf("debug: dlv exited before it listened (%v): %s", status, proc.Clip(stderr.String(), 600))
 	case <-wctx.Done():
-		return fail(fmt.Errorf("debug: dlv did not say where it listens within %v: %w; its output: %s", listenTimeout, wctx.Err(), clip(stderr.String(), 600)))
+		return fail(fmt.Errorf("debug: dlv did not say where it listens within %v: %w; its output: %s", listenTimeout, wctx.Err(), proc.Clip(stderr.String(), 600)))
 	}
 	conn, err := s.sb.Dial(ctx, "tcp", a)
 	if err != nil {
@@ -353,27 +353,4 @@ func (s *Supervisor) startDelve(ctx, pctx context.Context, cancel context.Cancel
 		<-exited
 		return status, waitErr
 	}, pid: p.Pid(), stderr: stderr}, nil
-}
-
-// tailBuffer keeps the last limit bytes written to it.
-type tailBuffer struct {
-	mu    sync.Mutex
-	limit int
-	b     []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.limit {
-		t.b = append([]byte(nil), t.b[len(t.b)-t.limit:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.b))
 }

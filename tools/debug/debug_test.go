@@ -16,6 +16,7 @@ import (
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/host"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/internal/proc"
 )
 
 // debianPython is Debian's python3, which has python3-debugpy; the python3
@@ -259,7 +260,7 @@ func TestPickBinary(t *testing.T) {
 		{nil, []string{"dart"}, ""},
 	}
 	for _, tt := range tests {
-		if got := pickBinary(tt.found, tt.names); got != tt.want {
+		if got := proc.PickBinary(tt.found, tt.names); got != tt.want {
 			t.Errorf("pickBinary(%v) = %q, want %q", tt.found, got, tt.want)
 		}
 	}

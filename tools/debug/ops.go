@@ -18,6 +18,7 @@ import (
 	"berth.dev/berth/dap"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/internal/proc"
 )
 
 const description = `Drive a debugger in the sandbox: one session at a time, ended after 30 minutes.
@@ -597,7 +598,7 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 			return reply{}, errorf("cannot connect to 127.0.0.1:%d inside the sandbox: %v; is the debuggee listening there? start it with python3 -m debugpy --listen 127.0.0.1:%d --wait-for-client PROGRAM (or dlv --headless --listen 127.0.0.1:%d --accept-multiclient)", attachPort, derr, attachPort, attachPort)
 		}
 		// No process of ours: exited stays nil, the client's end is the end.
-		ap = &adapterProc{stream: conn, cancel: func() {}, status: func() (sandbox.ExitStatus, error) { return sandbox.ExitStatus{}, nil }, stderr: &tailBuffer{limit: stderrKeep}}
+		ap = &adapterProc{stream: conn, cancel: func() {}, status: func() (sandbox.ExitStatus, error) { return sandbox.ExitStatus{}, nil }, stderr: proc.NewTail(stderrKeep)}
 	} else if ap, err = s.startAdapter(ctx, av); err != nil {
 		return reply{}, err
 	}
@@ -636,7 +637,7 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 		}
 		msg := fmt.Sprintf("%s of %s with %s failed: %v", command, program, av.Adapter, lerr)
 		if t := ap.stderr.String(); t != "" {
-			msg += "\nadapter stderr: " + clip(t, 1500)
+			msg += "\nadapter stderr: " + proc.Clip(t, 1500)
 		}
 		if out := outputText(ds, 0, 2000); out != "" {
 			msg += "\noutput:\n" + out

@@ -13,6 +13,7 @@ import (
 	"berth.dev/berth/kernel"
 	"berth.dev/berth/kernel/bundled"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/internal/proc"
 )
 
 // Input is the eval tool's arguments.
@@ -358,7 +359,7 @@ func (s *Supervisor) abandon(k *kern) {
 func (s *Supervisor) bridge(ctx, callCtx context.Context, req kernel.InputRequest) (string, error) {
 	tr, ok := bundled.ParseToolRequest(req.Prompt)
 	if !ok {
-		return "", fmt.Errorf("the cell asked for input (%q), which eval cannot give: pass values in the code instead", clip(req.Prompt, 100))
+		return "", fmt.Errorf("the cell asked for input (%q), which eval cannot give: pass values in the code instead", proc.Clip(req.Prompt, 100))
 	}
 	if t, found := s.reg.Lookup(tr.Tool); found && t.Serial {
 		return bundled.ReplyError(fmt.Sprintf("tool(%q) cannot be called from inside a cell: it would wait for this cell to finish", tr.Tool)), nil

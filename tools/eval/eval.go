@@ -36,6 +36,7 @@ import (
 	"berth.dev/berth/kernel/bundled"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/internal/proc"
 )
 
 // Defaults and caps.
@@ -150,7 +151,7 @@ type kern struct {
 	proc      sandbox.Process
 	cancel    context.CancelFunc
 	exited    chan struct{}
-	stderr    *tailBuffer
+	stderr    *proc.Tail
 	started   time.Time
 	interrupt string // "signal" or "message"
 	cells     int
@@ -166,7 +167,7 @@ func (k *kern) dead() string {
 			msg += " (" + st.String() + ")"
 		}
 		if t := strings.TrimSpace(k.stderr.String()); t != "" {
-			msg += "; its last stderr: " + clip(t, 600)
+			msg += "; its last stderr: " + proc.Clip(t, 600)
 		}
 		return msg
 	default:
@@ -242,7 +243,7 @@ func (s *Supervisor) probe(ctx context.Context) (probe, error) {
 		return probe{}, fmt.Errorf("eval: cannot look for interpreters in the sandbox: %w", err)
 	}
 	if st, err := p.Wait(); err != nil || !st.Success() {
-		return probe{}, fmt.Errorf("eval: looking for interpreters in the sandbox failed (%v %v): %s", st, err, clip(errb.String(), 400))
+		return probe{}, fmt.Errorf("eval: looking for interpreters in the sandbox failed (%v %v): %s", st, err, proc.Clip(errb.String(), 400))
 	}
 	var pr probe
 	sc := bufio.NewScanner(&out)
@@ -258,7 +259,7 @@ func (s *Supervisor) probe(ctx context.Context) (probe, error) {
 		}
 	}
 	if pr.dir == "" {
-		return probe{}, fmt.Errorf("eval: cannot make a private directory under /tmp in the sandbox: %s", clip(errb.String(), 400))
+		return probe{}, fmt.Errorf("eval: cannot make a private directory under /tmp in the sandbox: %s", proc.Clip(errb.String(), 400))
 	}
 	return pr, nil
 }
@@ -312,7 +313,7 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &kern{lang: lang, dir: pr.dir, stderr: &tailBuffer{max: 8192}, exited: make(chan struct{}), sb: s.sb, interrupt: "message"}
+	k := &kern{lang: lang, dir: pr.dir, stderr: proc.NewTail(8192), exited: make(chan struct{}), sb: s.sb, interrupt: "message"}
 	cleanup := func() {
 		if p, err := s.sb.Start(context.WithoutCancel(ctx), &sandbox.Cmd{Args: []string{"rm", "-rf", "--", pr.dir}}); err == nil {
 			p.Wait()
@@ -370,15 +371,15 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 		return nil, fmt.Errorf("eval: unknown language %q: use python or javascript", lang)
 	}
 	pctx, cancel := context.WithCancel(s.runCtx)
-	proc, err := s.sb.Start(pctx, &sandbox.Cmd{Args: args, Dir: s.root, Stdout: k.stderr, Stderr: k.stderr, WaitDelay: 2 * time.Second})
+	kp, err := s.sb.Start(pctx, &sandbox.Cmd{Args: args, Dir: s.root, Stdout: k.stderr, Stderr: k.stderr, WaitDelay: 2 * time.Second})
 	if err != nil {
 		cancel()
 		cleanup()
 		return nil, fmt.Errorf("eval: starting %s failed: %w", k.kind, err)
 	}
-	k.proc, k.cancel = proc, cancel
+	k.proc, k.cancel = kp, cancel
 	go func() {
-		proc.Wait()
+		kp.Wait()
 		close(k.exited)
 	}()
 	sctx, scancel := context.WithTimeout(ctx, s.opts.StartTimeout)
@@ -405,7 +406,7 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 		cleanup()
 		msg := fmt.Sprintf("eval: %s (%s) did not come up: %v", k.kind, k.binary, err)
 		if t := strings.TrimSpace(k.stderr.String()); t != "" {
-			msg += "; its output: " + clip(t, 800)
+			msg += "; its output: " + proc.Clip(t, 800)
 		}
 		return nil, errors.New(msg)
 	}
@@ -437,35 +438,4 @@ func (k *kern) interruptKernel(ctx context.Context) error {
 		return k.proc.Signal(ctx, syscall.SIGINT)
 	}
 	return k.client.Interrupt(ctx)
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
-}
-
-func clip(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n:]
 }

@@ -12,6 +12,7 @@ import (
 
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools/internal/proc"
 )
 
 // errStarting reports a server that is still starting when the caller's
@@ -47,7 +48,7 @@ type generation struct {
 	client  *lspc.Client
 	stream  *sandbox.PipeStream
 	cancel  context.CancelFunc
-	stderr  *tailBuffer
+	stderr  *proc.Tail
 	stopped string // why it was stopped on purpose; "" while wanted
 
 	// stamps are the size and mtime of the root's files as last seen, for
@@ -112,7 +113,7 @@ func (in *instance) ensureLocked(binary string) error {
 	if binary == "" && in.gen != nil {
 		binary = in.gen.binary
 	}
-	g := &generation{binary: binary, ready: make(chan struct{}), stderr: &tailBuffer{max: stderrKeep}}
+	g := &generation{binary: binary, ready: make(chan struct{}), stderr: proc.NewTail(stderrKeep)}
 	in.gen = g
 	in.lastUsed = time.Now()
 	go in.spawn(g, max(delay, 0))
@@ -139,7 +140,7 @@ func (in *instance) noteCrashLocked(g *generation) {
 				}
 			}
 			if t := g.stderr.String(); t != "" {
-				why += "; its last stderr: " + clip(t, 600)
+				why += "; its last stderr: " + proc.Clip(t, 600)
 			}
 		}
 	default:
@@ -199,7 +200,7 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		if _, err := client.Initialize(ictx, lspc.InitOptions{RootURI: rootURI, InitializationOptions: in.spec.InitOptions}); err != nil {
 			msg := fmt.Sprintf("initializing %s failed: %v", g.binary, err)
 			if t := g.stderr.String(); t != "" {
-				msg += "; its stderr: " + clip(t, 600)
+				msg += "; its stderr: " + proc.Clip(t, 600)
 			}
 			return errors.New(msg)
 		}
@@ -442,27 +443,4 @@ func isMarker(spec Server, name string) bool {
 		}
 	}
 	return base == "go.sum"
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }

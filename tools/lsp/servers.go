@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools/internal/proc"
 )
 
 // Server describes one language server of the table (LSP-1, REG-2).
@@ -137,7 +138,7 @@ func probeBinaries(ctx context.Context, sb sandbox.Sandbox, localDirs, names []s
 		return nil, fmt.Errorf("lsp: looking for language servers in the sandbox failed: %w", err)
 	}
 	if !st.Success() {
-		return nil, fmt.Errorf("lsp: looking for language servers in the sandbox failed (%v): %s", st, clip(errb.String(), 400))
+		return nil, fmt.Errorf("lsp: looking for language servers in the sandbox failed (%v): %s", st, proc.Clip(errb.String(), 400))
 	}
 	var found []string
 	sc := bufio.NewScanner(&out)
@@ -147,47 +148,6 @@ func probeBinaries(ctx context.Context, sb sandbox.Sandbox, localDirs, names []s
 		}
 	}
 	return found, nil
-}
-
-// pickBinary returns the first of found (in search order) whose name is
-// one of names, trying names in order of preference; for a "-*" name the
-// highest version wins.
-func pickBinary(found, names []string) string {
-	for _, n := range names {
-		if prefix, ok := strings.CutSuffix(n, "*"); ok {
-			best, bestV := "", ""
-			for _, f := range found {
-				v, ok := strings.CutPrefix(path.Base(f), prefix)
-				if ok && v != "" && strings.Trim(v, "0123456789.") == "" && (best == "" || versionLess(bestV, v)) {
-					best, bestV = f, v
-				}
-			}
-			if best != "" {
-				return best
-			}
-			continue
-		}
-		for _, f := range found {
-			if path.Base(f) == n {
-				return f
-			}
-		}
-	}
-	return ""
-}
-
-// versionLess compares dotted numeric versions.
-func versionLess(a, b string) bool {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(as) && i < len(bs); i++ {
-		if len(as[i]) != len(bs[i]) {
-			return len(as[i]) < len(bs[i])
-		}
-		if as[i] != bs[i] {
-			return as[i] < bs[i]
-		}
-	}
-	return len(as) < len(bs)
 }
 
 // findRoot returns the nearest directory from dir (workspace-relative) up
@@ -209,12 +169,4 @@ func findRoot(ctx context.Context, ws sandbox.FS, dir string, markers []string) 
 		}
 		dir = path.Dir(dir)
 	}
-}
-
-func clip(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n:]
 }

@@ -25,6 +25,7 @@ import (
 
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools/internal/proc"
 )
 
 // Supervision limits and defaults.
@@ -309,7 +310,7 @@ func (s *Supervisor) discover(ctx context.Context, dir, ext string, probeAlways 
 		slices.SortStableFunc(allowed, func(a, b string) int {
 			return boolInt(!s.inWorkspace(a)) - boolInt(!s.inWorkspace(b))
 		})
-		c.Binary = pickBinary(allowed, c.Server.Binaries)
+		c.Binary = proc.PickBinary(allowed, c.Server.Binaries)
 		var why []string
 		if c.Marker == "" {
 			why = append(why, s.markerMissing(c.Server, dir))

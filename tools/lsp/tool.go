@@ -14,6 +14,7 @@ import (
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/internal/proc"
 	"berth.dev/berth/tools/lsp/projectcheck"
 	wspath "berth.dev/berth/tools/workspace"
 )
@@ -1131,7 +1132,7 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 			fmt.Fprintf(&b, "; %s", r.Missing)
 		}
 		if r.LastErr != "" {
-			fmt.Fprintf(&b, "; last error: %s", clip(r.LastErr, 400))
+			fmt.Fprintf(&b, "; last error: %s", proc.Clip(r.LastErr, 400))
 		}
 		b.WriteString("\n")
 	}
