@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"berth.dev/berth/sandbox"
-	"berth.dev/berth/sandbox/docker"
 	"berth.dev/berth/sandbox/host"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/eval"
@@ -91,23 +90,7 @@ func TestEvalReport(t *testing.T) {
 	hostCold, hostRT := evalCells(t, hsb, t.TempDir(), n)
 
 	// berth into a container.
-	cout, err := exec.CommandContext(ctx, "docker", "run", "-d", "--network", "none", image, "sleep", "infinity").Output()
-	if err != nil {
-		t.Skipf("cannot start %s (build it with images/build python): %v", image, err)
-	}
-	ctrID := strings.TrimSpace(string(cout))
-	t.Cleanup(func() { exec.Command("docker", "rm", "-f", ctrID).Run() })
-	exec.CommandContext(ctx, "docker", "exec", ctrID, "mkdir", "-p", benchWorkspace).Run()
-	prov, err := docker.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prov.Close()
-	sb, err := prov.Open(ctx, ctrID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	_, sb := benchContainer(t, image, nil)
 	ctrCold, ctrRT := evalCells(t, sb, benchWorkspace, n)
 
 	var b strings.Builder

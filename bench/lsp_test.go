@@ -195,30 +195,7 @@ func TestLSPReport(t *testing.T) {
 	ctx := t.Context()
 
 	// The container, with the project in its workspace.
-	out, err := exec.CommandContext(ctx, "docker", "run", "-d", "--network", "none", image, "sleep", "infinity").Output()
-	if err != nil {
-		t.Skipf("cannot start %s (build it with images/build go): %v", image, err)
-	}
-	ctrID := strings.TrimSpace(string(out))
-	t.Cleanup(func() { exec.Command("docker", "rm", "-f", ctrID).Run() })
-	for name, text := range lsptest.GoProject {
-		p := path.Join(benchWorkspace, name)
-		script := fmt.Sprintf("mkdir -p %s && echo %s | base64 -d > %s", path.Dir(p), base64.StdEncoding.EncodeToString([]byte(text)), p)
-		if err := exec.CommandContext(ctx, "docker", "exec", ctrID, "sh", "-c", script).Run(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	prov, err := docker.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prov.Close()
-	sb, err := prov.Open(ctx, ctrID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
-
+	ctrID, sb := benchContainer(t, image, lsptest.GoProject)
 	// The floor: a 100-byte echo through a raw docker exec stream (exec
 	// create + attach, nothing of berth's in between), and through the
 	// stream berth's servers use (sandbox.Pipe: the same exec, running
@@ -395,4 +372,36 @@ func toolWrites(t *testing.T, sb sandbox.Sandbox, n int) (plain, withDiag []time
 		withDiag = append(withDiag, edit(reg, i, true))
 	}
 	return plain, withDiag
+}
+
+// benchContainer starts image with no network (removed when the test
+// ends), writes files into its workspace, and opens it as a sandbox.
+func benchContainer(t *testing.T, image string, files map[string]string) (string, sandbox.Sandbox) {
+	t.Helper()
+	ctx := t.Context()
+	out, err := exec.CommandContext(ctx, "docker", "run", "-d", "--network", "none", image, "sleep", "infinity").Output()
+	if err != nil {
+		t.Skipf("cannot start %s (build it with images/build): %v", image, err)
+	}
+	ctrID := strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", ctrID).Run() })
+	script := "mkdir -p " + benchWorkspace
+	for name, text := range files {
+		p := path.Join(benchWorkspace, name)
+		script += fmt.Sprintf(" && mkdir -p %s && echo %s | base64 -d > %s", path.Dir(p), base64.StdEncoding.EncodeToString([]byte(text)), p)
+	}
+	if err := exec.CommandContext(ctx, "docker", "exec", ctrID, "sh", "-c", script).Run(); err != nil {
+		t.Fatal(err)
+	}
+	prov, err := docker.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prov.Close() })
+	sb, err := prov.Open(ctx, ctrID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	return ctrID, sb
 }

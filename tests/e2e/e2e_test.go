@@ -288,6 +288,41 @@ func (a *api) open(conv string) (string, string) {
 	return info.ID, info.Sandbox
 }
 
+// toolReply is a tool result as the API returns it, with every content
+// block and the structured content raw.
+type toolReply struct {
+	Content []struct {
+		Type, Text, MimeType string
+		Data                 string // base64, for images
+	}
+	IsError           bool
+	StructuredContent json.RawMessage
+}
+
+// texts joins the text blocks.
+func (r toolReply) texts() string {
+	var s []string
+	for _, c := range r.Content {
+		if c.Type == "text" {
+			s = append(s, c.Text)
+		}
+	}
+	return strings.Join(s, "\n")
+}
+
+// callTool calls a tool on the default surface with args and expects 200.
+func (a *api) callTool(t *testing.T, run, tool string, args map[string]any) toolReply {
+	t.Helper()
+	raw, _ := json.Marshal(args)
+	r := a.do("POST", "/v1/runs/"+run+"/tools/"+tool, token, fmt.Sprintf(`{"args":%s,"surface":"default"}`, raw))
+	if r.status != http.StatusOK {
+		t.Fatalf("%s %s: %s", tool, raw, r)
+	}
+	var res toolReply
+	r.decode(t, &res)
+	return res
+}
+
 // call calls a tool and expects 200.
 func (a *api) call(run, tool, surface, args string) result {
 	a.t.Helper()

@@ -3,9 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -54,26 +51,10 @@ func evalEnv(a *api, run string, ctr *container) evaltest.Env {
 	return evaltest.Env{
 		Call: func(t *testing.T, tool string, args map[string]any) evaltest.Result {
 			t.Helper()
-			raw, _ := json.Marshal(args)
-			r := a.do("POST", "/v1/runs/"+run+"/tools/"+tool, token, fmt.Sprintf(`{"args":%s,"surface":"default"}`, raw))
-			if r.status != http.StatusOK {
-				t.Fatalf("%s %s: %s", tool, raw, r)
-			}
-			var res struct {
-				Content []struct {
-					Type, Text, MimeType string
-					Data                 string
-				}
-				IsError           bool
-				StructuredContent json.RawMessage
-			}
-			r.decode(t, &res)
-			out := evaltest.Result{IsError: res.IsError, Structured: res.StructuredContent}
-			for _, c := range res.Content {
-				switch c.Type {
-				case "text":
-					out.Text += c.Text + "\n"
-				case "image":
+			r := a.callTool(t, run, tool, args)
+			out := evaltest.Result{Text: r.texts(), IsError: r.IsError, Structured: r.StructuredContent}
+			for _, c := range r.Content {
+				if c.Type == "image" {
 					b, err := base64.StdEncoding.DecodeString(c.Data)
 					if err != nil {
 						t.Fatalf("image content is not base64: %v", err)

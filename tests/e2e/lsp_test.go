@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -15,22 +12,8 @@ func lspEnv(a *api, run string, ctr *container) lsptest.Env {
 	return lsptest.Env{
 		Call: func(t *testing.T, tool string, args map[string]any) lsptest.Result {
 			t.Helper()
-			raw, _ := json.Marshal(args)
-			r := a.do("POST", "/v1/runs/"+run+"/tools/"+tool, token, fmt.Sprintf(`{"args":%s,"surface":"default"}`, raw))
-			if r.status != http.StatusOK {
-				t.Fatalf("%s %s: %s", tool, raw, r)
-			}
-			var res struct {
-				Content           []struct{ Type, Text string }
-				IsError           bool
-				StructuredContent json.RawMessage
-			}
-			r.decode(t, &res)
-			var texts []string
-			for _, c := range res.Content {
-				texts = append(texts, c.Text)
-			}
-			return lsptest.Result{Text: strings.Join(texts, "\n"), IsError: res.IsError, Structured: res.StructuredContent}
+			r := a.callTool(t, run, tool, args)
+			return lsptest.Result{Text: r.texts(), IsError: r.IsError, Structured: r.StructuredContent}
 		},
 		Put: func(t *testing.T, name, content string) { ctr.put(t, name, content) },
 		Sh:  func(t *testing.T, script string) string { return ctr.sh(t, "cd "+workspace+" && "+script) },
