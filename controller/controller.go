@@ -1,7 +1,9 @@
 // Package controller owns berth's runs: it places each run in a sandbox
 // (the conversation's container, or the host), builds the run's tool
-// registry, routes every tool call through that registry's level gate, and
-// closes everything a run started when the run ends.
+// registry, routes every tool call through that registry's level gate and
+// the run's permission gate (tools/permission), gives each run a question
+// port (controller/questions) for ask_user and permission cards, and closes
+// everything a run started when the run ends.
 //
 // The controller sees sandboxes only through [sandbox.Provider]; which
 // backends exist (host, docker, …) is decided by whoever builds the
@@ -25,8 +27,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"berth.dev/berth/controller/questions"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/permission"
 )
 
 // DefaultLabelKey is the container label whose value is a conversation id.
@@ -72,6 +76,17 @@ type Env struct {
 	Context context.Context
 	// Logger logs with the run's id attached.
 	Logger *slog.Logger
+	// Questions is the run's question port: numbered question and
+	// permission cards and the run's event stream. Nil when
+	// Config.NoQuestions is set (no surface to draw cards on). Binders may
+	// Publish their own event types on it.
+	Questions *questions.Port
+	// Gate is the run's permission gate. The controller installs it on the
+	// run's registry after the binders ran, so it is the outermost
+	// middleware; a binder that builds a sub-registry (a worker's tools)
+	// Uses Gate.Wrap on it to share the same policy and "allow for this
+	// run" decisions.
+	Gate *permission.Gate
 
 	closers *[]func() error
 }
@@ -113,6 +128,25 @@ type Config struct {
 
 	// CloseGrace overrides DefaultCloseGrace.
 	CloseGrace time.Duration
+
+	// Mode is how berth is deployed; it picks the default Permissions:
+	// permission.ModeLocal (the default: every level allowed) or
+	// permission.ModeHosted (read allowed; write and exec ask the operator
+	// through a permission card). `berth serve` defaults to hosted.
+	Mode permission.Mode
+
+	// Permissions overrides the mode's default policy
+	// (permission.DefaultPolicy(Mode)).
+	Permissions *permission.Policy
+
+	// PermissionTimeout overrides permission.DefaultTimeout: how long a
+	// permission card waits before the call is refused.
+	PermissionTimeout time.Duration
+
+	// NoQuestions opens runs without a question port: no ask_user, no
+	// events, and every permission "ask" is refused (no approver). For
+	// one-shot commands with nobody to show a card to.
+	NoQuestions bool
 }
 
 // RunSpec says where and how to open a run.
@@ -174,6 +208,15 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.CloseGrace <= 0 {
 		cfg.CloseGrace = DefaultCloseGrace
+	}
+	mode, err := permission.ParseMode(string(cfg.Mode))
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	cfg.Mode = mode
+	if cfg.Permissions == nil {
+		p := permission.DefaultPolicy(cfg.Mode)
+		cfg.Permissions = &p
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -252,12 +295,19 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 		},
 	}
 	env := &Env{RunID: id, Spec: spec, Sandbox: sb, Workspace: fsys, Context: runCtx, Logger: r.log, closers: &r.closers}
+	if !c.cfg.NoQuestions {
+		r.questions = questions.New()
+		env.Questions = r.questions
+		env.OnClose(r.questions.Close) // runs last: after the resources that publish
+	}
+	env.Gate = permission.New(*c.cfg.Permissions, r.questions, permission.Options{Timeout: c.cfg.PermissionTimeout})
 	for _, bind := range c.cfg.Tools {
 		if err := bind(ctx, r.reg, env); err != nil {
 			r.closeResources()
 			return nil, fmt.Errorf("controller: wire tools for run in %s: %w", ref, err)
 		}
 	}
+	r.reg.Use(env.Gate.Wrap) // outermost: before diagnostics on write and the rest
 
 	c.mu.Lock()
 	if c.closed {
@@ -457,14 +507,16 @@ func newID() (string, error) {
 // Run is one conversation's run: a sandbox, a workspace and a tool
 // registry. It is safe for concurrent use.
 type Run struct {
-	c      *Controller
-	id     string
-	sb     sandbox.Sandbox
-	reg    *tools.Registry
-	info   RunInfo
-	log    *slog.Logger
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
+	c    *Controller
+	id   string
+	sb   sandbox.Sandbox
+	reg  *tools.Registry
+	info RunInfo
+	// questions is nil when Config.NoQuestions is set.
+	questions *questions.Port
+	log       *slog.Logger
+	ctx       context.Context // cancelled by Close
+	cancel    context.CancelFunc
 
 	closers []func() error // written only during Open
 
@@ -488,6 +540,10 @@ func (r *Run) Sandbox() string { return r.info.Sandbox }
 
 // Info describes the run.
 func (r *Run) Info() RunInfo { return r.info }
+
+// Questions returns the run's question port: its cards and event stream.
+// It is nil when Config.NoQuestions is set.
+func (r *Run) Questions() *questions.Port { return r.questions }
 
 // Tools lists the tools the surface may see; an empty surface is the run's
 // mode, and a surface above the mode sees only what the mode allows. An

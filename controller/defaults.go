@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/ask"
 	"berth.dev/berth/tools/debug"
 	"berth.dev/berth/tools/eval"
 	"berth.dev/berth/tools/files"
@@ -15,9 +16,30 @@ import (
 // the workspace file tools (read, write, edit, apply_patch), the
 // structural tools (ast_grep, ast_edit, resolve), the language-server tools
 // (lsp, lsp_rename, diagnostics on write), debug for runs with a
-// conversation id, and eval.
+// conversation id, eval, and ask_user for runs with a question port.
 func DefaultTools() []Binder {
-	return []Binder{FileTools, StructuralTools, LSPTools, DebugTools, EvalTools}
+	return []Binder{FileTools, StructuralTools, LSPTools, DebugTools, EvalTools, AskTools}
+}
+
+// AskTools registers ask_user (TOOLS.md §9) when the run has a question
+// port, which is its target surface: the cards go out on the run's event
+// stream (GET /v1/runs/{id}/events) and come back through POST
+// /v1/runs/{id}/cards/{n} (ASK-3). A run opened with Config.NoQuestions
+// does not get it.
+func AskTools(ctx context.Context, r *tools.Registry, env *Env) error {
+	return AskToolsWith(ask.Options{})(ctx, r, env)
+}
+
+// AskToolsWith is AskTools with a question timeout other than
+// ask.DefaultTimeout.
+func AskToolsWith(opts ask.Options) Binder {
+	return func(ctx context.Context, r *tools.Registry, env *Env) error {
+		if env.Questions == nil {
+			return nil
+		}
+		ask.Register(r, env.Questions, opts)
+		return nil
+	}
 }
 
 // EvalTools registers eval (TOOLS.md §8) with one kernel supervisor per

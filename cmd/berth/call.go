@@ -41,7 +41,7 @@ func withRun(ctx context.Context, g *globalFlags, f *runFlags, stderr io.Writer,
 	}
 	b := newBackends(g)
 	defer b.Close()
-	c, err := newController(g, b, nil, g.logger(stderr), "")
+	c, err := newController(g, b, nil, g.logger(stderr), "", "")
 	if err != nil {
 		return err
 	}

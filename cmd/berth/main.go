@@ -71,6 +71,8 @@ type globalFlags struct {
 	noHostFallback bool
 	dockerHost     string
 	verbose        bool
+	// serveMode is berth serve's --mode: hosted (the default) or local.
+	serveMode string
 }
 
 func newRoot() *cobra.Command {

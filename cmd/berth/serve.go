@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"berth.dev/berth/controller/httpapi"
+	"berth.dev/berth/tools/permission"
 )
 
 // DefaultAddr is where berth serve listens by default.
@@ -43,7 +44,12 @@ func newServe(g *globalFlags) *cobra.Command {
 "Authorization: Bearer <token>", the token taken from --token-file or else
 $BERTH_TOKEN. Without a token berth listens only on a loopback address (and
 then checks that the Host header is a loopback name). SIGINT or SIGTERM
-closes every run, which kills what the runs started, and exits.`,
+closes every run, which kills what the runs started, and exits.
+
+--mode hosted (the default) makes write and exec tools ask the operator
+first: a permission card on GET /v1/runs/{id}/events, answered with POST
+/v1/runs/{id}/cards/{n}; with nobody connected they are refused. --mode local
+runs every tool without asking.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			token, err := loadToken(f.tokenFile, os.Getenv(EnvToken))
@@ -66,6 +72,7 @@ closes every run, which kills what the runs started, and exits.`,
 	}
 	cmd.Flags().StringVar(&f.addr, "addr", DefaultAddr, "address to listen on")
 	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token (default: $"+EnvToken+")")
+	cmd.Flags().StringVar(&g.serveMode, "mode", string(permission.ModeHosted), "permission mode: hosted (write and exec tools ask the operator through a permission card) or local (every tool runs)")
 	return cmd
 }
 
@@ -76,7 +83,16 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b := newBackends(g)
 	defer b.Close()
-	c, err := newController(g, b, reg, log, "")
+	mode := permission.ModeHosted
+	if g.serveMode != "" {
+		m, err := permission.ParseMode(g.serveMode)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("berth: --mode: %w", err)
+		}
+		mode = m
+	}
+	c, err := newController(g, b, reg, log, "", mode)
 	if err != nil {
 		ln.Close()
 		return err

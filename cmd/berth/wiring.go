@@ -11,6 +11,7 @@ import (
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/docker"
 	"berth.dev/berth/sandbox/host"
+	"berth.dev/berth/tools/permission"
 )
 
 // backends are the providers berth was built with, and what closes them.
@@ -47,8 +48,10 @@ func newBackends(g *globalFlags) *backends {
 	return b
 }
 
-// newController wires a controller over the backends.
-func newController(g *globalFlags, b *backends, reg prometheus.Registerer, log *slog.Logger, defaultWorkspace string) (*controller.Controller, error) {
+// newController wires a controller over the backends. mode is the
+// permission mode of berth serve; empty is a one-shot command (call,
+// tools): local mode and no question port, since nobody could see a card.
+func newController(g *globalFlags, b *backends, reg prometheus.Registerer, log *slog.Logger, defaultWorkspace string, mode permission.Mode) (*controller.Controller, error) {
 	return controller.New(controller.Config{
 		Providers:        b.providers,
 		LabelKey:         g.labelKey,
@@ -56,6 +59,8 @@ func newController(g *globalFlags, b *backends, reg prometheus.Registerer, log *
 		DefaultWorkspace: defaultWorkspace,
 		Registerer:       reg,
 		Logger:           log,
+		Mode:             mode,
+		NoQuestions:      mode == "",
 	})
 }
 

@@ -10,8 +10,25 @@
 //	GET    /v1/runs/{id}/tools?surface=S → {"tools":[{name,description,level,inputSchema}]}
 //	POST   /v1/runs/{id}/tools/{name}  {"args":{…},"surface":"default"} → 200 tool result
 //	DELETE /v1/runs/{id}               close the run → 204
+//	GET    /v1/runs/{id}/events        the run's event stream (SSE), resumable with Last-Event-ID
+//	GET    /v1/runs/{id}/cards         open cards → {"cards":[Card…]}
+//	POST   /v1/runs/{id}/cards/{n}     answer card n → 200 {"n","outcome"}
 //	GET    /healthz                    200 "ok", never authenticated
 //	GET    /metrics                    Prometheus text format, authenticated like /v1
+//
+// The event stream is text/event-stream: each event has an "id:" (per run,
+// increasing), an "event:" type (card.opened, card.closed, events.lost, or a
+// type another part of the run publishes) and one "data:" line of JSON.
+// Without Last-Event-ID it replays every event still kept
+// (questions.MaxEvents), then follows live; a comment line is sent every
+// KeepAlive. While a client is connected the run counts as having someone
+// to ask: ask_user and permission cards are drawn instead of failing
+// closed. The stream ends with an "event: closed" when the run closes.
+//
+// A card's answer is {"choice":[labels…],"text":"…"} or {"skip":true} for a
+// question, {"decision":"approve"|"deny"|"allow_run"} for a permission
+// request. An answer that does not fit is 400 bad_request and the card
+// stays open; a card that is not open is 404 unknown_card.
 //
 // A tool result with isError is still 200: it is data for the model. Call
 // errors are 4xx/5xx with {"error":{"code","message"}}:
@@ -22,6 +39,8 @@
 //	403 forbidden_origin   a browser request (Origin header): berth serves no browsers
 //	404 unknown_run        no open run has that id
 //	404 unknown_tool       the run has no tool of that name
+//	404 unknown_card       no open card has that number (answered, skipped, timed out or never opened)
+//	404 no_questions       the run has no question port (berth opened it with NoQuestions)
 //	404 sandbox_not_found  no container for the reference or conversation (sandbox.ErrNotFound)
 //	404 not_found          no such route
 //	405 method_not_allowed
@@ -38,6 +57,7 @@
 package httpapi
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -48,18 +68,25 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"berth.dev/berth/controller"
+	"berth.dev/berth/controller/questions"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
 )
 
 // MaxBodyBytes caps a request body.
 const MaxBodyBytes = 8 << 20
+
+// KeepAlive is how often an idle event stream sends a comment line, so
+// proxies keep it open and a vanished client is noticed.
+const KeepAlive = 15 * time.Second
 
 // Options configure [New].
 type Options struct {
@@ -95,6 +122,9 @@ func New(c *controller.Controller, opts Options) http.Handler {
 	v1.HandleFunc("DELETE /v1/runs/{id}", s.closeRun)
 	v1.HandleFunc("GET /v1/runs/{id}/tools", s.listTools)
 	v1.HandleFunc("POST /v1/runs/{id}/tools/{name}", s.callTool)
+	v1.HandleFunc("GET /v1/runs/{id}/events", s.events)
+	v1.HandleFunc("GET /v1/runs/{id}/cards", s.listCards)
+	v1.HandleFunc("POST /v1/runs/{id}/cards/{n}", s.answerCard)
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -190,6 +220,9 @@ func (w *statusRewriter) WriteHeader(code int) {
 	w.wroteHdr = true
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (Flush for SSE).
+func (w *statusRewriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusRewriter) Write(p []byte) (int, error) {
 	if w.rewrote {
@@ -299,6 +332,117 @@ func (s *server) callTool(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+// port returns the question port of the request's run.
+func (s *server) port(w http.ResponseWriter, r *http.Request) (*questions.Port, bool) {
+	run, err := s.c.Get(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return nil, false
+	}
+	p := run.Questions()
+	if p == nil {
+		writeError(w, http.StatusNotFound, "no_questions", fmt.Sprintf("httpapi: run %s has no question port: it has no events and no cards", run.ID()))
+		return nil, false
+	}
+	return p, true
+}
+
+// events serves the run's event stream as SSE until the run closes or the
+// client goes away.
+func (s *server) events(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.port(w, r)
+	if !ok {
+		return
+	}
+	var after uint64
+	if h := r.Header.Get("Last-Event-ID"); h != "" {
+		n, err := strconv.ParseUint(strings.TrimSpace(h), 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("httpapi: Last-Event-ID %q is not an event id: send the id of the last event received, or none to replay what is kept", h))
+			return
+		}
+		after = n
+	}
+	sub := p.Subscribe(after)
+	defer sub.Close()
+
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriter(w)
+	flush := func() error {
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	io.WriteString(bw, ": connected\n\n")
+	if flush() != nil {
+		return
+	}
+	for {
+		ctx, cancel := context.WithTimeout(r.Context(), KeepAlive)
+		evs, err := sub.Next(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			for _, e := range evs {
+				if e.ID != 0 {
+					fmt.Fprintf(bw, "id: %d\n", e.ID)
+				}
+				fmt.Fprintf(bw, "event: %s\ndata: %s\n\n", e.Type, e.Data)
+			}
+		case errors.Is(err, questions.ErrClosed):
+			io.WriteString(bw, "event: closed\ndata: {}\n\n")
+			flush()
+			return
+		case r.Context().Err() != nil:
+			return
+		default: // idle for KeepAlive
+			io.WriteString(bw, ": keepalive\n\n")
+		}
+		if flush() != nil {
+			return
+		}
+	}
+}
+
+func (s *server) listCards(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.port(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cards": p.Cards()})
+}
+
+func (s *server) answerCard(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.port(w, r)
+	if !ok {
+		return
+	}
+	n, err := strconv.Atoi(r.PathValue("n"))
+	if err != nil || n < 1 {
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("httpapi: card %q is not a card number: use the n of a card from the events or GET /v1/runs/{id}/cards", r.PathValue("n")))
+		return
+	}
+	var a questions.Answer
+	if !decode(w, r, &a) {
+		return
+	}
+	if err := p.Answer(n, a); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := questions.Answered
+	if a.Skip {
+		out = questions.Skipped
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"n": n, "outcome": out})
+}
+
 // decode reads a JSON body strictly: one object, no unknown fields.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(r.Body)
@@ -339,6 +483,12 @@ func classify(err error) (int, string) {
 		return http.StatusNotFound, "unknown_run"
 	case errors.Is(err, tools.ErrUnknownTool):
 		return http.StatusNotFound, "unknown_tool"
+	case errors.Is(err, questions.ErrNoCard):
+		return http.StatusNotFound, "unknown_card"
+	case errors.Is(err, questions.ErrClosed):
+		return http.StatusNotFound, "unknown_run"
+	case errors.Is(err, questions.ErrBadAnswer):
+		return http.StatusBadRequest, "bad_request"
 	case errors.Is(err, tools.ErrDenied):
 		return http.StatusForbidden, "denied"
 	case errors.As(err, &in), errors.Is(err, controller.ErrBadSpec):

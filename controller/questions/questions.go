@@ -1,0 +1,393 @@
+// Package questions is a run's question port: the numbered cards a run
+// draws in the conversation — questions from ask_user and permission
+// requests from the permission gate (TOOLS.md §9, ASK-1..3) — and the
+// run's event stream that carries them.
+//
+// A [Port] numbers cards 1, 2, 3 … per run, whatever their kind. [Port.Ask]
+// opens a card and blocks until [Port.Answer] answers it or its context
+// ends; an answer that does not fit the card is refused and the card stays
+// open. Every change is an [Event] in one stream with increasing ids; a
+// [Subscription] reads it from any id still retained (at most [MaxEvents]),
+// which is how the HTTP API resumes an SSE stream from Last-Event-ID.
+// Other parts of a run (vibe workers, bridges) add their own event types
+// with [Port.Publish].
+//
+// The port fails closed: with no subscriber connected, Ask fails at once
+// with [ErrNoSubscriber] instead of waiting for nobody.
+package questions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MaxEvents is how many events a port keeps for replay. A subscriber that
+// falls further behind gets an [EventLost] event and continues with the
+// oldest event still kept.
+const MaxEvents = 1024
+
+// MaxOpenCards caps the cards open at once on one port; Ask beyond it fails.
+const MaxOpenCards = 256
+
+// Event types the port itself publishes.
+const (
+	// EventCardOpened carries the [Card].
+	EventCardOpened = "card.opened"
+	// EventCardClosed carries a [Closed]: answered, skipped, timed out,
+	// cancelled, or closed with the run.
+	EventCardClosed = "card.closed"
+	// EventLost tells a subscriber that events were dropped before it read
+	// them; data is {"after": id, "next": id}. Fetch GET …/cards for the
+	// open cards.
+	EventLost = "events.lost"
+)
+
+// Errors of the port. Test them with errors.Is.
+var (
+	// ErrNoSubscriber: nobody is connected to see the card (fail-closed).
+	ErrNoSubscriber = errors.New("no one is connected to answer")
+	// ErrNoCard: no open card has that number (it never existed, or it was
+	// already answered, skipped, timed out or cancelled).
+	ErrNoCard = errors.New("no open card")
+	// ErrBadAnswer: the answer does not fit the card (HTTP 400); the card
+	// stays open.
+	ErrBadAnswer = errors.New("bad answer")
+	// ErrClosed: the port closed with its run.
+	ErrClosed = errors.New("question port closed")
+)
+
+// Kind is what a card asks.
+type Kind string
+
+const (
+	KindQuestion   Kind = "question"   // ask_user
+	KindPermission Kind = "permission" // the permission gate: may a tool run?
+)
+
+// Option is one choice of a question card.
+type Option struct {
+	Label       string `json:"label" jsonschema:"the choice as shown; answers name it exactly"`
+	Description string `json:"description,omitempty" jsonschema:"what choosing it means"`
+}
+
+// Decision answers a permission card.
+type Decision string
+
+const (
+	Approve  Decision = "approve"   // run this call
+	Deny     Decision = "deny"      // refuse this call
+	AllowRun Decision = "allow_run" // run it, and allow this tool for the rest of the run
+)
+
+// Card is one numbered card. Question cards use Question … MultiSelect;
+// permission cards use Tool … Summary.
+type Card struct {
+	N      int       `json:"n"`
+	Kind   Kind      `json:"kind"`
+	Opened time.Time `json:"opened"`
+	// Deadline is when the card times out, if it does.
+	Deadline time.Time `json:"deadline,omitzero"`
+
+	Question      string   `json:"question,omitempty"`
+	Context       string   `json:"context,omitempty"`
+	Options       []Option `json:"options,omitempty"`
+	AllowFreeText bool     `json:"allow_free_text,omitempty"`
+	MultiSelect   bool     `json:"multi_select,omitempty"`
+
+	Tool    string `json:"tool,omitempty"`
+	Level   string `json:"level,omitempty"`
+	Surface string `json:"surface,omitempty"`
+	// Summary is the call's arguments, bounded by the gate.
+	Summary string `json:"summary,omitempty"`
+}
+
+// Answer answers a card: Choice, Text or Skip for a question, Decision for
+// a permission request.
+type Answer struct {
+	Choice   []string `json:"choice,omitempty"`
+	Text     string   `json:"text,omitempty"`
+	Skip     bool     `json:"skip,omitempty"`
+	Decision Decision `json:"decision,omitempty"`
+}
+
+// Outcome is how a card closed.
+type Outcome string
+
+const (
+	Answered  Outcome = "answered"
+	Skipped   Outcome = "skipped"
+	TimedOut  Outcome = "timeout"
+	Cancelled Outcome = "cancelled" // the waiting call went away
+	RunClosed Outcome = "closed"    // the port closed with its run
+)
+
+// Closed is the data of an [EventCardClosed] event.
+type Closed struct {
+	N       int     `json:"n"`
+	Kind    Kind    `json:"kind"`
+	Outcome Outcome `json:"outcome"`
+	Answer  *Answer `json:"answer,omitempty"`
+}
+
+// Event is one entry of a run's event stream.
+type Event struct {
+	ID   uint64          `json:"id"`
+	Type string          `json:"type"`
+	Data json.RawMessage `json:"data"`
+}
+
+// Port is one run's question port and event stream. It is safe for
+// concurrent use; the zero value is not usable, call [New].
+type Port struct {
+	mu      sync.Mutex
+	closed  bool
+	nextN   int
+	open    map[int]*waiter
+	log     []Event // the last MaxEvents events, oldest first
+	lastID  uint64
+	changed chan struct{} // closed and replaced on every event
+	subs    int
+}
+
+type waiter struct {
+	card Card
+	ans  chan Answer // buffered 1; sent under mu when answered
+}
+
+// New returns an open port with no cards and no subscribers.
+func New() *Port {
+	return &Port{nextN: 1, open: map[int]*waiter{}, changed: make(chan struct{})}
+}
+
+// Connected reports whether anyone is subscribed.
+func (p *Port) Connected() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.subs > 0 && !p.closed
+}
+
+// Publish adds an event of type typ with data marshalled as JSON. Other
+// parts of a run use it for their own event types (for example
+// "worker.done"). It fails only when data cannot be marshalled or the
+// port is closed.
+func (p *Port) Publish(typ string, data any) error {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("questions: event %s: %w", typ, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("questions: event %s: %w", typ, ErrClosed)
+	}
+	p.publishLocked(typ, b)
+	return nil
+}
+
+func (p *Port) publishLocked(typ string, data json.RawMessage) {
+	p.lastID++
+	if len(p.log) == MaxEvents {
+		copy(p.log, p.log[1:])
+		p.log = p.log[:MaxEvents-1]
+	}
+	p.log = append(p.log, Event{ID: p.lastID, Type: typ, Data: data})
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only our own plain types are marshalled here
+	}
+	return b
+}
+
+// Cards returns the open cards, lowest number first.
+func (p *Port) Cards() []Card {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Card, 0, len(p.open))
+	for n := 1; n < p.nextN && len(out) < len(p.open); n++ {
+		if w, ok := p.open[n]; ok {
+			out = append(out, w.card)
+		}
+	}
+	return out
+}
+
+// Ask opens card c (its N and Opened are set by the port) and waits for an
+// answer. ctx bounds the wait: when it ends the card closes as timed out
+// (ctx's deadline passed) or cancelled, and Ask returns ctx's error. With
+// no subscriber connected Ask fails at once with ErrNoSubscriber; a
+// question card with invalid options fails with ErrBadAnswer.
+func (p *Port) Ask(ctx context.Context, c Card) (Card, Answer, error) {
+	if c.Kind == KindQuestion {
+		if err := CheckOptions(c.Options); err != nil {
+			return c, Answer{}, err
+		}
+	}
+	if dl, ok := ctx.Deadline(); ok && c.Deadline.IsZero() {
+		c.Deadline = dl
+	}
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		return c, Answer{}, fmt.Errorf("questions: %w: the run is closing", ErrClosed)
+	case p.subs == 0:
+		p.mu.Unlock()
+		return c, Answer{}, fmt.Errorf("questions: %w: nobody is subscribed to the run's events (GET /v1/runs/{id}/events), so no one would see the card", ErrNoSubscriber)
+	case len(p.open) >= MaxOpenCards:
+		p.mu.Unlock()
+		return c, Answer{}, fmt.Errorf("questions: %d cards are already open: wait for answers before asking more", MaxOpenCards)
+	}
+	c.N = p.nextN
+	p.nextN++
+	c.Opened = time.Now()
+	w := &waiter{card: c, ans: make(chan Answer, 1)}
+	p.open[c.N] = w
+	p.publishLocked(EventCardOpened, mustJSON(c))
+	p.mu.Unlock()
+
+	select {
+	case a := <-w.ans:
+		return c, a, nil
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if _, still := p.open[c.N]; still {
+		delete(p.open, c.N)
+		out := Cancelled
+		switch {
+		case p.closed:
+			out = RunClosed
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			out = TimedOut
+		}
+		if !p.closed {
+			p.publishLocked(EventCardClosed, mustJSON(Closed{N: c.N, Kind: c.Kind, Outcome: out}))
+		}
+		p.mu.Unlock()
+		return c, Answer{}, fmt.Errorf("questions: card %d %s: %w", c.N, out, ctx.Err())
+	}
+	p.mu.Unlock()
+	return c, <-w.ans, nil // answered while ctx ended: the answer wins
+}
+
+// Answer answers open card n. It fails with ErrNoCard when no card n is
+// open and with ErrBadAnswer when a does not fit the card; the card then
+// stays open.
+func (p *Port) Answer(n int, a Answer) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("questions: card %d: %w", n, ErrClosed)
+	}
+	w, ok := p.open[n]
+	if !ok {
+		return fmt.Errorf("questions: card %d: %w: it was never opened, or was already answered, skipped, timed out or cancelled; list the open cards with GET /v1/runs/{id}/cards", n, ErrNoCard)
+	}
+	if err := Check(w.card, a); err != nil {
+		return fmt.Errorf("questions: card %d: %w", n, err)
+	}
+	delete(p.open, n)
+	out := Answered
+	if a.Skip {
+		out = Skipped
+	}
+	w.ans <- a
+	p.publishLocked(EventCardClosed, mustJSON(Closed{N: n, Kind: w.card.Kind, Outcome: out, Answer: &a}))
+	return nil
+}
+
+// Close closes the port: open cards close (their Ask calls return
+// ErrClosed once their contexts end — the run cancels them), and
+// subscribers' Next returns ErrClosed after the events they have not read.
+// It is idempotent and returns nil, to be used as a run closer.
+func (p *Port) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	for n, w := range p.open {
+		p.publishLocked(EventCardClosed, mustJSON(Closed{N: n, Kind: w.card.Kind, Outcome: RunClosed}))
+	}
+	p.closed = true
+	close(p.changed)
+	p.changed = make(chan struct{})
+	return nil
+}
+
+// Subscribe connects a subscriber that reads events after id after (0: every
+// event still kept; an id the port has not issued yet: only new events). While it is open the port counts as connected, so
+// Ask draws cards instead of failing. The caller must Close it.
+func (p *Port) Subscribe(after uint64) *Subscription {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.subs++
+	if after > p.lastID {
+		after = p.lastID // an id this port never issued: follow from now
+	}
+	return &Subscription{p: p, after: after}
+}
+
+// Subscription reads a port's events in order. It is not safe for
+// concurrent use by several goroutines.
+type Subscription struct {
+	p      *Port
+	after  uint64
+	closed sync.Once
+}
+
+// Next returns the events after the last one returned, waiting until there
+// is one, ctx ends (ctx's error) or the port closes with nothing left to
+// read (ErrClosed). When events the subscriber had not read were dropped,
+// the first event returned is an [EventLost] event, with ID 0.
+func (s *Subscription) Next(ctx context.Context) ([]Event, error) {
+	for {
+		s.p.mu.Lock()
+		var out []Event
+		if len(s.p.log) > 0 {
+			oldest := s.p.log[0].ID
+			if s.after+1 < oldest {
+				if s.after > 0 { // a fresh subscriber lost nothing it had seen
+					out = append(out, Event{Type: EventLost, Data: mustJSON(map[string]uint64{"after": s.after, "next": oldest})})
+				}
+				s.after = oldest - 1
+			}
+			if s.after < s.p.lastID {
+				i := len(s.p.log) - int(s.p.lastID-s.after)
+				out = append(out, s.p.log[i:]...)
+				s.after = s.p.lastID
+			}
+		}
+		closed, changed := s.p.closed, s.p.changed
+		s.p.mu.Unlock()
+		if len(out) > 0 {
+			return out, nil
+		}
+		if closed {
+			return nil, ErrClosed
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Close disconnects the subscriber. It is idempotent.
+func (s *Subscription) Close() {
+	s.closed.Do(func() {
+		s.p.mu.Lock()
+		s.p.subs--
+		s.p.mu.Unlock()
+	})
+}

@@ -1,0 +1,175 @@
+package questions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestCheck(t *testing.T) {
+	q := Card{N: 1, Kind: KindQuestion, Options: []Option{{Label: "A"}, {Label: "B"}}}
+	multi := q
+	multi.MultiSelect = true
+	free := q
+	free.AllowFreeText = true
+	perm := Card{N: 2, Kind: KindPermission, Tool: "write"}
+	tests := []struct {
+		name string
+		card Card
+		a    Answer
+		ok   bool
+	}{
+		{"one choice", q, Answer{Choice: []string{"A"}}, true},
+		{"skip", q, Answer{Skip: true}, true},
+		{"skip with text", free, Answer{Skip: true, Text: "x"}, false},
+		{"unknown choice", q, Answer{Choice: []string{"Z"}}, false},
+		{"two choices, single select", q, Answer{Choice: []string{"A", "B"}}, false},
+		{"two choices, multi select", multi, Answer{Choice: []string{"A", "B"}}, true},
+		{"same choice twice", multi, Answer{Choice: []string{"A", "A"}}, false},
+		{"text not allowed", q, Answer{Text: "hi"}, false},
+		{"text allowed", free, Answer{Text: "hi"}, true},
+		{"text and choice", free, Answer{Choice: []string{"B"}, Text: "because"}, true},
+		{"empty", free, Answer{}, false},
+		{"decision on a question", q, Answer{Decision: Approve}, false},
+		{"approve", perm, Answer{Decision: Approve}, true},
+		{"allow_run", perm, Answer{Decision: AllowRun}, true},
+		{"deny", perm, Answer{Decision: Deny}, true},
+		{"bad decision", perm, Answer{Decision: "maybe"}, false},
+		{"choice on a permission", perm, Answer{Choice: []string{"A"}}, false},
+		{"no decision", perm, Answer{}, false},
+	}
+	for _, tt := range tests {
+		err := Check(tt.card, tt.a)
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: err = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && !errors.Is(err, ErrBadAnswer) {
+			t.Errorf("%s: %v does not wrap ErrBadAnswer", tt.name, err)
+		}
+	}
+}
+
+func TestCheckOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []Option
+		ok   bool
+	}{
+		{"none", nil, true},
+		{"unique", []Option{{Label: "a"}, {Label: "b"}}, true},
+		{"empty label", []Option{{Label: " "}}, false},
+		{"duplicate", []Option{{Label: "a"}, {Label: "a"}}, false},
+		{"too many", make([]Option, MaxOptions+1), false},
+	}
+	for _, tt := range tests {
+		if err := CheckOptions(tt.opts); (err == nil) != tt.ok {
+			t.Errorf("%s: err = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+	}
+}
+
+func TestAskAnswerAndEvents(t *testing.T) {
+	p := New()
+	ctx := t.Context()
+	if _, _, err := p.Ask(ctx, Card{Kind: KindQuestion, Options: []Option{{Label: "A"}}}); !errors.Is(err, ErrNoSubscriber) {
+		t.Fatalf("Ask without subscriber: %v, want ErrNoSubscriber", err)
+	}
+	sub := p.Subscribe(0)
+	defer sub.Close()
+	if !p.Connected() {
+		t.Fatal("not connected with a subscriber")
+	}
+
+	type result struct {
+		c   Card
+		a   Answer
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, a, err := p.Ask(ctx, Card{Kind: KindQuestion, Question: "which?", Options: []Option{{Label: "A"}, {Label: "B"}}})
+		done <- result{c, a, err}
+	}()
+	evs, err := sub.Next(ctx)
+	if err != nil || len(evs) != 1 || evs[0].Type != EventCardOpened || evs[0].ID != 1 {
+		t.Fatalf("first events: %v %+v", err, evs)
+	}
+	if cards := p.Cards(); len(cards) != 1 || cards[0].N != 1 || cards[0].Question != "which?" {
+		t.Fatalf("Cards = %+v", cards)
+	}
+	if err := p.Answer(1, Answer{Choice: []string{"C"}}); !errors.Is(err, ErrBadAnswer) {
+		t.Fatalf("bad answer: %v", err)
+	}
+	if err := p.Answer(2, Answer{Skip: true}); !errors.Is(err, ErrNoCard) {
+		t.Fatalf("answer to card 2: %v", err)
+	}
+	if err := p.Answer(1, Answer{Choice: []string{"B"}}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.c.N != 1 || r.a.Choice[0] != "B" {
+		t.Fatalf("Ask = %+v", r)
+	}
+	if err := p.Answer(1, Answer{Skip: true}); !errors.Is(err, ErrNoCard) {
+		t.Fatalf("second answer: %v", err)
+	}
+	evs, _ = sub.Next(ctx)
+	var cl Closed
+	json.Unmarshal(evs[0].Data, &cl)
+	if evs[0].Type != EventCardClosed || cl.N != 1 || cl.Outcome != Answered {
+		t.Fatalf("closed event: %+v", evs)
+	}
+
+	// A timeout closes the card with outcome timeout; numbering goes on.
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	c, _, err := p.Ask(tctx, Card{Kind: KindPermission, Tool: "write"})
+	if !errors.Is(err, context.DeadlineExceeded) || c.N != 2 {
+		t.Fatalf("timeout: card %d, %v", c.N, err)
+	}
+	evs, _ = sub.Next(ctx)
+	json.Unmarshal(evs[len(evs)-1].Data, &cl)
+	if cl.N != 2 || cl.Outcome != TimedOut {
+		t.Fatalf("timeout event: %s", evs[len(evs)-1].Data)
+	}
+
+	// Replay from an id, then close: Next drains, then ErrClosed.
+	again := p.Subscribe(2)
+	defer again.Close()
+	p.Close()
+	evs, err = again.Next(ctx)
+	if err != nil || len(evs) != 2 || evs[0].ID != 3 {
+		t.Fatalf("replay after 2: %v %+v", err, evs)
+	}
+	if _, err := again.Next(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after close: %v", err)
+	}
+}
+
+func TestReplayIsBounded(t *testing.T) {
+	p := New()
+	for i := range MaxEvents + 10 {
+		if err := p.Publish("worker.update", map[string]int{"i": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(p.log) != MaxEvents {
+		t.Fatalf("log holds %d events, want %d", len(p.log), MaxEvents)
+	}
+	sub := p.Subscribe(3)
+	defer sub.Close()
+	evs, err := sub.Next(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs[0].Type != EventLost || evs[1].ID != 11 || len(evs) != MaxEvents+1 {
+		t.Fatalf("got %d events starting %+v %+v", len(evs), evs[0], evs[1])
+	}
+	fresh := p.Subscribe(0) // a fresh subscriber gets what is kept, without a loss marker
+	defer fresh.Close()
+	if evs, _ := fresh.Next(t.Context()); evs[0].ID != 11 {
+		t.Fatalf("fresh subscriber starts at %+v", evs[0])
+	}
+}

@@ -1,0 +1,223 @@
+// Package permission is the permission gate (TOOLS.md ASK-2): a
+// [tools.Middleware] that decides, per surface and per tool or level,
+// whether a call runs ([Allow]), is refused ([Deny]), or waits for a human
+// ([Ask]) who answers a permission card drawn through the run's question
+// port — the same numbered cards as ask_user.
+//
+// Because it is registry middleware it applies to every entry into a tool:
+// a model's call, the eval tool() bridge (which calls the registry on the
+// caller's surface), and a worker's sub-registry that Uses the same [Gate].
+//
+// Refusals:
+//   - a policy Deny is a call error wrapping tools.ErrDenied (HTTP 403),
+//     like a tool above the surface's level;
+//   - a human's deny, no approver connected (fail-closed), and a card that
+//     timed out are tool errors (a Result with IsError) telling the model
+//     the call was refused and not to retry it unchanged.
+package permission
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/tools"
+)
+
+// DefaultTimeout is how long a permission card waits for a decision
+// before the call is refused.
+const DefaultTimeout = 10 * time.Minute
+
+// MaxSummaryBytes bounds the arguments shown on a permission card.
+const MaxSummaryBytes = 1 << 10
+
+// Action is what the gate does with a call.
+type Action string
+
+const (
+	Allow Action = "allow" // run it
+	Ask   Action = "ask"   // draw a permission card and wait for a decision
+	Deny  Action = "deny"  // refuse it
+)
+
+// Mode is how berth is deployed; it picks the default policy.
+type Mode string
+
+const (
+	// ModeLocal: a developer's own machine. Every level is allowed.
+	ModeLocal Mode = "local"
+	// ModeHosted: a platform serving others. read is allowed; write and
+	// exec ask.
+	ModeHosted Mode = "hosted"
+)
+
+// ParseMode validates a mode name; empty means ModeLocal.
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case "":
+		return ModeLocal, nil
+	case ModeLocal, ModeHosted:
+		return Mode(s), nil
+	}
+	return "", fmt.Errorf("permission: unknown mode %q: use local or hosted", s)
+}
+
+// Rule is one line of a [Policy]. Empty Surface, empty Tool and zero
+// Level match anything.
+type Rule struct {
+	Surface tools.Surface
+	Tool    string
+	Level   tools.Level
+	Action  Action
+}
+
+func (r Rule) matches(s tools.Surface, t tools.Tool) bool {
+	return (r.Surface == "" || r.Surface == s) && (r.Tool == "" || r.Tool == t.Name) && (r.Level == 0 || r.Level == t.Level)
+}
+
+// Policy is an ordered list of rules: the first that matches a call
+// decides. A call no rule matches is asked about (fail-closed).
+type Policy struct {
+	Rules []Rule
+}
+
+// DefaultPolicy is the policy of a mode: read is always allowed; write and
+// exec ask in ModeHosted and are allowed in ModeLocal.
+func DefaultPolicy(m Mode) Policy {
+	rest := Allow
+	if m == ModeHosted {
+		rest = Ask
+	}
+	return Policy{Rules: []Rule{
+		{Level: tools.LevelRead, Action: Allow},
+		{Level: tools.LevelWrite, Action: rest},
+		{Level: tools.LevelExec, Action: rest},
+	}}
+}
+
+// Decide returns the action for tool t called on surface s.
+func (p Policy) Decide(s tools.Surface, t tools.Tool) Action {
+	for _, r := range p.Rules {
+		if r.matches(s, t) {
+			return r.Action
+		}
+	}
+	return Ask
+}
+
+// Options configure [New].
+type Options struct {
+	// Timeout overrides DefaultTimeout for a permission card.
+	Timeout time.Duration
+}
+
+// Gate is one run's permission gate. It remembers "allow for this run"
+// decisions, so every registry that Uses the same Gate shares them. It is
+// safe for concurrent use.
+type Gate struct {
+	policy  Policy
+	port    *questions.Port // nil: nobody can approve, Ask denies
+	timeout time.Duration
+
+	mu      sync.Mutex
+	allowed map[string]bool // tools allowed for the rest of the run
+}
+
+// New returns a gate applying policy, drawing permission cards through port
+// (nil: no approver, so every Ask is refused).
+func New(policy Policy, port *questions.Port, opts Options) *Gate {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	return &Gate{policy: policy, port: port, timeout: opts.Timeout, allowed: map[string]bool{}}
+}
+
+var _ tools.Middleware = (*Gate)(nil).Wrap
+
+// Wrap is the gate as a [tools.Middleware]: reg.Use(g.Wrap).
+func (g *Gate) Wrap(t tools.Tool, next tools.Handler) tools.Handler {
+	return func(ctx context.Context, args json.RawMessage) (*tools.Result, error) {
+		s := tools.SurfaceOf(ctx)
+		switch g.policy.Decide(s, t) {
+		case Allow:
+			return next(ctx, args)
+		case Deny:
+			return nil, fmt.Errorf("permission: the operator's policy forbids %s on the %s surface: %w; do not call it again in this run, find another way or tell the user", t.Name, s, tools.ErrDenied)
+		}
+		g.mu.Lock()
+		ok := g.allowed[t.Name]
+		g.mu.Unlock()
+		if ok {
+			return next(ctx, args)
+		}
+		res, err := g.ask(ctx, s, t, args)
+		if res != nil || err != nil {
+			return res, err
+		}
+		return next(ctx, args)
+	}
+}
+
+// ask draws a permission card; a nil result and error mean approved.
+func (g *Gate) ask(ctx context.Context, s tools.Surface, t tools.Tool, args json.RawMessage) (*tools.Result, error) {
+	if g.port == nil {
+		return refused(t, "no approver can be reached in this run"), nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	card, a, err := g.port.Ask(wctx, questions.Card{
+		Kind:    questions.KindPermission,
+		Tool:    t.Name,
+		Level:   t.Level.String(),
+		Surface: string(s),
+		Summary: Summary(args),
+	})
+	switch {
+	case errors.Is(err, questions.ErrNoSubscriber):
+		return refused(t, "no approver is connected to this run"), nil
+	case err != nil && ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		return refused(t, fmt.Sprintf("permission card %d got no decision within %v", card.N, g.timeout.Round(time.Second))), nil
+	case err != nil:
+		return refused(t, err.Error()), nil
+	}
+	switch a.Decision {
+	case questions.Approve:
+		return nil, nil
+	case questions.AllowRun:
+		g.mu.Lock()
+		g.allowed[t.Name] = true
+		g.mu.Unlock()
+		return nil, nil
+	}
+	return refused(t, fmt.Sprintf("the operator denied it (permission card %d)", card.N)), nil
+}
+
+func refused(t tools.Tool, why string) *tools.Result {
+	return tools.Errorf("permission: %s was not run: %s. Do not retry the same call; continue without it, or ask the user (ask_user) how to proceed.", t.Name, why)
+}
+
+// Summary renders a call's arguments for a permission card: compact JSON,
+// cut to MaxSummaryBytes.
+func Summary(args json.RawMessage) string {
+	s := string(args)
+	var buf bytes.Buffer
+	if json.Compact(&buf, args) == nil {
+		s = buf.String()
+	}
+	if len(s) <= MaxSummaryBytes {
+		return s
+	}
+	cut := MaxSummaryBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes in all)", len(s))
+}
