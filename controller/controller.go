@@ -31,6 +31,7 @@ import (
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/permission"
+	"berth.dev/berth/tools/vibe"
 )
 
 // DefaultLabelKey is the container label whose value is a conversation id.
@@ -87,6 +88,9 @@ type Env struct {
 	// Uses Gate.Wrap on it to share the same policy and "allow for this
 	// run" decisions.
 	Gate *permission.Gate
+	// Workers is set by the binder that wires the vibe_* tools, so the API
+	// can take a hosting platform's reports about them.
+	Workers *vibe.Supervisor
 
 	closers *[]func() error
 }
@@ -142,6 +146,9 @@ type Config struct {
 	// PermissionTimeout overrides permission.DefaultTimeout: how long a
 	// permission card waits before the call is refused.
 	PermissionTimeout time.Duration
+
+	// Vibe configures the vibe_* workers of runs opened with Vibe set.
+	Vibe VibeConfig
 
 	// NoQuestions opens runs without a question port: no ask_user, no
 	// events, and every permission "ask" is refused (no approver). For
@@ -204,7 +211,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg.LabelKey = DefaultLabelKey
 	}
 	if cfg.Tools == nil {
-		cfg.Tools = DefaultTools()
+		cfg.Tools = append(DefaultTools(), VibeTools(cfg.Vibe))
 	}
 	if cfg.CloseGrace <= 0 {
 		cfg.CloseGrace = DefaultCloseGrace
@@ -308,6 +315,7 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 		}
 	}
 	r.reg.Use(env.Gate.Wrap) // outermost: before diagnostics on write and the rest
+	r.env = env
 
 	c.mu.Lock()
 	if c.closed {
@@ -514,6 +522,7 @@ type Run struct {
 	info RunInfo
 	// questions is nil when Config.NoQuestions is set.
 	questions *questions.Port
+	env       *Env // as the binders left it
 	log       *slog.Logger
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
@@ -540,6 +549,10 @@ func (r *Run) Sandbox() string { return r.info.Sandbox }
 
 // Info describes the run.
 func (r *Run) Info() RunInfo { return r.info }
+
+// Workers returns the run's vibe worker supervisor, or nil when the run
+// has no vibe tools.
+func (r *Run) Workers() *vibe.Supervisor { return r.env.Workers }
 
 // Questions returns the run's question port: its cards and event stream.
 // It is nil when Config.NoQuestions is set.

@@ -2,13 +2,17 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
+	"berth.dev/berth/controller/questions"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/ask"
 	"berth.dev/berth/tools/debug"
 	"berth.dev/berth/tools/eval"
 	"berth.dev/berth/tools/files"
 	"berth.dev/berth/tools/lsp"
+	"berth.dev/berth/tools/vibe"
 	"berth.dev/berth/tools/structural"
 )
 
@@ -96,3 +100,73 @@ func DebugTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	env.OnClose(sup.Close)
 	return nil
 }
+
+// VibeConfig says how a run's vibe workers run (TOOLS.md §10). Runner is
+// "platform" (the default: berth publishes vibe.spawn, vibe.send and
+// vibe.kill on the run's event stream and the hosting platform, which has
+// its own agent loop, reports back with POST /v1/runs/{id}/workers/{worker}),
+// "command" (Command runs in the sandbox, brief on stdin, result on stdout)
+// or "openai" (berth's own agent loop against an OpenAI-compatible endpoint,
+// whose tools are a sub-run of the run: the same sandbox, workspace and
+// permission gate).
+type VibeConfig struct {
+	Runner string
+	// Command and TierArgs configure the command runner.
+	Command  []string
+	TierArgs map[string][]string
+	// BaseURL, APIKey and Models (tier → model) configure the openai
+	// runner. The key is never logged.
+	BaseURL string
+	APIKey  string
+	Models  map[string]string
+}
+
+// VibeTools registers the vibe_* tools for runs opened with Vibe set
+// (VIBE-1: registered only while vibe mode is on), with the runner of
+// cfg. Worker status changes are published on the run's event stream as
+// "vibe.worker"; the run's close kills every worker and what it started.
+func VibeTools(cfg VibeConfig) Binder {
+	return func(ctx context.Context, r *tools.Registry, env *Env) error {
+		if !env.Spec.Vibe {
+			return nil
+		}
+		var runner vibe.Runner
+		switch cfg.Runner {
+		case "", "platform":
+			if env.Questions == nil {
+				return errors.New("vibe: the platform runner needs the run's event stream, and this run has none; configure a command or openai runner")
+			}
+			runner = vibe.Platform(publisher{env.Questions})
+		case "command":
+			if len(cfg.Command) == 0 {
+				return errors.New("vibe: the command runner needs a command")
+			}
+			runner = vibe.Command(vibe.CommandOptions{Sandbox: env.Sandbox, Args: cfg.Command, TierArgs: cfg.TierArgs, Dir: env.Workspace.Root()})
+		case "openai":
+			runner = vibe.OpenAI(vibe.OpenAIOptions{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Models: cfg.Models, Tools: func() *tools.Registry {
+				sub := tools.NewRegistry()
+				files.Register(sub, env.Workspace)
+				structural.Register(sub, env.Workspace, structural.NewEngine(structural.Options{}))
+				sub.Use(env.Gate.Wrap) // the worker's edits pass the run's permission gate
+				return sub
+			}})
+		default:
+			return fmt.Errorf("vibe: unknown runner %q: use platform, command or openai", cfg.Runner)
+		}
+		opts := vibe.Options{Runner: runner}
+		if env.Questions != nil {
+			opts.Notify = func(w vibe.WorkerInfo) { env.Questions.Publish("vibe.worker", w) }
+		}
+		sup := vibe.Register(r, env.Context, opts)
+		env.Workers = sup
+		env.OnClose(sup.Close)
+		return nil
+	}
+}
+
+// publisher publishes vibe's platform events on a run's event stream. An
+// event that cannot be published (the run is closing) is dropped: the
+// worker ends with the run anyway.
+type publisher struct{ p *questions.Port }
+
+func (p publisher) Publish(eventType string, data any) { p.p.Publish(eventType, data) }

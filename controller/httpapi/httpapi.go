@@ -77,6 +77,7 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/tools/vibe"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
 )
@@ -125,6 +126,8 @@ func New(c *controller.Controller, opts Options) http.Handler {
 	v1.HandleFunc("GET /v1/runs/{id}/events", s.events)
 	v1.HandleFunc("GET /v1/runs/{id}/cards", s.listCards)
 	v1.HandleFunc("POST /v1/runs/{id}/cards/{n}", s.answerCard)
+	v1.HandleFunc("GET /v1/runs/{id}/workers", s.listWorkers)
+	v1.HandleFunc("POST /v1/runs/{id}/workers/{worker}", s.reportWorker)
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -527,4 +530,54 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
+}
+
+// workers returns the run's vibe worker supervisor, answering 404 when the
+// run has none.
+func (s *server) workers(w http.ResponseWriter, r *http.Request) (*vibe.Supervisor, bool) {
+	run, err := s.c.Get(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return nil, false
+	}
+	sup := run.Workers()
+	if sup == nil {
+		writeError(w, http.StatusNotFound, "no_workers", fmt.Sprintf("httpapi: run %s has no vibe workers: open it with \"vibe\": true", run.ID()))
+		return nil, false
+	}
+	return sup, true
+}
+
+// listWorkers lists the run's vibe workers.
+func (s *server) listWorkers(w http.ResponseWriter, r *http.Request) {
+	sup, ok := s.workers(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workers": sup.Workers()})
+}
+
+// reportWorker takes a hosting platform's report about a worker it runs
+// for berth's platform runner: {"status": "running"|"done"|"failed",
+// "result": "..."}.
+func (s *server) reportWorker(w http.ResponseWriter, r *http.Request) {
+	sup, ok := s.workers(w, r)
+	if !ok {
+		return
+	}
+	var rep struct {
+		Status string `json:"status"`
+		Result string `json:"result"`
+	}
+	if !decode(w, r, &rep) {
+		return
+	}
+	switch err := sup.Report(r.PathValue("worker"), rep.Status, rep.Result); {
+	case errors.Is(err, vibe.ErrNotFound):
+		writeError(w, http.StatusNotFound, "unknown_worker", err.Error())
+	case err != nil:
+		writeError(w, http.StatusConflict, "bad_report", err.Error())
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"worker": r.PathValue("worker"), "status": rep.Status})
+	}
 }
