@@ -12,8 +12,8 @@ import (
 	"berth.dev/berth/tools/eval"
 	"berth.dev/berth/tools/files"
 	"berth.dev/berth/tools/lsp"
-	"berth.dev/berth/tools/vibe"
 	"berth.dev/berth/tools/structural"
+	"berth.dev/berth/tools/vibe"
 )
 
 // DefaultTools returns the binders every run gets when Config.Tools is nil:

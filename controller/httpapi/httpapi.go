@@ -77,9 +77,9 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/questions"
-	"berth.dev/berth/tools/vibe"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/vibe"
 )
 
 // MaxBodyBytes caps a request body.
