@@ -92,12 +92,18 @@ type Env struct {
 	// can take a hosting platform's reports about them.
 	Workers *vibe.Supervisor
 
-	closers *[]func() error
+	closers   *[]func() error
+	reporters *[]tools.Reporter
 }
 
 // OnClose registers fn to run when the run closes, before the sandbox is
 // closed. Closers run in reverse order of registration.
 func (e *Env) OnClose(fn func() error) { *e.closers = append(*e.closers, fn) }
+
+// AddResources registers fn to report the live resources a binder started
+// for the run (language servers, kernels, …), shown by GET
+// /v1/runs/{id}/resources and the operator console. fn must not block.
+func (e *Env) AddResources(fn tools.Reporter) { *e.reporters = append(*e.reporters, fn) }
 
 // Config configures a [Controller].
 type Config struct {
@@ -301,7 +307,7 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 			Mode: spec.Mode, Vibe: spec.Vibe, Opened: time.Now(), Placement: placement,
 		},
 	}
-	env := &Env{RunID: id, Spec: spec, Sandbox: sb, Workspace: fsys, Context: runCtx, Logger: r.log, closers: &r.closers}
+	env := &Env{RunID: id, Spec: spec, Sandbox: sb, Workspace: fsys, Context: runCtx, Logger: r.log, closers: &r.closers, reporters: &r.reporters}
 	if !c.cfg.NoQuestions {
 		r.questions = questions.New()
 		env.Questions = r.questions
@@ -527,7 +533,8 @@ type Run struct {
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
 
-	closers []func() error // written only during Open
+	closers   []func() error   // written only during Open
+	reporters []tools.Reporter // written only during Open
 
 	calls sync.WaitGroup // in-flight calls
 
@@ -553,6 +560,16 @@ func (r *Run) Info() RunInfo { return r.info }
 // Workers returns the run's vibe worker supervisor, or nil when the run
 // has no vibe tools.
 func (r *Run) Workers() *vibe.Supervisor { return r.env.Workers }
+
+// Resources returns a snapshot of the run's live resources, as the
+// binders' reporters (Env.AddResources) see them, in registration order.
+func (r *Run) Resources() []tools.Resource {
+	out := []tools.Resource{}
+	for _, rep := range r.reporters {
+		out = append(out, rep()...)
+	}
+	return out
+}
 
 // Questions returns the run's question port: its cards and event stream.
 // It is nil when Config.NoQuestions is set.

@@ -60,6 +60,7 @@ func EvalToolsWith(opts eval.Options) Binder {
 	return func(ctx context.Context, r *tools.Registry, env *Env) error {
 		sup := eval.Register(r, env.Sandbox, env.Workspace, env.Context, opts)
 		env.OnClose(sup.Close)
+		env.AddResources(sup.Resources)
 		return nil
 	}
 }
@@ -71,6 +72,7 @@ func EvalToolsWith(opts eval.Options) Binder {
 func LSPTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	sup := lsp.Register(r, env.Sandbox, env.Workspace, env.Context, lsp.Options{Host: env.Sandbox.Ref() == "host"})
 	env.OnClose(sup.Close)
+	env.AddResources(sup.Resources)
 	return nil
 }
 
@@ -98,6 +100,7 @@ func DebugTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	}
 	sup := debug.Register(r, env.Sandbox, env.Workspace, env.Context, debug.Options{})
 	env.OnClose(sup.Close)
+	env.AddResources(sup.Resources)
 	return nil
 }
 
@@ -160,6 +163,7 @@ func VibeTools(cfg VibeConfig) Binder {
 		sup := vibe.Register(r, env.Context, opts)
 		env.Workers = sup
 		env.OnClose(sup.Close)
+		env.AddResources(sup.Resources)
 		return nil
 	}
 }

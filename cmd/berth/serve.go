@@ -39,7 +39,7 @@ func newServe(g *globalFlags) *cobra.Command {
 	f := &serveFlags{}
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
-		Short: "Serve the HTTP API (/v1, /healthz, /metrics)",
+		Short: "Serve the HTTP API (/v1, /healthz, /metrics) and the operator console (/console/)",
 		Long: `serve answers the HTTP API of DESIGN.md. Requests under /v1 and /metrics need
 "Authorization: Bearer <token>", the token taken from --token-file or else
 $BERTH_TOKEN. Without a token berth listens only on a loopback address (and
@@ -49,7 +49,10 @@ closes every run, which kills what the runs started, and exits.
 --mode hosted (the default) makes write and exec tools ask the operator
 first: a permission card on GET /v1/runs/{id}/events, answered with POST
 /v1/runs/{id}/cards/{n}; with nobody connected they are refused. --mode local
-runs every tool without asking.`,
+runs every tool without asking.
+
+The operator console at http://ADDR/console/ lists the open runs, their live
+resources and pending cards, and answers them; it asks for the token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			token, err := loadToken(f.tokenFile, os.Getenv(EnvToken))

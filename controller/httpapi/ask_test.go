@@ -449,6 +449,9 @@ func TestPermissionGateOnEvalBridge(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(rg.dir, "bridged.txt")); err != nil || string(b) != "from eval" {
 		t.Fatalf("bridged.txt: %q %v", b, err)
 	}
+	if r := rg.do("GET", "/v1/runs/"+id+"/resources", token, ""); r.status != 200 || !strings.Contains(string(r.body), `"kind":"kernel","name":"python","state":"running"`) {
+		t.Errorf("resources after a cell: %d %s", r.status, r.body)
+	}
 
 	done = rg.call(id, "eval", cell("refused.txt"))
 	decide("write", "deny") // eval is allowed for the run now; the write still asks

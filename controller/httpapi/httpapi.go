@@ -13,6 +13,8 @@
 //	GET    /v1/runs/{id}/events        the run's event stream (SSE), resumable with Last-Event-ID
 //	GET    /v1/runs/{id}/cards         open cards → {"cards":[Card…]}
 //	POST   /v1/runs/{id}/cards/{n}     answer card n → 200 {"n","outcome"}
+//	GET    /v1/runs/{id}/resources     live resources → {"resources":[{kind,name,state,detail}…]}
+//	GET    /console/                   the operator console (controller/console); / redirects to it
 //	GET    /healthz                    200 "ok", never authenticated
 //	GET    /metrics                    Prometheus text format, authenticated like /v1
 //
@@ -36,7 +38,7 @@
 //	400 bad_request        malformed JSON body, bad arguments (*tools.InputError), bad run spec
 //	401 unauthorized       missing or wrong bearer token (with WWW-Authenticate)
 //	403 denied             the tool is above the surface's level (tools.ErrDenied)
-//	403 forbidden_origin   a browser request (Origin header): berth serves no browsers
+//	403 forbidden_origin   a browser request from another origin (Origin header not this server's)
 //	404 unknown_run        no open run has that id
 //	404 unknown_tool       the run has no tool of that name
 //	404 unknown_card       no open card has that number (answered, skipped, timed out or never opened)
@@ -76,6 +78,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"berth.dev/berth/controller"
+	"berth.dev/berth/controller/console"
 	"berth.dev/berth/controller/questions"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
@@ -125,6 +128,7 @@ func New(c *controller.Controller, opts Options) http.Handler {
 	v1.HandleFunc("POST /v1/runs/{id}/tools/{name}", s.callTool)
 	v1.HandleFunc("GET /v1/runs/{id}/events", s.events)
 	v1.HandleFunc("GET /v1/runs/{id}/cards", s.listCards)
+	v1.HandleFunc("GET /v1/runs/{id}/resources", s.listResources)
 	v1.HandleFunc("POST /v1/runs/{id}/cards/{n}", s.answerCard)
 	v1.HandleFunc("GET /v1/runs/{id}/workers", s.listWorkers)
 	v1.HandleFunc("POST /v1/runs/{id}/workers/{worker}", s.reportWorker)
@@ -135,18 +139,20 @@ func New(c *controller.Controller, opts Options) http.Handler {
 		io.WriteString(w, "ok")
 	})
 	mux.Handle("/v1/", s.auth(methodJSON(v1)))
+	mux.Handle("GET "+console.Path, console.Handler())
+	mux.Handle("GET /{$}", http.RedirectHandler(console.Path, http.StatusFound))
 	if opts.Gatherer != nil {
 		mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})))
 	}
 	return s.guard(mux)
 }
 
-// guard applies the checks every route shares: no browser origins, the
-// loopback Host check, and the body cap.
+// guard applies the checks every route shares: no foreign browser
+// origins, the loopback Host check, and the body cap.
 func (s *server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Origin") != "" {
-			writeError(w, http.StatusForbidden, "forbidden_origin", "httpapi: requests from browsers (with an Origin header) are refused; call berth from the harness")
+		if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r) {
+			writeError(w, http.StatusForbidden, "forbidden_origin", fmt.Sprintf("httpapi: requests from pages of other origins (%s) are refused; call berth from the harness, or use the console berth serves at %s", o, console.Path))
 			return
 		}
 		if s.opts.LoopbackOnly && !loopbackHost(r.Host) {
@@ -156,6 +162,19 @@ func (s *server) guard(next http.Handler) http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// sameOrigin reports whether a browser's Origin header names this server
+// as the request reached it: the console page berth serves calls the API
+// from its own origin; any other page is refused. A DNS-rebound name still
+// fails the token check (the token lives in the console origin's session
+// storage) or, without a token, the loopback Host check.
+func sameOrigin(origin string, r *http.Request) bool {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return r.Host != "" && strings.EqualFold(origin, scheme+"://"+r.Host)
 }
 
 func loopbackHost(hostport string) bool {
@@ -419,6 +438,17 @@ func (s *server) listCards(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"cards": p.Cards()})
+}
+
+// listResources lists the run's live resources: language servers, kernels,
+// the debug session, workers.
+func (s *server) listResources(w http.ResponseWriter, r *http.Request) {
+	run, err := s.c.Get(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"resources": run.Resources()})
 }
 
 func (s *server) answerCard(w http.ResponseWriter, r *http.Request) {

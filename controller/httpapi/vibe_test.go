@@ -32,6 +32,9 @@ func TestVibePlatformRunner(t *testing.T) {
 	if wid == "" {
 		t.Fatalf("spawn event without worker_id: %v", e.data)
 	}
+	if r := rg.do("GET", "/v1/runs/"+id+"/resources", token, ""); r.status != 200 || !strings.Contains(string(r.body), `"kind":"worker"`) || !strings.Contains(string(r.body), "counter") {
+		t.Fatalf("resources: %d %s", r.status, r.body)
+	}
 	list := wait(t, rg.call(id, "vibe_list", `{}`))
 	if !strings.Contains(list.text, "running") {
 		t.Fatalf("list: %s", list.text)

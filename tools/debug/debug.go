@@ -354,3 +354,20 @@ func (s *Supervisor) startDelve(ctx, pctx context.Context, cancel context.Cancel
 		return status, waitErr
 	}, pid: p.Pid(), stderr: stderr}, nil
 }
+
+// Resources reports the run's debug session, if any, for the operator
+// console: adapter, program and pid.
+func (s *Supervisor) Resources() []tools.Resource {
+	s.mu.Lock()
+	cur := s.cur
+	s.mu.Unlock()
+	if cur == nil {
+		return nil
+	}
+	state := "live"
+	if why := cur.gone(); why != "" {
+		state = "ended: " + why
+	}
+	return []tools.Resource{{Kind: "debug session", Name: fmt.Sprintf("%s %s (%s)", cur.command, cur.program, cur.adapter), State: state,
+		Detail: fmt.Sprintf("adapter pid %d, started %s", cur.pid, cur.started.Format(time.TimeOnly))}}
+}

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"net"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -438,4 +439,26 @@ func (k *kern) interruptKernel(ctx context.Context) error {
 		return k.proc.Signal(ctx, syscall.SIGINT)
 	}
 	return k.client.Interrupt(ctx)
+}
+
+// Resources reports the run's kernels for the operator console: language,
+// kind, pid and age.
+func (s *Supervisor) Resources() []tools.Resource {
+	s.mu.Lock()
+	ks := make([]*kern, 0, len(s.kernels))
+	for _, k := range s.kernels {
+		ks = append(ks, k)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(ks, func(a, b *kern) int { return strings.Compare(a.lang, b.lang) })
+	out := make([]tools.Resource, 0, len(ks))
+	for _, k := range ks {
+		state := "running"
+		if why := k.dead(); why != "" {
+			state = "dead: " + why
+		}
+		out = append(out, tools.Resource{Kind: "kernel", Name: k.lang, State: state,
+			Detail: fmt.Sprintf("%s, pid %d, started %s", k.kind, k.proc.Pid(), k.started.Format(time.TimeOnly))})
+	}
+	return out
 }

@@ -25,6 +25,7 @@ import (
 
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/internal/proc"
 )
 
@@ -521,4 +522,32 @@ func languageID(spec Server, name string) string {
 func (s *Supervisor) uriOf(name string) string {
 	u, _ := lspc.FileURI(path.Join(s.root, name))
 	return u
+}
+
+// Resources reports each language server instance of the run for the
+// operator console: its state, pid and binary.
+func (s *Supervisor) Resources() []tools.Resource {
+	var out []tools.Resource
+	for _, in := range s.instances() {
+		r := tools.Resource{Kind: "language server", Name: in.key.String(), State: "not running"}
+		in.mu.Lock()
+		if g := in.gen; in.gaveUp {
+			r.State = "given up after crashes"
+		} else if g != nil && g.stopped != "" {
+			r.State = "stopped: " + g.stopped
+		} else if g != nil && in.aliveLocked() {
+			select {
+			case <-g.ready: // g.stream is set once ready is closed
+				r.State = "running"
+				r.Detail = fmt.Sprintf("pid %d, %s, up %s, %d restarts", g.pid(), g.binary, time.Since(g.started).Round(time.Second), in.restarts)
+			default:
+				r.State, r.Detail = "starting", g.binary
+			}
+		} else if g != nil {
+			r.State, r.Detail = "exited or failed", in.lastErr
+		}
+		in.mu.Unlock()
+		out = append(out, r)
+	}
+	return out
 }

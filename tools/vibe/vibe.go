@@ -640,3 +640,14 @@ func sortIDs(ids []string) {
 		return ids[i] < ids[j]
 	})
 }
+
+// Resources reports the run's workers for the operator console.
+func (s *Supervisor) Resources() []tools.Resource {
+	ws := s.Workers()
+	out := make([]tools.Resource, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, tools.Resource{Kind: "worker", Name: w.ID + " " + w.Label, State: w.Status,
+			Detail: fmt.Sprintf("tier %s, attempt %d, %s", w.Tier, w.Attempt, w.Elapsed.Round(time.Second))})
+	}
+	return out
+}
