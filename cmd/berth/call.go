@@ -26,7 +26,7 @@ type runFlags struct {
 func (f *runFlags) add(cmd *cobra.Command, defaultSandbox string) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.workspace, "workspace", "", "workspace directory inside the sandbox (default: the current directory on the host; required for a container)")
-	fl.StringVar(&f.sandbox, "sandbox", defaultSandbox, "auto, host, or docker://NAME-or-ID")
+	fl.StringVar(&f.sandbox, "sandbox", defaultSandbox, "auto, host, docker://NAME-or-ID or containerd://NAMESPACE/ID")
 	fl.StringVar(&f.conversation, "conversation", "", "conversation id: with --sandbox auto, the container labelled with it is used")
 	fl.StringVar(&f.surface, "surface", "default", "surface: default, plan or readonly")
 	fl.BoolVar(&f.json, "json", false, "print raw JSON")

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/sandbox/containerd"
 	"berth.dev/berth/sandbox/docker"
 	"berth.dev/berth/sandbox/host"
 	"berth.dev/berth/tools/permission"
@@ -28,9 +30,11 @@ func (b *backends) Close() error {
 }
 
 // newBackends returns the Docker provider (or a stand-in that explains why
-// Docker cannot be used) and the host provider. The Docker provider does
-// not contact the engine until a run asks for it, so berth starts and runs
-// on the host on a machine without a container engine.
+// Docker cannot be used), the containerd provider when a containerd socket
+// exists that berth may open, and the host provider. The Docker and
+// containerd providers do not contact their daemons until a run asks for
+// them, so berth starts and runs on the host on a machine without a
+// container engine.
 func newBackends(g *globalFlags) *backends {
 	b := &backends{}
 	var opts []docker.Option
@@ -43,6 +47,14 @@ func newBackends(g *globalFlags) *backends {
 	} else {
 		b.providers = append(b.providers, p)
 		b.closers = append(b.closers, p.Close)
+	}
+	if addr := containerd.DefaultAddress(); addr != "" && syscall.Access(addr, 2 /* W_OK */) == nil {
+		if p, err := containerd.New(containerd.WithAddress(addr), containerd.WithLabelKey(g.labelKey)); err != nil {
+			b.providers = append(b.providers, unavailable{scheme: containerd.Scheme, err: err})
+		} else {
+			b.providers = append(b.providers, p)
+			b.closers = append(b.closers, p.Close)
+		}
 	}
 	b.providers = append(b.providers, &host.Provider{})
 	return b
