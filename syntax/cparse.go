@@ -2,22 +2,32 @@ package syntax
 
 // This file talks to the tree-sitter C runtime directly, bypassing the
 // go-tree-sitter wrappers on the hot path (see deps.md §3):
-//   - the runtime allocator is reset to libc (go-tree-sitter routes every
-//     allocation through a Go callback);
+//   - the runtime allocator is replaced (go-tree-sitter routes every
+//     allocation through a Go callback): a parse runs with a fresh parser
+//     whose memory, and its tree's, is bump-allocated from a region that is
+//     reclaimed in one step once the tree is flattened, so neither the
+//     millions of small mallocs and frees of a search nor the walk of
+//     ts_tree_delete are paid; outside a parse, and when a region is full,
+//     allocations go to libc;
 //   - a parse reads the source through a C read callback over the caller's
 //     bytes (go-tree-sitter copies the remaining text on every read);
-//   - the tree is flattened into a Go slice with one cgo call, then deleted.
+//   - the tree is flattened into a Go slice with one cgo call that walks the
+//     runtime's subtrees directly, then released with its region.
 //
 // The declarations below mirror tree_sitter/api.h of the runtime vendored in
 // github.com/tree-sitter/go-tree-sitter v0.25.0 (the symbols are linked from
-// that package). TestFlattenMatchesBinding compares this path with the
-// binding's own Node API and fails loudly if the layouts drift.
+// that package), and the flattener mirrors some of its internal layouts.
+// TestFlattenMatchesBinding compares this path with the binding's own Node
+// API, TestFlattenFastMatchesCursor the direct walk with the cursor API on
+// thousands of sources; both fail loudly if the layouts drift.
 
 /*
 #include <stdint.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 
 typedef struct TSParser TSParser;
 typedef struct TSTree TSTree;
@@ -50,8 +60,6 @@ extern bool ts_node_is_missing(TSNode);
 extern bool ts_node_is_extra(TSNode);
 extern uint32_t ts_node_start_byte(TSNode);
 extern uint32_t ts_node_end_byte(TSNode);
-extern TSPoint ts_node_start_point(TSNode);
-extern TSPoint ts_node_end_point(TSNode);
 extern TSTreeCursor ts_tree_cursor_new(TSNode);
 extern void ts_tree_cursor_delete(TSTreeCursor *);
 extern TSNode ts_tree_cursor_current_node(const TSTreeCursor *);
@@ -59,14 +67,140 @@ extern bool ts_tree_cursor_goto_first_child(TSTreeCursor *);
 extern bool ts_tree_cursor_goto_next_sibling(TSTreeCursor *);
 extern bool ts_tree_cursor_goto_parent(TSTreeCursor *);
 
-static void berth_use_libc_allocator(void) {
-	ts_set_allocator(malloc, calloc, realloc, free);
+// Parse regions. berth_space reserves address space (no memory until
+// touched, in transparent huge pages where the kernel has them) for
+// BERTH_REGIONS regions of BERTH_REGION_SIZE bytes; each pooled parser owns
+// one. While berth_parse runs, berth_cur points at the parser's
+// region and the runtime's allocations are carved from it: an 8-byte size
+// header, then the block, 8-aligned. free is a no-op on region memory
+// (except for the newest block, which is given back), realloc grows the
+// newest block in place. berth_region_reset reclaims everything at once,
+// keeping BERTH_REGION_KEEP bytes resident for the next parse. A pointer is
+// region memory when it lies in berth_space, whatever the thread.
+enum { BERTH_REGIONS = 64 };
+#define BERTH_REGION_SIZE ((size_t)512 << 20)
+#define BERTH_REGION_KEEP ((size_t)8 << 20)
+
+typedef struct {
+	char *base, *top, *end, *last, *high;
+	int overflow; // an allocation did not fit: part of the tree is in libc's heap
+} berth_region;
+
+static char *berth_space;
+static berth_region berth_regions[BERTH_REGIONS];
+static __thread berth_region *berth_cur;
+
+static inline bool berth_in_space(const void *p) {
+	return berth_space && (uintptr_t)p - (uintptr_t)berth_space < (uintptr_t)BERTH_REGIONS * BERTH_REGION_SIZE;
 }
 
-// berth_node must match the Go type node (checked at init).
+static void *berth_region_alloc(berth_region *r, size_t n) {
+	size_t need = ((n + 7) & ~(size_t)7) + 8;
+	if (n > BERTH_REGION_SIZE || (size_t)(r->end - r->top) < need) {
+		r->overflow = 1;
+		return NULL;
+	}
+	char *h = r->top;
+	*(size_t *)h = n;
+	r->top = h + need;
+	if (r->top > r->high) r->high = r->top;
+	r->last = h + 8;
+	return h + 8;
+}
+
+static void *berth_malloc(size_t n) {
+	berth_region *r = berth_cur;
+	if (r) {
+		void *p = berth_region_alloc(r, n);
+		if (p) return p;
+	}
+	return malloc(n);
+}
+
+static void *berth_calloc(size_t k, size_t n) {
+	berth_region *r = berth_cur;
+	size_t t;
+	if (r && !__builtin_mul_overflow(k, n, &t)) {
+		void *p = berth_region_alloc(r, t);
+		if (p) return memset(p, 0, t);
+	}
+	return calloc(k, n);
+}
+
+static void *berth_realloc(void *p, size_t n) {
+	if (!p) return berth_malloc(n);
+	if (!berth_in_space(p)) return realloc(p, n);
+	berth_region *r = berth_cur;
+	size_t need = (n + 7) & ~(size_t)7;
+	if (r && p == r->last && n <= BERTH_REGION_SIZE && (size_t)(r->end - (char *)p) >= need) {
+		((size_t *)p)[-1] = n;
+		r->top = (char *)p + need;
+		if (r->top > r->high) r->high = r->top;
+		return p;
+	}
+	size_t old = ((size_t *)p)[-1];
+	void *q = berth_malloc(n);
+	if (q) memcpy(q, p, old < n ? old : n);
+	return q;
+}
+
+static void berth_free(void *p) {
+	if (!p) return;
+	if (!berth_in_space(p)) { free(p); return; }
+	berth_region *r = berth_cur;
+	if (r && p == r->last) {
+		r->top = (char *)p - 8;
+		r->last = NULL;
+	}
+}
+
+// berth_init installs the allocator and reserves the regions' address
+// space; without it (mmap refused) every parse uses libc.
+static void berth_init(void) {
+	const size_t huge = (size_t)2 << 20;
+	void *m = mmap(NULL, (size_t)BERTH_REGIONS * BERTH_REGION_SIZE + huge, PROT_READ | PROT_WRITE,
+		MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m != MAP_FAILED) {
+		// Regions start on 2 MiB boundaries and ask for transparent huge
+		// pages: a parse touches its region block by block, and a page
+		// fault per 4 KiB costs more than the allocations themselves.
+		berth_space = (char *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
+		madvise(berth_space, (size_t)BERTH_REGIONS * BERTH_REGION_SIZE, MADV_HUGEPAGE);
+		for (int i = 0; i < BERTH_REGIONS; i++) {
+			berth_region *r = &berth_regions[i];
+			r->base = r->top = r->high = berth_space + (size_t)i * BERTH_REGION_SIZE;
+			r->end = r->base + BERTH_REGION_SIZE;
+		}
+	}
+	ts_set_allocator(berth_malloc, berth_calloc, berth_realloc, berth_free);
+}
+
+static berth_region *berth_region_at(int i) {
+	return berth_space && i >= 0 && i < BERTH_REGIONS ? &berth_regions[i] : NULL;
+}
+
+// berth_region_limit makes r hold at most n bytes (the tests fill regions
+// up with it to exercise the fall back to libc).
+static void berth_region_limit(berth_region *r, size_t n) {
+	if (n > BERTH_REGION_SIZE) n = BERTH_REGION_SIZE;
+	r->end = r->base + n;
+}
+
+static void berth_region_reset(berth_region *r) {
+	if ((size_t)(r->high - r->base) > BERTH_REGION_KEEP) {
+		char *from = r->base + BERTH_REGION_KEEP;
+		madvise(from, r->high - from, MADV_DONTNEED);
+		r->high = from;
+	}
+	r->top = r->base;
+	r->last = NULL;
+	r->overflow = 0;
+}
+
+// berth_node must match the Go type node (checked at init). Points are not
+// stored: they are computed from byte offsets when a match is reported.
 typedef struct {
 	uint32_t start, end;
-	uint32_t srow, scol, erow, ecol;
 	int32_t parent, next;
 	uint32_t nchild;
 	uint16_t kind;
@@ -79,7 +213,7 @@ typedef struct {
 	uint32_t len;
 	int64_t deadline_ns; // CLOCK_MONOTONIC, 0 = none
 	volatile int32_t *cancel;
-	int32_t stopped; // 1 = cancelled, 2 = timed out
+	int32_t stopped; // 1 = cancelled, 2 = timed out, 3 = incompatible grammar
 } berth_job;
 
 static const char *berth_read(void *payload, uint32_t off, TSPoint pt, uint32_t *n) {
@@ -106,10 +240,29 @@ static int64_t berth_now_ns(void) {
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static TSTree *berth_parse(TSParser *p, berth_job *j) {
-	TSInput in = { j, berth_read, 0, NULL };
-	TSParseOptions opt = { j, berth_progress };
-	return ts_parser_parse_with_options(p, NULL, in, opt);
+// berth_parse parses with a parser made for this parse, in region r when
+// it is not NULL; j->stopped is 3 when the grammar is incompatible.
+static TSTree *berth_parse(berth_region *r, const TSLanguage *lang, berth_job *j) {
+	berth_cur = r;
+	TSParser *p = ts_parser_new();
+	TSTree *t = NULL;
+	if (ts_parser_set_language(p, lang)) {
+		TSInput in = { j, berth_read, 0, NULL };
+		TSParseOptions opt = { j, berth_progress };
+		t = ts_parser_parse_with_options(p, NULL, in, opt);
+	} else {
+		j->stopped = 3;
+	}
+	ts_parser_delete(p);
+	berth_cur = NULL;
+	return t;
+}
+
+// berth_done releases a parse: a tree wholly in its region goes with the
+// region's reset, one partly or wholly in libc's heap is deleted.
+static void berth_done(berth_region *r, TSTree *t) {
+	if (t && (!r || r->overflow)) ts_tree_delete(t);
+	if (r) berth_region_reset(r);
 }
 
 static uint32_t berth_count(TSTree *t) {
@@ -119,10 +272,8 @@ static uint32_t berth_count(TSTree *t) {
 enum { F_NAMED = 1, F_EXTRA = 2, F_MISSING = 4, F_ERROR = 8 };
 
 static void berth_fill(berth_node *o, TSNode n) {
-	TSPoint sp = ts_node_start_point(n), ep = ts_node_end_point(n);
 	o->start = ts_node_start_byte(n);
 	o->end = ts_node_end_byte(n);
-	o->srow = sp.row; o->scol = sp.column; o->erow = ep.row; o->ecol = ep.column;
 	o->kind = ts_node_symbol(n);
 	uint8_t f = 0;
 	if (ts_node_is_named(n)) f |= F_NAMED;
@@ -135,9 +286,10 @@ static void berth_fill(berth_node *o, TSNode n) {
 	o->pad = 0;
 }
 
-// berth_flatten writes the tree in pre-order; returns the node count, or
-// cap+1 if the buffer was too small.
-static uint32_t berth_flatten(TSTree *t, berth_node *out, uint32_t cap) {
+// berth_flatten_cursor is berth_flatten through the public tree cursor API:
+// the reference the tests hold berth_flatten to. It returns the node count,
+// or cap+1 if the buffer was too small.
+static uint32_t berth_flatten_cursor(TSTree *t, berth_node *out, uint32_t cap) {
 	TSTreeCursor c = ts_tree_cursor_new(ts_tree_root_node(t));
 	uint32_t n = 0;
 	int32_t parent = -1, prev = -1;
@@ -157,14 +309,220 @@ static uint32_t berth_flatten(TSTree *t, berth_node *out, uint32_t cap) {
 		}
 	}
 }
+
+// The runtime's internal layouts (src/subtree.h, src/length.h and the prefix
+// of struct TSLanguage in src/parser.h of tree-sitter 0.25, little-endian,
+// 64-bit), mirrored so berth_flatten can walk the subtrees directly instead
+// of through a cursor, which recomputes visibility, aliases and positions
+// entry by entry and is most of the cost of a flatten.
+typedef struct { uint32_t bytes; TSPoint extent; } bt_length;
+typedef struct {
+	bool is_inline : 1;
+	bool visible : 1;
+	bool named : 1;
+	bool extra : 1;
+	bool has_changes : 1;
+	bool is_missing : 1;
+	bool is_keyword : 1;
+	uint8_t symbol;
+	uint16_t parse_state;
+	uint8_t padding_columns;
+	uint8_t padding_rows : 4;
+	uint8_t lookahead_bytes : 4;
+	uint8_t padding_bytes;
+	uint8_t size_bytes;
+} bt_inline;
+typedef struct {
+	union { char *long_data; char short_data[24]; };
+	uint32_t length;
+} bt_scanner_state;
+typedef struct {
+	volatile uint32_t ref_count;
+	bt_length padding;
+	bt_length size;
+	uint32_t lookahead_bytes;
+	uint32_t error_cost;
+	uint32_t child_count;
+	TSSymbol symbol;
+	uint16_t parse_state;
+	bool visible : 1;
+	bool named : 1;
+	bool extra : 1;
+	bool fragile_left : 1;
+	bool fragile_right : 1;
+	bool has_changes : 1;
+	bool has_external_tokens : 1;
+	bool has_external_scanner_state_change : 1;
+	bool depends_on_column : 1;
+	bool is_missing : 1;
+	bool is_keyword : 1;
+	union {
+		struct {
+			uint32_t visible_child_count;
+			uint32_t named_child_count;
+			uint32_t visible_descendant_count;
+			int32_t dynamic_precedence;
+			uint16_t repeat_depth;
+			uint16_t production_id;
+			struct { TSSymbol symbol; uint16_t parse_state; } first_leaf;
+		};
+		bt_scanner_state external_scanner_state;
+		int32_t lookahead_char;
+	};
+} bt_heap;
+typedef union { bt_inline data; const bt_heap *ptr; } bt_subtree;
+typedef struct { bool visible; bool named; bool supertype; } bt_metadata;
+typedef struct {
+	uint32_t abi_version, symbol_count, alias_count, token_count, external_token_count,
+		state_count, large_state_count, production_id_count, field_count;
+	uint16_t max_alias_sequence_length;
+	const uint16_t *parse_table;
+	const uint16_t *small_parse_table;
+	const uint32_t *small_parse_table_map;
+	const void *parse_actions;
+	const char *const *symbol_names;
+	const char *const *field_names;
+	const void *field_map_slices;
+	const void *field_map_entries;
+	const bt_metadata *symbol_metadata;
+	const TSSymbol *public_symbol_map;
+	const uint16_t *alias_map;
+	const TSSymbol *alias_sequences;
+} bt_language;
+
+enum { BT_SYM_ERROR = 0xFFFF, BT_SYM_ERROR_REPEAT = 0xFFFE };
+
+extern const TSLanguage *ts_tree_language(const TSTree *);
+
+#define BT_GET(s, f) ((s).data.is_inline ? (s).data.f : (s).ptr->f)
+
+static inline uint32_t bt_size(bt_subtree s) { return s.data.is_inline ? s.data.size_bytes : s.ptr->size.bytes; }
+static inline uint32_t bt_padding(bt_subtree s) { return s.data.is_inline ? s.data.padding_bytes : s.ptr->padding.bytes; }
+static inline uint32_t bt_child_count(bt_subtree s) { return s.data.is_inline ? 0 : s.ptr->child_count; }
+static inline const bt_subtree *bt_children(bt_subtree s) { return (const bt_subtree *)s.ptr - s.ptr->child_count; }
+
+static inline TSSymbol bt_public(const bt_language *l, TSSymbol sym) {
+	return sym == BT_SYM_ERROR ? sym : l->public_symbol_map[sym];
+}
+
+static inline bool bt_named_symbol(const bt_language *l, TSSymbol sym) {
+	if (sym == BT_SYM_ERROR) return true;
+	if (sym == BT_SYM_ERROR_REPEAT) return false;
+	return l->symbol_metadata[sym].named;
+}
+
+static inline const TSSymbol *bt_aliases(const bt_language *l, bt_subtree s) {
+	uint16_t id = s.ptr->production_id;
+	return id ? &l->alias_sequences[(uint32_t)id * l->max_alias_sequence_length] : NULL;
+}
+
+// bt_frame iterates the children of one subtree; pos is where the previous
+// child ended (the parent's start before the first); parent is the visible
+// node they belong to (hidden subtrees pass their children up) and depth the
+// parent's level among visible nodes.
+typedef struct {
+	const bt_subtree *kids;
+	const TSSymbol *aliases;
+	uint32_t count, i, structural, pos;
+	int32_t parent;
+	uint32_t depth;
+} bt_frame;
+
+static void bt_emit(berth_node *o, const bt_language *l, bt_subtree s, TSSymbol alias, uint32_t start, int32_t parent) {
+	TSSymbol sym = alias ? alias : BT_GET(s, symbol);
+	o->start = start;
+	o->end = start + bt_size(s);
+	o->kind = bt_public(l, sym);
+	uint8_t f = 0;
+	if (alias ? bt_named_symbol(l, alias) : BT_GET(s, named)) f |= F_NAMED;
+	if (BT_GET(s, extra)) f |= F_EXTRA;
+	if (BT_GET(s, is_missing)) f |= F_MISSING;
+	if (o->kind == BT_SYM_ERROR) f |= F_ERROR;
+	o->flags = f;
+	o->pad = 0;
+	o->nchild = 0;
+	o->next = -1;
+	o->parent = parent;
+}
+
+// berth_flatten writes the tree's visible nodes in pre-order, as the cursor
+// API presents them (berth_flatten_cursor); returns the node count, cap+1
+// if the buffer was too small, or 0 when out of memory.
+static uint32_t berth_flatten(TSTree *t, berth_node *out, uint32_t cap) {
+	const bt_language *l = (const bt_language *)ts_tree_language(t);
+	TSNode root = ts_tree_root_node(t);
+	bt_subtree rs = *(const bt_subtree *)root.id;
+	if (cap < 1) return cap + 1;
+	bt_emit(&out[0], l, rs, 0, root.context[0], -1);
+	uint32_t n = 1;
+	if (bt_child_count(rs) == 0) return n;
+
+	uint32_t cap_stack = 64, sp = 0;
+	bt_frame *stack = malloc(cap_stack * sizeof *stack);
+	int32_t *last = malloc(cap_stack * sizeof *last); // last child emitted, by depth
+	if (!stack || !last) { free(stack); free(last); return 0; }
+	stack[sp++] = (bt_frame){bt_children(rs), bt_aliases(l, rs), bt_child_count(rs), 0, 0, root.context[0], 0, 0};
+	last[0] = -1;
+	while (sp > 0) {
+		bt_frame *f = &stack[sp - 1];
+		if (f->i == f->count) { sp--; continue; }
+		bt_subtree c = f->kids[f->i];
+		// f->pos is where the previous child ended; the first child's
+		// padding is already part of the parent's start.
+		uint32_t start = f->i == 0 ? f->pos : f->pos + bt_padding(c);
+		TSSymbol alias = 0;
+		if (!BT_GET(c, extra)) {
+			if (f->aliases) alias = f->aliases[f->structural];
+			f->structural++;
+		}
+		f->i++;
+		f->pos = start + bt_size(c);
+		uint32_t kids = bt_child_count(c);
+		bt_frame next;
+		bool deeper = false;
+		if (BT_GET(c, visible) || alias) {
+			if (n >= cap) { free(stack); free(last); return cap + 1; }
+			int32_t i = (int32_t)n++;
+			bt_emit(&out[i], l, c, alias, start, f->parent);
+			out[f->parent].nchild++;
+			if (last[f->depth] >= 0) out[last[f->depth]].next = i;
+			last[f->depth] = i;
+			if (kids == 0) continue;
+			next = (bt_frame){bt_children(c), bt_aliases(l, c), kids, 0, 0, start, i, f->depth + 1};
+			deeper = true;
+		} else if (kids > 0 && c.ptr->visible_child_count > 0) {
+			next = (bt_frame){bt_children(c), bt_aliases(l, c), kids, 0, 0, start, f->parent, f->depth};
+		} else {
+			continue;
+		}
+		// A frame's depth is at most the number of frames below it, so
+		// one more slot than frames is enough for last.
+		if (sp + 1 >= cap_stack) {
+			uint32_t nc = cap_stack * 2;
+			bt_frame *ns = realloc(stack, nc * sizeof *stack);
+			if (ns) stack = ns;
+			int32_t *nl = realloc(last, nc * sizeof *last);
+			if (nl) last = nl;
+			if (!ns || !nl) { free(stack); free(last); return 0; }
+			cap_stack = nc;
+		}
+		if (deeper) last[next.depth] = -1;
+		stack[sp++] = next;
+	}
+	free(stack);
+	free(last);
+	return n;
+}
 */
 import "C"
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,15 +554,16 @@ var (
 	ErrParseBudget = errors.New("syntax: parse budget exceeded")
 )
 
-// node is one syntax node of a flattened tree (layout shared with berth_node).
+// node is one syntax node of a flattened tree (layout shared with
+// berth_node): 24 bytes. Line and column are derived from the byte offsets
+// on demand (tree.point).
 type node struct {
-	start, end             uint32
-	srow, scol, erow, ecol uint32
-	parent, next           int32
-	nchild                 uint32
-	kind                   uint16
-	flags                  uint8
-	_                      uint8
+	start, end   uint32
+	parent, next int32
+	nchild       uint32
+	kind         uint16
+	flags        uint8
+	_            uint8
 }
 
 func (n *node) named() bool   { return n.flags&flagNamed != 0 }
@@ -218,53 +577,71 @@ type tree struct {
 	lang  *Language
 	src   []byte
 	nodes []node
+
+	linesOnce sync.Once
+	lines     []uint32 // byte offset of the start of each line after the first
 }
 
 func init() {
 	// Imported packages are initialised first, so this runs after
 	// go-tree-sitter installed its Go-callback allocator, and replaces it.
 	_ = sitter.LANGUAGE_VERSION
-	C.berth_use_libc_allocator()
+	C.berth_init()
 	if unsafe.Sizeof(node{}) != C.sizeof_berth_node {
 		panic("syntax: node and berth_node layouts differ")
 	}
 }
 
-// cparser is a pooled C parser with its own cancellation flag.
+// cparser is what a parse needs besides the source: a cancellation flag and
+// a parse region (nil when every region is taken). Pooled; the tree-sitter
+// parser itself is made per parse, in the region.
 type cparser struct {
-	p      *C.TSParser
 	cancel *C.int32_t // C memory: written by a context watcher, read by the parser
-	lang   unsafe.Pointer
+	region *C.berth_region
+	slot   int
 }
 
 var pool struct {
 	sync.Mutex
-	free []*cparser
+	free  []*cparser
+	slots []int // free region slots
+	next  int   // slots below next have been handed out
 }
 
 func getParser() *cparser {
 	pool.Lock()
+	defer pool.Unlock()
 	if n := len(pool.free); n > 0 {
 		p := pool.free[n-1]
 		pool.free = pool.free[:n-1]
-		pool.Unlock()
 		return p
 	}
-	pool.Unlock()
-	cp := &cparser{p: C.ts_parser_new()}
-	cp.cancel = (*C.int32_t)(C.calloc(1, 4))
+	cp := &cparser{cancel: (*C.int32_t)(C.calloc(1, 4)), slot: -1}
+	switch {
+	case len(pool.slots) > 0:
+		cp.slot = pool.slots[len(pool.slots)-1]
+		pool.slots = pool.slots[:len(pool.slots)-1]
+	case pool.next < C.BERTH_REGIONS:
+		cp.slot = pool.next
+		pool.next++
+	}
+	cp.region = C.berth_region_at(C.int(cp.slot))
+	if cp.region == nil {
+		cp.slot = -1
+	}
 	return cp
 }
 
 func putParser(cp *cparser) {
 	pool.Lock()
+	defer pool.Unlock()
 	if len(pool.free) < maxPooled && len(pool.free) < 4*runtime.GOMAXPROCS(0) {
 		pool.free = append(pool.free, cp)
-		pool.Unlock()
 		return
 	}
-	pool.Unlock()
-	C.ts_parser_delete(cp.p)
+	if cp.slot >= 0 {
+		pool.slots = append(pool.slots, cp.slot)
+	}
 	C.free(unsafe.Pointer(cp.cancel))
 }
 
@@ -276,20 +653,27 @@ func parse(ctx context.Context, lang *Language, src []byte) (*tree, error) {
 }
 
 func parseWithin(ctx context.Context, lang *Language, src []byte, budget time.Duration) (*tree, error) {
+	return parseInto(ctx, nil, lang, src, budget, nil, false)
+}
+
+// parseReference is parse with the flattener that goes through the public
+// cursor API; the tests compare the two.
+func parseReference(ctx context.Context, lang *Language, src []byte) (*tree, error) {
+	return parseInto(ctx, nil, lang, src, ParseTimeout, nil, true)
+}
+
+// parseInto parses src with cp (nil: one from the pool) and flattens the
+// tree into buf when it is large enough, else into a new buffer.
+func parseInto(ctx context.Context, cp *cparser, lang *Language, src []byte, budget time.Duration, buf []node, cursor bool) (*tree, error) {
 	if len(src) > MaxSourceBytes {
 		return nil, fmt.Errorf("%w: %d bytes is over the %d-byte limit; narrow the search or skip this file", ErrTooLarge, len(src), MaxSourceBytes)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("syntax: parse: %w", err)
 	}
-	cp := getParser()
-	defer putParser(cp)
-	if cp.lang != lang.ptr {
-		if !C.ts_parser_set_language(cp.p, (*C.TSLanguage)(lang.ptr)) {
-			cp.lang = nil
-			return nil, fmt.Errorf("syntax: the %s grammar is incompatible with the tree-sitter runtime (ABI %d); rebuild the grammar", lang.ID, lang.Grammar.AbiVersion())
-		}
-		cp.lang = lang.ptr
+	if cp == nil {
+		cp = getParser()
+		defer putParser(cp)
 	}
 	atomic.StoreInt32((*int32)(unsafe.Pointer(cp.cancel)), 0)
 	fired := make(chan struct{})
@@ -317,22 +701,68 @@ func parseWithin(ctx context.Context, lang *Language, src []byte, budget time.Du
 	job.len = C.uint32_t(len(src))
 	job.cancel = cp.cancel
 	job.deadline_ns = C.berth_now_ns() + C.int64_t(budget.Nanoseconds())
-	t := C.berth_parse(cp.p, job)
+	t := C.berth_parse(cp.region, (*C.TSLanguage)(lang.ptr), job)
+	defer C.berth_done(cp.region, t)
 	if t == nil {
-		C.ts_parser_reset(cp.p)
+		if job.stopped == 3 {
+			return nil, fmt.Errorf("syntax: the %s grammar is incompatible with the tree-sitter runtime (ABI %d); rebuild the grammar", lang.ID, lang.Grammar.AbiVersion())
+		}
 		if job.stopped == 1 {
 			return nil, fmt.Errorf("syntax: parse: %w", context.Cause(ctx))
 		}
 		return nil, fmt.Errorf("%w: the %s parse of %d bytes ran over %v; skip this file", ErrParseBudget, lang.ID, len(src), budget)
 	}
-	defer C.ts_tree_delete(t)
 	n := uint32(C.berth_count(t))
-	nodes := make([]node, n)
-	got := uint32(C.berth_flatten(t, (*C.berth_node)(unsafe.Pointer(&nodes[0])), C.uint32_t(n)))
+	nodes := buf[:0]
+	if uint32(cap(nodes)) < n {
+		// A reused buffer grows geometrically, so a run of ever larger
+		// files does not reallocate each time.
+		nodes = make([]node, n, max(int(n), 2*cap(buf)))
+	}
+	nodes = nodes[:n]
+	var got uint32
+	if cursor {
+		got = uint32(C.berth_flatten_cursor(t, (*C.berth_node)(unsafe.Pointer(&nodes[0])), C.uint32_t(n)))
+	} else {
+		got = uint32(C.berth_flatten(t, (*C.berth_node)(unsafe.Pointer(&nodes[0])), C.uint32_t(n)))
+	}
 	if got != n {
 		return nil, fmt.Errorf("syntax: internal error: flattened %d of %d nodes", got, n)
 	}
 	return &tree{lang: lang, src: src, nodes: nodes}, nil
+}
+
+// regionCount is how many parse regions there are (tests).
+const regionCount = C.BERTH_REGIONS
+
+// limitRegion makes cp's parse region hold at most n bytes (tests); it
+// reports false when cp has no region.
+func (cp *cparser) limitRegion(n int) bool {
+	if cp.region == nil {
+		return false
+	}
+	C.berth_region_limit(cp.region, C.size_t(n))
+	return true
+}
+
+// point returns the line and byte column of byte offset off.
+func (t *tree) point(off uint32) Point {
+	t.linesOnce.Do(func() {
+		for i, n := 0, 0; ; i += n + 1 {
+			n = bytes.IndexByte(t.src[i:], '\n')
+			if n < 0 {
+				break
+			}
+			t.lines = append(t.lines, uint32(i+n+1))
+		}
+	})
+	// The number of line starts at or before off is the 0-based line.
+	line, _ := slices.BinarySearch(t.lines, off+1)
+	start := uint32(0)
+	if line > 0 {
+		start = t.lines[line-1]
+	}
+	return Point{Line: line, Column: int(off - start)}
 }
 
 // children appends the indices of node i's children to buf.

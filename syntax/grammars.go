@@ -57,35 +57,39 @@ var (
 )
 
 // bundled is the one table of bundled grammars: ids, aliases, extensions,
-// expando characters and context ladders.
+// expando characters and context ladders. VerbatimKeywords is set where the
+// grammar's grammar.json was checked: no anonymous word token is an alias
+// (of a regex, a case-insensitive keyword or another rule) or an external
+// token (bash's "esac", Kotlin's "get", Scala's "else" are; PHP keywords are
+// case-insensitive; HTML's "doctype" is an alias).
 var bundled = []struct {
 	lang    Language
 	grammar func() unsafe.Pointer
 }{
-	{Language{ID: "go", Aliases: []string{"golang"}, Extensions: []string{".go"}, Expando: expandoMu, Contexts: []Context{
+	{Language{ID: "go", VerbatimKeywords: true, Aliases: []string{"golang"}, Extensions: []string{".go"}, Expando: expandoMu, Contexts: []Context{
 		{Name: "statement", Prefix: "package p\nfunc _() {\n", Suffix: "\n}"},
 		{Name: "expression", Prefix: "package p\nvar _ = ", Suffix: "\n"},
 		{Name: "member", Prefix: "package p\ntype _ struct {\n", Suffix: "\n}"},
 		{Name: "declaration", Prefix: "package p\n"},
 		{Name: "bare"},
 	}}, tsgo.Language},
-	{Language{ID: "python", Aliases: []string{"py"}, Extensions: []string{".py", ".pyi", ".pyw"}, Expando: expandoMu, Contexts: []Context{
+	{Language{ID: "python", VerbatimKeywords: true, Aliases: []string{"py"}, Extensions: []string{".py", ".pyi", ".pyw"}, Expando: expandoMu, Contexts: []Context{
 		{Name: "bare"},
 		{Name: "statement", Prefix: "def _():\n", Indent: "    "},
 		{Name: "member", Prefix: "class _:\n", Indent: "    "},
 	}}, tspython.Language},
-	{Language{ID: "javascript", Aliases: []string{"js", "jsx"}, Extensions: []string{".js", ".mjs", ".cjs", ".jsx"}, Contexts: jsContexts}, tsjs.Language},
-	{Language{ID: "typescript", Aliases: []string{"ts"}, Extensions: []string{".ts", ".mts", ".cts"}, Contexts: jsContexts}, tsts.LanguageTypescript},
-	{Language{ID: "tsx", Extensions: []string{".tsx"}, Contexts: jsContexts}, tsts.LanguageTSX},
-	{Language{ID: "rust", Aliases: []string{"rs"}, Extensions: []string{".rs"}, Expando: expandoMu, Contexts: []Context{
+	{Language{ID: "javascript", VerbatimKeywords: true, Aliases: []string{"js", "jsx"}, Extensions: []string{".js", ".mjs", ".cjs", ".jsx"}, Contexts: jsContexts}, tsjs.Language},
+	{Language{ID: "typescript", VerbatimKeywords: true, Aliases: []string{"ts"}, Extensions: []string{".ts", ".mts", ".cts"}, Contexts: jsContexts}, tsts.LanguageTypescript},
+	{Language{ID: "tsx", VerbatimKeywords: true, Extensions: []string{".tsx"}, Contexts: jsContexts}, tsts.LanguageTSX},
+	{Language{ID: "rust", VerbatimKeywords: true, Aliases: []string{"rs"}, Extensions: []string{".rs"}, Expando: expandoMu, Contexts: []Context{
 		{Name: "bare"},
 		{Name: "statement", Prefix: "fn _() {\n", Suffix: "\n}"},
 		{Name: "expression", Prefix: "fn _() {\nlet _ = ", Suffix: ";\n}"},
 		{Name: "member", Prefix: "impl _ {\n", Suffix: "\n}"},
 	}}, tsrust.Language},
-	{Language{ID: "c", Extensions: []string{".c", ".h"}, Expando: expandoWide, Contexts: cContexts}, tsc.Language},
-	{Language{ID: "cpp", Aliases: []string{"c++", "cxx"}, Extensions: []string{".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".c++", ".h++", ".cu", ".ino"}, Expando: expandoWide, Contexts: cppContexts}, tscpp.Language},
-	{Language{ID: "java", Extensions: []string{".java"}, Contexts: []Context{
+	{Language{ID: "c", VerbatimKeywords: true, Extensions: []string{".c", ".h"}, Expando: expandoWide, Contexts: cContexts}, tsc.Language},
+	{Language{ID: "cpp", VerbatimKeywords: true, Aliases: []string{"c++", "cxx"}, Extensions: []string{".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".c++", ".h++", ".cu", ".ino"}, Expando: expandoWide, Contexts: cppContexts}, tscpp.Language},
+	{Language{ID: "java", VerbatimKeywords: true, Extensions: []string{".java"}, Contexts: []Context{
 		{Name: "bare"},
 		{Name: "statement", Prefix: "class _ {\nvoid _() {\n", Suffix: "\n}\n}"},
 		{Name: "expression", Prefix: "class _ {\nObject _ = ", Suffix: ";\n}"},
@@ -96,13 +100,13 @@ var bundled = []struct {
 		{Name: "statement", Prefix: "fun _() {\n", Suffix: "\n}"},
 		{Name: "member", Prefix: "class _ {\n", Suffix: "\n}"},
 	}}, tskotlin.Language},
-	{Language{ID: "c_sharp", Aliases: []string{"csharp", "cs", "c#"}, Extensions: []string{".cs"}, Expando: expandoMu, Contexts: []Context{
+	{Language{ID: "c_sharp", VerbatimKeywords: true, Aliases: []string{"csharp", "cs", "c#"}, Extensions: []string{".cs"}, Expando: expandoMu, Contexts: []Context{
 		{Name: "bare"},
 		{Name: "statement", Prefix: "class _ {\nvoid _() {\n", Suffix: "\n}\n}"},
 		{Name: "expression", Prefix: "class _ {\nobject _ = ", Suffix: ";\n}"},
 		{Name: "member", Prefix: "class _ {\n", Suffix: "\n}"},
 	}}, tscsharp.Language},
-	{Language{ID: "ruby", Aliases: []string{"rb"}, Extensions: []string{".rb", ".rbw", ".gemspec", ".rake", "Rakefile", "Gemfile"}, Expando: expandoMu, Contexts: []Context{
+	{Language{ID: "ruby", VerbatimKeywords: true, Aliases: []string{"rb"}, Extensions: []string{".rb", ".rbw", ".gemspec", ".rake", "Rakefile", "Gemfile"}, Expando: expandoMu, Contexts: []Context{
 		{Name: "bare"},
 		{Name: "statement", Prefix: "def _\n", Suffix: "\nend"},
 		{Name: "member", Prefix: "class X_\n", Suffix: "\nend"},
@@ -117,7 +121,7 @@ var bundled = []struct {
 		{Name: "bare"},
 		{Name: "statement", Prefix: "_() {\n", Suffix: "\n}"},
 	}}, tsbash.Language},
-	{Language{ID: "lua", Extensions: []string{".lua"}, Contexts: []Context{
+	{Language{ID: "lua", VerbatimKeywords: true, Extensions: []string{".lua"}, Contexts: []Context{
 		{Name: "bare"},
 		{Name: "statement", Prefix: "function _()\n", Suffix: "\nend"},
 		{Name: "expression", Prefix: "local _ = ", Suffix: "\n"},
@@ -127,10 +131,10 @@ var bundled = []struct {
 		{Name: "statement", Prefix: "def _() = {\n", Suffix: "\n}"},
 		{Name: "member", Prefix: "class _ {\n", Suffix: "\n}"},
 	}}, tsscala.Language},
-	{Language{ID: "json", Extensions: []string{".json", ".jsonc", ".json5"}}, tsjson.Language},
-	{Language{ID: "yaml", Aliases: []string{"yml"}, Extensions: []string{".yaml", ".yml"}}, tsyaml.Language},
+	{Language{ID: "json", VerbatimKeywords: true, Extensions: []string{".json", ".jsonc", ".json5"}}, tsjson.Language},
+	{Language{ID: "yaml", VerbatimKeywords: true, Aliases: []string{"yml"}, Extensions: []string{".yaml", ".yml"}}, tsyaml.Language},
 	{Language{ID: "html", Aliases: []string{"htm"}, Extensions: []string{".html", ".htm", ".xhtml"}}, tshtml.Language},
-	{Language{ID: "css", Extensions: []string{".css", ".scss"}, Expando: expandoUnder, Contexts: []Context{
+	{Language{ID: "css", VerbatimKeywords: true, Extensions: []string{".css", ".scss"}, Expando: expandoUnder, Contexts: []Context{
 		{Name: "bare"},
 		{Name: "member", Prefix: "_ {\n", Suffix: "\n}"},
 	}}, tscss.Language},

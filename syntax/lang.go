@@ -70,6 +70,12 @@ type Language struct {
 	Contexts []Context
 	// Grammar is the tree-sitter language.
 	Grammar *sitter.Language
+	// VerbatimKeywords declares that the grammar's anonymous word tokens
+	// (keywords such as "return") always appear in source spelled exactly
+	// as their kind: none comes from a case-insensitive or aliased rule or
+	// from an external scanner. Pattern.Literals then includes a pattern's
+	// keywords, so searches skip files that lack them without parsing.
+	VerbatimKeywords bool
 
 	ptr   unsafe.Pointer // *C.TSLanguage
 	kinds []string       // symbol names by kind id, filled by Register

@@ -46,6 +46,48 @@ type Tree struct {
 	t *tree
 }
 
+// Parser parses file after file with the same tree-sitter parser and into
+// the same memory, for callers that search each tree once and drop it: a
+// tree it returns is valid until its next Parse. It is not safe for
+// concurrent use; the zero value is ready, and Close releases it.
+type Parser struct {
+	cp    *cparser
+	last  *tree
+	nodes []node
+}
+
+// Close gives p's tree-sitter parser back to the package's pool; p may be
+// used again afterwards.
+func (p *Parser) Close() {
+	if p.cp != nil {
+		putParser(p.cp)
+		p.cp = nil
+	}
+}
+
+// Parse is like the package's Parse, but the tree it returns lives in p's
+// memory and is valid only until p parses again (a stale tree is refused when
+// matched). Matches found in it stay valid: they copy what they report.
+func (p *Parser) Parse(ctx context.Context, lang *Language, src []byte) (*Tree, error) {
+	if lang == nil {
+		return nil, fmt.Errorf("syntax: parse: no language given")
+	}
+	if p.last != nil {
+		p.nodes = p.last.nodes
+		p.last.nodes = nil // a stale tree fails loudly instead of showing the next file's nodes
+		p.last = nil
+	}
+	if p.cp == nil {
+		p.cp = getParser()
+	}
+	t, err := parseInto(ctx, p.cp, lang, src, ParseTimeout, p.nodes, false)
+	if err != nil {
+		return nil, err
+	}
+	p.last = t
+	return &Tree{t: t}, nil
+}
+
 // Parse parses src with lang's grammar. It refuses sources over
 // MaxSourceBytes (ErrTooLarge) and stops parses that run over ParseTimeout
 // (ErrParseBudget) or whose ctx ends.
@@ -106,6 +148,9 @@ const ctxCheckEvery = 4096
 // Match returns every match of p in an already parsed tree.
 func (p *Pattern) Match(ctx context.Context, tr *Tree) ([]Match, error) {
 	t := tr.t
+	if t.nodes == nil {
+		return nil, fmt.Errorf("syntax: the tree is stale: its Parser has parsed another file since; match a tree before parsing the next one")
+	}
 	if t.lang != p.lang {
 		return nil, fmt.Errorf("syntax: the pattern is for %s but the tree is %s; compile the pattern for the file's language", p.lang.ID, t.lang.ID)
 	}
@@ -400,25 +445,9 @@ func (t *tree) rangeOf(i int32) Range {
 	n := &t.nodes[i]
 	return Range{
 		StartByte: int(n.start), EndByte: int(n.end),
-		Start: Point{int(n.srow), int(n.scol)},
-		End:   Point{int(n.erow), int(n.ecol)},
+		Start: t.point(n.start),
+		End:   t.point(n.end),
 	}
-}
-
-// pointAt computes the point of byte offset off, counting lines from node near.
-func (t *tree) pointAt(off uint32, near int32) Point {
-	n := &t.nodes[near]
-	line, from := int(n.srow), n.start
-	if off < from {
-		line, from = 0, 0
-	}
-	for i := from; i < off; i++ {
-		if t.src[i] == '\n' {
-			line++
-		}
-	}
-	ls := bytes.LastIndexByte(t.src[:off], '\n') + 1
-	return Point{line, int(off) - ls}
 }
 
 func (m *matcher) result(i int32) Match {
@@ -431,7 +460,7 @@ func (m *matcher) result(i int32) Match {
 	for _, b := range m.env {
 		c := Capture{Multi: b.multi}
 		if len(b.nodes) == 0 {
-			p := t.pointAt(b.at, i)
+			p := t.point(b.at)
 			c.Range = Range{StartByte: int(b.at), EndByte: int(b.at), Start: p, End: p}
 		} else {
 			first, last := t.rangeOf(b.nodes[0]), t.rangeOf(b.nodes[len(b.nodes)-1])

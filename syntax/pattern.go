@@ -3,6 +3,7 @@ package syntax
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -35,6 +36,7 @@ type Pattern struct {
 	source  string
 	context string
 	literal string
+	lits    []string
 	seq     bool // root's children are a sequence of sibling nodes (Context.Sequence)
 }
 
@@ -45,10 +47,15 @@ func (p *Pattern) Language() *Language { return p.lang }
 // ("bare", "statement", "expression", "member" or "declaration").
 func (p *Pattern) Context() string { return p.context }
 
-// Literal returns the longest text every match must contain verbatim (a
-// named leaf of the pattern), or "" when there is none. Callers use it to skip
-// files without parsing them.
+// Literal returns the longest of Literals, or "" when there is none.
 func (p *Pattern) Literal() string { return p.literal }
+
+// Literals returns every text each match must contain verbatim, longest
+// first, without duplicates; nil when there is none: the pattern's named
+// leaves that are not metavariables and, for a language with
+// VerbatimKeywords, the keywords it must match. A file that lacks one of
+// them has no match, so callers may skip it without parsing it.
+func (p *Pattern) Literals() []string { return p.lits }
 
 // String returns the pattern source.
 func (p *Pattern) String() string { return p.source }
@@ -237,7 +244,7 @@ func compileIn(lang *Language, cx Context, frag string, sigil rune) (*Pattern, s
 		return nil, "a standalone $$$ matches sequences inside a node, not a node; put it inside code, as in `f($$$)`"
 	}
 	p := &Pattern{lang: lang, root: root, context: cx.Name}
-	p.literal = longestLiteral(root)
+	p.setLiterals()
 	return p, ""
 }
 
@@ -290,23 +297,65 @@ func convert(t *tree, i int32, sigil rune) *pnode {
 	return p
 }
 
-func longestLiteral(p *pnode) string {
-	if p.meta != metaNone {
-		return ""
-	}
-	if p.leaf {
-		if p.named && !strings.Contains(p.text, "\n") {
-			return p.text
-		}
-		return ""
-	}
-	best := ""
-	for _, c := range p.children {
-		if s := longestLiteral(c); len(s) > len(best) {
-			best = s
+// setLiterals records the texts every match contains: a named leaf that is
+// not a metavariable matches only a node with the same text, and, where the
+// grammar spells keywords verbatim, an unnamed word leaf matches only a node
+// of its kind, which is spelled as the kind is named, unless the leaf is
+// one the matcher may skip (a token right after a $$$, see matchChildren).
+func (p *Pattern) setLiterals() {
+	add := func(text string) {
+		if text != "" && !strings.Contains(text, "\n") && !slices.Contains(p.lits, text) {
+			p.lits = append(p.lits, text)
 		}
 	}
-	return best
+	keyword := func(n *pnode) {
+		if p.lang.VerbatimKeywords && isWord(n.text) && p.lang.kindName(n.kind) == n.text {
+			add(n.text)
+		}
+	}
+	var walk func(n *pnode)
+	walk = func(n *pnode) {
+		switch {
+		case n.meta != metaNone:
+		case n.leaf:
+			if n.named {
+				add(n.text)
+			} else {
+				keyword(n)
+			}
+		default:
+			afterMulti := false
+			for _, c := range n.children {
+				switch {
+				case c.meta == metaMulti:
+					afterMulti = true
+				case c.trivial():
+					if !afterMulti {
+						keyword(c)
+					}
+				default:
+					afterMulti = false
+					walk(c)
+				}
+			}
+		}
+	}
+	walk(p.root)
+	slices.SortStableFunc(p.lits, func(a, b string) int { return len(b) - len(a) })
+	if len(p.lits) > 0 {
+		p.literal = p.lits[0]
+	}
+}
+
+// isWord reports whether s is an identifier-like token ("return", "def").
+func isWord(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && c >= '0' && c <= '9')) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // containsKind reports whether the subtree at i has a node of one of kinds.

@@ -57,7 +57,7 @@ func compileSeq(t *tree, lang *Language, cx Context, tops []int32, sigil rune) (
 		root.children = append(root.children, n)
 	}
 	p := &Pattern{lang: lang, root: root, context: cx.Name, seq: true}
-	p.literal = longestLiteral(root)
+	p.setLiterals()
 	return p, ""
 }
 

@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +31,7 @@ func mustLang(t *testing.T, id string) *Language {
 // the binding's own Node API reports, node for node.
 func TestFlattenMatchesBinding(t *testing.T) {
 	srcs := map[string]string{
-		"go":         "package p\n\nfunc f(a, b int) int { /* c */ return a + b }\n",
+		"go":         "package p\n\n// é\r\nfunc f(a, b int) int {\n\t/* c */ return a + \"ü\" }\n",
 		"python":     "def f(x):\n    return [i for i in x if i]\n",
 		"javascript": "const f = async (a) => { await g(a, `t${a}`); };\n",
 		"c":          "int main(void) { char *p = malloc(3); return p ? 0 : 1 }\n",
@@ -59,7 +64,7 @@ func TestFlattenMatchesBinding(t *testing.T) {
 			n := &ft.nodes[i]
 			got = append(got, fmt.Sprintf("%s %v %d-%d %v-%v named=%v extra=%v missing=%v kids=%d",
 				l.kindName(n.kind), n.kind, n.start, n.end,
-				sitter.Point{Row: uint(n.srow), Column: uint(n.scol)}, sitter.Point{Row: uint(n.erow), Column: uint(n.ecol)},
+				sitterPoint(ft.point(n.start)), sitterPoint(ft.point(n.end)),
 				n.named(), n.extra(), n.missing(), n.nchild))
 		}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -67,6 +72,10 @@ func TestFlattenMatchesBinding(t *testing.T) {
 				id, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 	}
+}
+
+func sitterPoint(p Point) sitter.Point {
+	return sitter.Point{Row: uint(p.Line), Column: uint(p.Column)}
 }
 
 func TestLanguageTable(t *testing.T) {
@@ -274,4 +283,223 @@ func TestRewriteRules(t *testing.T) {
 	if _, err := Rewrite([]byte("other"), ms, "x"); err == nil {
 		t.Error("Rewrite with matches from other content succeeded")
 	}
+}
+
+// TestParserReuse parses sources of many sizes with one Parser, each parse
+// reusing the last one's memory, and checks every match against a parse into
+// fresh memory; a stale tree is refused.
+func TestParserReuse(t *testing.T) {
+	l := mustLang(t, "go")
+	p, err := Compile(l, "fmt.Println($A)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var srcs [][]byte
+	for n := 1; n < 400; n = n*3/2 + 1 {
+		var b strings.Builder
+		b.WriteString("package p\n\nfunc f() {\n")
+		for i := range n {
+			fmt.Fprintf(&b, "\tfmt.Println(%d) // é\n\tg(%d)\n", i, i)
+		}
+		b.WriteString("}\n")
+		srcs = append(srcs, []byte(b.String()))
+	}
+	want := make([]string, len(srcs))
+	for i, src := range srcs {
+		ms, err := p.Search(ctx, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = fmt.Sprint(ms)
+	}
+	var ps Parser
+	defer ps.Close()
+	var stale *Tree
+	for round := range 3 {
+		for _, i := range []int{len(srcs) - 1, 0, len(srcs) / 2, 1, len(srcs) - 2} {
+			tr, err := ps.Parse(ctx, l, srcs[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stale != nil {
+				if _, err := p.Match(ctx, stale); err == nil || !strings.Contains(err.Error(), "stale") {
+					t.Fatalf("matching a tree its Parser has reused: err = %v, want a stale-tree error", err)
+				}
+			}
+			ms, err := p.Match(ctx, tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stale = tr
+			if got := fmt.Sprint(ms); got != want[i] {
+				t.Fatalf("round %d source %d: after reuse the matches differ:\n got %.300s\nwant %.300s", round, i, got, want[i])
+			}
+		}
+	}
+}
+
+// input is a source to parse in the tests.
+type input struct {
+	name string
+	lang *Language
+	src  []byte
+}
+
+// TestFlattenFastMatchesCursor holds the flattener that walks the runtime's
+// subtrees directly (mirroring its internal layouts) to the one that goes
+// through the public cursor API, node for node, on every corpus case and a
+// sample of Go's and Python's own sources, whole and cut in half (so ERROR
+// and MISSING nodes are covered too). A failure means the layouts in
+// cparse.go no longer match the tree-sitter runtime.
+func TestFlattenFastMatchesCursor(t *testing.T) {
+	var ins []input
+	cases, _ := filepath.Glob("testdata/corpus/*.txtar")
+	for _, p := range cases {
+		c := readCase(t, p)
+		l, err := Lookup(c.header["lang"])
+		if err != nil {
+			continue
+		}
+		ins = append(ins, input{p, l, []byte(c.sections["src"])})
+	}
+	sample := func(root, ext string, every int) {
+		i := 0
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ext) {
+				return nil
+			}
+			if i++; i%every != 0 {
+				return nil
+			}
+			src, err := os.ReadFile(p)
+			if err != nil || len(src) > 1<<20 {
+				return nil
+			}
+			ins = append(ins, input{p, LanguageForPath(p), src})
+			return nil
+		})
+	}
+	sample(filepath.Join(runtime.GOROOT(), "src"), ".go", 60)
+	if py, _ := filepath.Glob("/usr/lib/python3*"); len(py) > 0 {
+		sample(py[0], ".py", 20)
+	}
+	n := len(ins)
+	for _, in := range ins[:n] {
+		ins = append(ins, input{in.name + " (first half)", in.lang, in.src[:len(in.src)/2]})
+	}
+	ctx := context.Background()
+	nodes := 0
+	for _, in := range ins {
+		if in.lang == nil {
+			continue
+		}
+		fast, err := parse(ctx, in.lang, in.src)
+		if err != nil {
+			t.Fatalf("%s: %v", in.name, err)
+		}
+		ref, err := parseReference(ctx, in.lang, in.src)
+		if err != nil {
+			t.Fatalf("%s: %v", in.name, err)
+		}
+		if !slices.Equal(fast.nodes, ref.nodes) {
+			for i := range min(len(fast.nodes), len(ref.nodes)) {
+				if fast.nodes[i] != ref.nodes[i] {
+					t.Fatalf("%s (%s): node %d of %d differs: direct walk %+v (%s), cursor %+v (%s); the layouts mirrored in cparse.go no longer match the tree-sitter runtime (was go-tree-sitter upgraded from v0.25.0?)",
+						in.name, in.lang.ID, i, len(ref.nodes), fast.nodes[i], in.lang.kindName(fast.nodes[i].kind), ref.nodes[i], in.lang.kindName(ref.nodes[i].kind))
+				}
+			}
+			t.Fatalf("%s: the direct walk gives %d nodes, the cursor %d", in.name, len(fast.nodes), len(ref.nodes))
+		}
+		nodes += len(ref.nodes)
+	}
+	t.Logf("%d sources, %d nodes", len(ins), nodes)
+}
+
+// TestLiterals checks the texts a search may prefilter files on: named
+// leaves, and keywords where the grammar spells them verbatim.
+func TestLiterals(t *testing.T) {
+	for _, c := range []struct {
+		lang, pattern string
+		want          []string
+	}{
+		{"go", "return nil, $E", []string{"return", "nil"}},
+		{"go", "fmt.Errorf($F, $$$A)", []string{"Errorf", "fmt"}},
+		{"go", "$X.Lock()", []string{"Lock"}},
+		{"go", "defer $X.Unlock()", []string{"Unlock", "defer"}},
+		{"python", "raise $E($$$)", []string{"raise"}},
+		{"python", "def $F(self): $$$", []string{"self", "def"}},
+		{"python", "print($$$)", []string{"print"}},
+		{"javascript", "await $X", []string{"await"}},
+		{"php", "function $F() { $$$ }", nil}, // PHP keywords are case-insensitive
+		{"bash", "case $X in $$$ esac", nil},  // bash's "esac" can come from its scanner
+	} {
+		p, err := Compile(mustLang(t, c.lang), c.pattern)
+		if err != nil {
+			t.Fatalf("%s %q: %v", c.lang, c.pattern, err)
+		}
+		if got := p.Literals(); !slices.Equal(got, c.want) {
+			t.Errorf("%s %q: Literals() = %q, want %q", c.lang, c.pattern, got, c.want)
+		}
+	}
+}
+
+// TestParseRegions parses with regions too small for the tree (so part or
+// all of it falls back to libc's heap mid-parse) and with no region at all
+// (every region taken), and checks each tree against a normal parse.
+func TestParseRegions(t *testing.T) {
+	ctx := context.Background()
+	var srcs []input
+	for _, p := range []string{"syntax_test.go", "cparse.go", "match.go"} {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, input{p, mustLang(t, "go"), src})
+		srcs = append(srcs, input{p + " (first half)", mustLang(t, "go"), src[:len(src)/2]})
+	}
+	check := func(what string, cp *cparser) {
+		t.Helper()
+		for _, in := range srcs {
+			want, err := parse(ctx, in.lang, in.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := parseInto(ctx, cp, in.lang, in.src, ParseTimeout, nil, false)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", what, in.name, err)
+			}
+			if !slices.Equal(got.nodes, want.nodes) {
+				t.Fatalf("%s, %s: the tree differs from a normal parse", what, in.name)
+			}
+		}
+	}
+
+	cp := getParser()
+	if cp.region == nil {
+		t.Skip("no parse regions (address space reservation refused)")
+	}
+	for _, n := range []int{0, 64, 4 << 10, 64 << 10, 1 << 20} {
+		cp.limitRegion(n)
+		check(fmt.Sprintf("region of %d bytes", n), cp)
+	}
+	cp.limitRegion(1 << 62)
+	putParser(cp)
+
+	// Take parsers until the regions run out; the next parses use libc.
+	var held []*cparser
+	defer func() {
+		for _, p := range held {
+			putParser(p)
+		}
+	}()
+	for range 2 * regionCount {
+		p := getParser()
+		held = append(held, p)
+		if p.region == nil {
+			check("no region", p)
+			return
+		}
+	}
+	t.Fatalf("%d parsers all had a region; the pool hands out at most %d", len(held), regionCount)
 }

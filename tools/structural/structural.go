@@ -49,6 +49,9 @@ const (
 	MaxMaxResults = 1000
 	// binarySniff is how many leading bytes are searched for a NUL byte.
 	binarySniff = 8 << 10
+	// walkAhead is how many files the walk may list ahead of the workers;
+	// the workers take the largest of them first.
+	walkAhead = 4096
 )
 
 // Skip reasons, the keys of SearchResult.Skipped.
@@ -302,8 +305,8 @@ type cacheEntry struct {
 // Cost estimates.
 const (
 	// nodeCost is the memory of one syntax node of a cached tree (package
-	// syntax stores 40 bytes per node).
-	nodeCost = 40
+	// syntax stores 24 bytes per node).
+	nodeCost = 24
 	// entryCost is the fixed overhead of an entry.
 	entryCost = 256
 	// racyWindow: an entry is trusted on its size and modification time
@@ -413,6 +416,10 @@ func (c *parseCache) put(key string, size int64, mtime time.Time, hash [sha256.S
 	c.byKey[key] = c.lru.PushFront(&cacheEntry{key: key, size: size, mtime: mtime, hash: hash, src: src, tree: tree, cost: cost, gen: c.gen, cachedAt: readAt})
 	c.bytes += cost
 }
+
+// enabled reports whether the cache keeps anything (Options.CacheBytes is
+// not negative).
+func (c *parseCache) enabled() bool { return c.limit >= 0 }
 
 // size returns how many trees are cached and the estimated bytes of all
 // entries.
