@@ -1,6 +1,15 @@
-// Package bench compares berth's structural search (package
-// tools/structural, the `berth ast-grep` command) with the ast-grep CLI on
-// the same files, patterns and match counts. It has no code of its own: the
-// comparison is TestReport (run by bench/run, or with BERTH_BENCH=1) and the
-// in-process Benchmark functions, which are the profiling entry points.
+// Package bench measures berth against anchors run side by side, as ratios
+// (never as timed assertions). It has no code of its own; each comparison is
+// a Test…Report run by bench/run (or with BERTH_BENCH=1):
+//
+//   - TestReport: structural search (tools/structural, `berth ast-grep`)
+//     against the ast-grep CLI on the same files, patterns and match counts;
+//     the in-process Benchmark functions are its profiling entry points.
+//   - TestLSPReport: gopls through berth's exec stream in a container against
+//     the same gopls started directly on the host (hover, references), with
+//     the exec stream's own echo round trip as the floor, and the write →
+//     diagnostics path of the tools against the server's own publish time.
+//   - TestEvalReport: a trivial cell through the eval tool (on the host and
+//     into a container) against jupyter_client talking straight to ipykernel
+//     on the host, and the kernels' cold start.
 package bench
