@@ -2,7 +2,12 @@ package sandbox_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,4 +72,201 @@ func TestPipe(t *testing.T) {
 			t.Errorf("exit status %v, want killed by SIGKILL", st)
 		}
 	})
+}
+
+// TestPipeStreams checks the stream's flow control and end on the host
+// backend, whose agent takes Pipe's direct stdin and stdout.
+func TestPipeStreams(t *testing.T) {
+	sb := host.New(host.Options{})
+	t.Cleanup(func() { sb.Close() })
+	for _, tc := range pipeCases {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, sb) })
+	}
+}
+
+// pipeCases are the Pipe checks; sandbox/docker runs the same ones.
+var pipeCases = []struct {
+	name string
+	fn   func(t *testing.T, sb sandbox.Sandbox)
+}{
+	{"large echo", pipeLargeEcho},
+	{"stdin backpressure spares signals and stdout", pipeBackpressure},
+	{"exit and stderr arrive unread", pipeExitUnread},
+	{"output waits for a reader", pipeOutputWaits},
+}
+
+// pipeHang bounds every wait, only so that a broken stream fails.
+const pipeHang = 30 * time.Second
+
+// pipeLargeEcho sends several stdin windows through cat while reading.
+func pipeLargeEcho(t *testing.T, sb sandbox.Sandbox) {
+	p, err := sandbox.Pipe(context.Background(), sb, &sandbox.Cmd{Args: []string{"cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 5<<20+7)
+	rand.Read(data)
+	werr := make(chan error, 1)
+	go func() {
+		// Uneven writes: some below, some above a frame.
+		rest := data
+		for i := 0; len(rest) > 0; i++ {
+			n := min(len(rest), 1+i*7919%200000)
+			if _, err := p.Write(rest[:n]); err != nil {
+				werr <- err
+				return
+			}
+			rest = rest[n:]
+		}
+		werr <- nil
+	}()
+	got := make([]byte, len(data))
+	if _, err := io.ReadFull(p, got); err != nil {
+		t.Fatalf("read back: %v", err)
+	}
+	if err := <-werr; err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("cat echoed different bytes")
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.ExitStatus(); err != nil || !st.Success() {
+		t.Fatalf("exit %v, %v", st, err)
+	}
+}
+
+// pipeBackpressure: a child that never reads stdin fills the window; the
+// writer blocks, but signals and stdout still get through, and Close ends
+// it all.
+func pipeBackpressure(t *testing.T, sb sandbox.Sandbox) {
+	p, err := sandbox.Pipe(context.Background(), sb, &sandbox.Cmd{
+		Args:      []string{"sh", "-c", `trap 'echo got-usr1' USR1; echo ready; while :; do sleep 0.05; done`},
+		WaitDelay: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(p)
+	if line, err := r.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("read %q, %v", line, err)
+	}
+	werr := make(chan error, 1)
+	go func() {
+		_, err := p.Write(make([]byte, 8<<20))
+		werr <- err
+	}()
+	select {
+	case err := <-werr:
+		t.Fatalf("an 8 MiB write to a child that does not read returned: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pipeHang)
+	defer cancel()
+	if err := p.Process().Signal(ctx, syscall.SIGUSR1); err != nil {
+		t.Fatalf("Signal while stdin is full: %v", err)
+	}
+	line := make(chan string, 1)
+	go func() { l, _ := r.ReadString('\n'); line <- l }()
+	select {
+	case l := <-line:
+		if l != "got-usr1\n" {
+			t.Fatalf("read %q after the signal, want %q", l, "got-usr1\n")
+		}
+	case <-time.After(pipeHang):
+		t.Fatal("the signal or its output did not get through a full stdin")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	for _, c := range []chan error{werr, closed} {
+		select {
+		case <-c:
+		case <-time.After(pipeHang):
+			t.Fatal("Close or the blocked Write did not return")
+		}
+	}
+	if st, _ := p.ExitStatus(); st.Success() {
+		t.Errorf("exit %v, want killed", st)
+	}
+	if _, err := p.Write([]byte("x")); !errors.Is(err, io.ErrClosedPipe) {
+		t.Errorf("Write after Close: %v, want io.ErrClosedPipe", err)
+	}
+}
+
+// pipeExitUnread: with nobody reading, the exit status and stderr still
+// arrive, and reading afterwards gives EOF.
+func pipeExitUnread(t *testing.T, sb sandbox.Sandbox) {
+	var stderr syncBuffer
+	p, err := sandbox.Pipe(context.Background(), sb, &sandbox.Cmd{
+		Args:   []string{"sh", "-c", "echo oops >&2; exit 3"},
+		Stderr: &stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(pipeHang):
+		t.Fatal("Done did not close for a process nobody reads")
+	}
+	if st, err := p.ExitStatus(); err != nil || st.Code != 3 {
+		t.Fatalf("exit %v, %v; want exit status 3", st, err)
+	}
+	if s := stderr.String(); s != "oops\n" {
+		t.Errorf("stderr %q, want %q", s, "oops\n")
+	}
+	if n, err := p.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Errorf("Read after the end = %d, %v; want io.EOF", n, err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// pipeOutputWaits: output nobody reads yet is kept, and the end comes
+// after it.
+func pipeOutputWaits(t *testing.T, sb sandbox.Sandbox) {
+	p, err := sandbox.Pipe(context.Background(), sb, &sandbox.Cmd{Args: []string{"sh", "-c", "echo out; exit 0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	got := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(p); got <- b }()
+	select {
+	case b := <-got:
+		if string(b) != "out\n" {
+			t.Fatalf("read %q, want %q", b, "out\n")
+		}
+	case <-time.After(pipeHang):
+		t.Fatal("reading to the end did not return")
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Fatal("Done is not closed after Read returned EOF")
+	}
+	if st, err := p.ExitStatus(); err != nil || !st.Success() {
+		t.Fatalf("exit %v, %v", st, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

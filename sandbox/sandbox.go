@@ -240,8 +240,10 @@ func Pipe(ctx context.Context, sb Sandbox, cmd *Cmd) (*PipeStream, error) {
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
+	in := &pipeInput{PipeReader: inR}
+	out := &pipeOutput{PipeWriter: outW}
 	c := *cmd
-	c.Stdin, c.Stdout = inR, outW
+	c.Stdin, c.Stdout = in, out
 	p, err := sb.Start(ctx, &c)
 	if err != nil {
 		inW.Close()
@@ -249,6 +251,12 @@ func Pipe(ctx context.Context, sb Sandbox, cmd *Cmd) (*PipeStream, error) {
 		return nil, err
 	}
 	ps := &PipeStream{proc: p, in: inW, out: outR, delay: c.WaitDelay, done: make(chan struct{})}
+	if in.direct != nil {
+		ps.in = in.direct
+	}
+	if out.direct != nil {
+		ps.out = out.direct
+	}
 	if ps.delay <= 0 {
 		ps.delay = DefaultWaitDelay
 	}
@@ -261,18 +269,82 @@ func Pipe(ctx context.Context, sb Sandbox, cmd *Cmd) (*PipeStream, error) {
 	return ps, nil
 }
 
+// DirectStdin is implemented by the Cmd.Stdin that [Pipe] passes to
+// [Sandbox.Start]. A backend that can write a process's stdin from the
+// writer's own goroutine may call SetStdin, before Start returns, with a
+// writer for that stdin, and then must not read Stdin: [PipeStream.Write]
+// then writes to w directly, saving a goroutine handoff on every write.
+// w's Write must honour the backend's flow control and fail with
+// [io.ErrClosedPipe] once the process exited or w was closed; w's Close
+// closes the process's stdin (after the data of every returned Write) and
+// must not block. Backends that do not call SetStdin read Stdin as for any
+// Cmd.
+type DirectStdin interface {
+	io.Reader
+	SetStdin(w io.WriteCloser)
+}
+
+// DirectStdout is implemented by the Cmd.Stdout that [Pipe] passes to
+// [Sandbox.Start]. A backend that can deliver a process's stdout to the
+// reader's own goroutine may call SetStdout, before Start returns, with a
+// reader of that stdout, and then must not write to Stdout:
+// [PipeStream.Read] then reads from r directly, saving a goroutine handoff
+// on every read. r's Read returns io.EOF after the last output, once the
+// process ended and Process.Wait returns; the backend must deliver the
+// exit status (and Cmd.Stderr) also while nobody reads, except that, as
+// with a pipe, output nobody reads may hold back what comes after it. r's
+// Close makes Reads fail with [io.ErrClosedPipe], drops further output,
+// and unblocks a Read waiting on a sandbox that stopped answering.
+type DirectStdout interface {
+	io.Writer
+	SetStdout(r io.ReadCloser)
+}
+
+// pipeInput is the Cmd.Stdin of a Pipe.
+type pipeInput struct {
+	*io.PipeReader
+	direct io.WriteCloser // set by the backend in Start
+}
+
+func (in *pipeInput) SetStdin(w io.WriteCloser) { in.direct = w }
+
+// pipeOutput is the Cmd.Stdout of a Pipe.
+type pipeOutput struct {
+	*io.PipeWriter
+	direct io.ReadCloser // set by the backend in Start
+}
+
+func (out *pipeOutput) SetStdout(r io.ReadCloser) { out.direct = r }
+
+var (
+	_ DirectStdin  = (*pipeInput)(nil)
+	_ DirectStdout = (*pipeOutput)(nil)
+)
+
 // PipeStream is a process's stdio as one stream; see [Pipe].
 type PipeStream struct {
 	proc   Process
-	in     *io.PipeWriter
-	out    *io.PipeReader
+	in     io.WriteCloser // the io.Pipe to Cmd.Stdin, or the backend's DirectStdin writer
+	out    io.ReadCloser  // the io.Pipe from Cmd.Stdout, or the backend's DirectStdout reader
 	delay  time.Duration
 	done   chan struct{}
 	status ExitStatus
 	err    error
 }
 
-func (s *PipeStream) Read(p []byte) (int, error)  { return s.out.Read(p) }
+// Read reads the process's stdout. It returns io.EOF once the process
+// exited and its output was read; Done is closed by then.
+func (s *PipeStream) Read(p []byte) (int, error) {
+	n, err := s.out.Read(p)
+	if err == io.EOF {
+		<-s.done
+	}
+	return n, err
+}
+
+// Write writes to the process's stdin. It blocks while the process does
+// not read, and fails with io.ErrClosedPipe after Close or once the
+// process exited.
 func (s *PipeStream) Write(p []byte) (int, error) { return s.in.Write(p) }
 
 // Process returns the underlying process.

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -17,12 +18,12 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/shim"
+	"berth.dev/berth/sandbox/shim/agent"
 )
 
 // inspectTimeout bounds the engine calls berth makes on its own behalf
@@ -96,18 +97,15 @@ func (t *Transport) Exec(ctx context.Context, spec shim.ExecSpec) (shim.Stream, 
 	return newStream(t, created.ID, spec.Args[0], att.HijackedResponse), nil
 }
 
-// stream is one exec's hijacked connection, demultiplexed with stdcopy.
+// stream is one exec's hijacked connection, demultiplexed by its readers
+// (see demux).
 type stream struct {
 	t      *Transport
 	execID string
 	prog   string
 	conn   net.Conn
 	stdin  *stdinWriter
-	stdout *io.PipeReader
-	stderr *io.PipeReader
-
-	copied  chan struct{} // closed when the demultiplexer stopped
-	copyErr error         // set before copied is closed
+	out    *demux
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close
@@ -117,46 +115,48 @@ type stream struct {
 	waitErr  error
 }
 
+// connBuffer is the read buffer over an exec's connection.
+const connBuffer = 64 << 10
+
 func newStream(t *Transport, execID, prog string, hr client.HijackedResponse) *stream {
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	s := &stream{
+	// A plain socket with nothing read ahead is read and written with raw
+	// system calls (see agent.RawFile); a wrapped one (TLS, or data the
+	// engine's client buffered) through the connection.
+	var src io.Reader = hr.Reader
+	raw := agent.NewRawFile(hr.Conn, "docker exec "+prog)
+	if raw != nil && hr.Reader.Buffered() == 0 {
+		src = bufio.NewReaderSize(raw, connBuffer)
+	} else {
+		raw = nil
+	}
+	// Without a TTY the engine always multiplexes; API 1.41 mislabels the
+	// media type, so it is not consulted.
+	return &stream{
 		t:      t,
 		execID: execID,
 		prog:   prog,
 		conn:   hr.Conn,
-		stdin:  &stdinWriter{hr: hr},
-		stdout: outR,
-		stderr: errR,
-		copied: make(chan struct{}),
+		stdin:  &stdinWriter{hr: hr, raw: raw},
+		out:    newDemux(src),
 		closed: make(chan struct{}),
 	}
-	// The stream owns this goroutine: it ends at the exec's EOF, or when
-	// Close closes the connection under it.
-	go func() {
-		// Without a TTY the engine always multiplexes; API 1.41 mislabels the
-		// media type, so it is not consulted.
-		_, err := stdcopy.StdCopy(outW, errW, hr.Reader)
-		s.copyErr = err
-		outW.CloseWithError(err)
-		errW.CloseWithError(err)
-		close(s.copied)
-	}()
-	return s
 }
 
 func (s *stream) Stdin() io.WriteCloser { return s.stdin }
-func (s *stream) Stdout() io.Reader     { return s.stdout }
-func (s *stream) Stderr() io.Reader     { return s.stderr }
 
-// Close tears the connection down; the demultiplexer then ends and readers
-// see an error instead of EOF.
+// Stdout reads the program's stdout. Reading it drives the connection: the
+// program's stderr reaches Stderr only while Stdout is read (or Wait reads
+// ahead; see demux.drain).
+func (s *stream) Stdout() io.Reader { return demuxReader{d: s.out} }
+func (s *stream) Stderr() io.Reader { return demuxReader{d: s.out, stderr: true} }
+
+// Close tears the connection down; readers then see io.ErrClosedPipe
+// instead of EOF.
 func (s *stream) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
+		s.out.close()
 		s.conn.Close()
-		s.stdout.Close()
-		s.stderr.Close()
 	})
 	return nil
 }
@@ -176,7 +176,8 @@ func (s *stream) isClosed() bool {
 // container is no longer usable.
 func (s *stream) Wait() (int, error) {
 	s.waitOnce.Do(func() {
-		<-s.copied
+		s.out.drain()
+		<-s.out.done
 		s.code, s.waitErr = s.result()
 	})
 	return s.code, s.waitErr
@@ -189,15 +190,15 @@ func (s *stream) result() (int, error) {
 	if err != nil {
 		return -1, s.t.explain(ctx, "inspect exec "+s.prog, err)
 	}
-	if s.copyErr != nil || ins.Running {
+	if s.out.copyErr != nil || ins.Running {
 		if gone := s.t.settle(ctx); gone != nil {
 			return -1, gone
 		}
 		if s.isClosed() {
 			return -1, fmt.Errorf("docker: %s in container %s: the stream was closed before the program ended", s.prog, short(s.t.id))
 		}
-		if s.copyErr != nil {
-			return -1, fmt.Errorf("docker: %s in container %s: output stream broke: %w", s.prog, short(s.t.id), s.copyErr)
+		if s.out.copyErr != nil {
+			return -1, fmt.Errorf("docker: %s in container %s: output stream broke: %w", s.prog, short(s.t.id), s.out.copyErr)
 		}
 		return -1, fmt.Errorf("docker: %s in container %s: the engine closed the stream while the program still runs", s.prog, short(s.t.id))
 	}
@@ -215,6 +216,7 @@ func (s *stream) result() (int, error) {
 // program reads EOF while its output keeps flowing.
 type stdinWriter struct {
 	hr     client.HijackedResponse
+	raw    *agent.RawFile // the connection's socket, or nil
 	mu     sync.Mutex
 	closed bool
 }
@@ -225,6 +227,9 @@ func (w *stdinWriter) Write(p []byte) (int, error) {
 	w.mu.Unlock()
 	if closed {
 		return 0, os.ErrClosed
+	}
+	if w.raw != nil {
+		return w.raw.Write(p)
 	}
 	return w.hr.Conn.Write(p)
 }

@@ -20,6 +20,7 @@ import (
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/dirfs"
 	"berth.dev/berth/sandbox/shim"
+	"berth.dev/berth/sandbox/shim/agent"
 )
 
 // Options configure the host sandbox.
@@ -218,7 +219,20 @@ func (t *transport) Exec(ctx context.Context, spec shim.ExecSpec) (shim.Stream, 
 		}
 		return nil, fmt.Errorf("host: exec %s: %w", spec.Args[0], err)
 	}
-	return &stream{cmd: cmd, in: inW, out: outR, err: errR}, nil
+	st := &stream{cmd: cmd, in: inW, out: outR, err: errR}
+	// os.Pipe's ends are non-blocking: the agent's stdin and stdout take
+	// raw system calls (see agent.RawFile).
+	if raw := agent.NewRawFile(inW, "agent stdin"); raw != nil {
+		st.stdin = rawStdin{raw, inW}
+	} else {
+		st.stdin = inW
+	}
+	if raw := agent.NewRawFile(outR, "agent stdout"); raw != nil {
+		st.stdout = raw
+	} else {
+		st.stdout = outR
+	}
+	return st, nil
 }
 
 // stream is the agent's stdio on this machine.
@@ -226,12 +240,22 @@ type stream struct {
 	cmd       *exec.Cmd
 	in        *os.File
 	out, err  *os.File
+	stdin     io.WriteCloser
+	stdout    io.Reader
 	closeOnce sync.Once
 }
 
-func (s *stream) Stdin() io.WriteCloser { return s.in }
-func (s *stream) Stdout() io.Reader     { return s.out }
+func (s *stream) Stdin() io.WriteCloser { return s.stdin }
+func (s *stream) Stdout() io.Reader     { return s.stdout }
 func (s *stream) Stderr() io.Reader     { return s.err }
+
+// rawStdin writes with raw system calls and closes the file.
+type rawStdin struct {
+	*agent.RawFile
+	f *os.File
+}
+
+func (w rawStdin) Close() error { return w.f.Close() }
 
 func (s *stream) Wait() (int, error) {
 	err := s.cmd.Wait()

@@ -9,6 +9,9 @@
 // stdout and stderr apart, and kills the group and every descendant when
 // the program ends or when berth goes away (its stdin closes).
 //
+// A transport's Stream must let berth read stderr before it reads stdout:
+// the agent's first frame comes on stderr.
+//
 // # Finding the agent
 //
 // [Locate] finds a linux/amd64 agent binary, in this order:
@@ -33,4 +36,21 @@
 // modes are "run" (a supervised process), "fs" (a file server confined to a
 // root with os.Root), "dial" (a raw relay to a loopback or unix socket) and
 // "version".
+//
+// # Latency
+//
+// On a small machine each thread wake-up costs more than the work of
+// relaying a message, so an interactive stream (sandbox.Pipe under a
+// language server) avoids them. A program's stdout does not pass through
+// the agent at all: the agent runs it with --direct-stdout, so it writes
+// the stream's stdout itself, and the agent's frames go to the stream's
+// stderr. Stdin does pass through the agent, which writes each frame to
+// the program from the goroutine that read it, runs with one P, uses raw
+// non-blocking calls ([agent.RawFile]) and acknowledges stdin only in
+// batches of [agent.StdinAckBatch]. berth writes stdin frames from the
+// caller's Write ([sandbox.DirectStdin]) and reads stdout in the caller's
+// Read ([sandbox.DirectStdout]); the docker transport demultiplexes the
+// exec connection in that same Read. Measure with
+//
+//	BERTH_BENCH=1 go test -run TestEchoLatency -v ./sandbox/docker
 package shim

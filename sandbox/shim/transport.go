@@ -31,7 +31,8 @@ type ExecSpec struct {
 }
 
 // Stream is a running program's raw stdio. The caller must drain Stdout and
-// Stderr concurrently; Wait returns after both reached EOF.
+// Stderr concurrently; Wait returns after both reached EOF. Stderr must be
+// readable before anything reads Stdout (the agent greets on stderr).
 type Stream interface {
 	// Stdin is the program's standard input. Close half-closes it: the
 	// program reads EOF.

@@ -10,14 +10,14 @@ import (
 
 // Version is the protocol version printed by "berth-shim version". The
 // client refuses an agent that prints something else.
-const Version = "berth-shim/1"
+const Version = "berth-shim/2"
 
 // MaxPayload is the largest frame payload either side sends or accepts.
 // Larger data (file contents, process output) is split into several frames.
 const MaxPayload = 1 << 20
 
-// headerSize is one type byte and a four-byte big-endian payload length.
-const headerSize = 5
+// HeaderSize is one type byte and a four-byte big-endian payload length.
+const HeaderSize = 5
 
 // Frame types of the "run" protocol, berth to agent.
 const (
@@ -26,7 +26,10 @@ const (
 	TypeSignal   byte = 's' // payload: 4-byte signal number, sent to the process group
 )
 
-// Frame types of the "run" protocol, agent to berth.
+// Frame types of the "run" protocol, agent to berth. With --direct-stdout
+// they come on the agent's stderr and there is no TypeStdout: the program
+// writes the agent's stdout itself, and berth takes the end of that stream
+// together with TypeExit as the end of the process.
 const (
 	TypeStarted   byte = 'p' // payload: 4-byte pid of the child
 	TypeStdout    byte = 'o' // payload: child's stdout bytes
@@ -50,6 +53,20 @@ const (
 // the child is not reading stdin.
 const StdinWindow = 1 << 20
 
+// StdinAckBatch is how many stdin bytes the agent takes (writes to the child,
+// or drops once the child closed its stdin) before it acknowledges them with
+// one TypeStdinAck frame. Batching keeps a conversation of small messages
+// free of acknowledgements. At most StdinAckBatch-1 taken bytes are ever
+// unacknowledged, so when the child took everything berth sent, berth's
+// count of unacknowledged bytes is below StdinAckBatch; berth therefore
+// keeps every stdin frame at most StdinWindow-StdinAckBatch bytes long, and
+// the window always has room for the next one.
+const StdinAckBatch = StdinWindow / 4
+
+// MaxStdinFrame is the largest stdin payload berth sends in one frame; see
+// StdinAckBatch.
+const MaxStdinFrame = 64 << 10
+
 // ErrFrameTooLarge is returned by ReadFrame for a length above MaxPayload.
 var ErrFrameTooLarge = errors.New("agent: frame payload exceeds MaxPayload")
 
@@ -59,18 +76,28 @@ func WriteFrame(w io.Writer, typ byte, payload []byte) error {
 	if len(payload) > MaxPayload {
 		return fmt.Errorf("agent: write frame %q: %d bytes: %w", typ, len(payload), ErrFrameTooLarge)
 	}
-	buf := make([]byte, headerSize+len(payload))
+	buf := make([]byte, HeaderSize+len(payload))
 	buf[0] = typ
-	binary.BigEndian.PutUint32(buf[1:headerSize], uint32(len(payload)))
-	copy(buf[headerSize:], payload)
+	binary.BigEndian.PutUint32(buf[1:HeaderSize], uint32(len(payload)))
+	copy(buf[HeaderSize:], payload)
 	_, err := w.Write(buf)
 	return err
 }
 
+// PutHeader writes the header of a frame of type typ with an n-byte
+// payload into hdr, which must hold HeaderSize bytes, so that a caller can
+// build a frame in one buffer and write it with one call.
+func PutHeader(hdr []byte, typ byte, n int) {
+	hdr[0] = typ
+	binary.BigEndian.PutUint32(hdr[1:HeaderSize], uint32(n))
+}
+
 // Reader reads frames from a stream.
 type Reader struct {
-	r   *bufio.Reader
-	buf []byte
+	r    *bufio.Reader
+	buf  []byte
+	hdr  [HeaderSize]byte // the last header read, whole or in part
+	hdrN int
 }
 
 // NewReader returns a Reader over r.
@@ -82,8 +109,10 @@ func NewReader(r io.Reader) *Reader {
 // A stream that ends between frames returns io.EOF; one that ends inside a
 // frame returns io.ErrUnexpectedEOF.
 func (fr *Reader) Next() (byte, []byte, error) {
-	var hdr [headerSize]byte
-	if _, err := io.ReadFull(fr.r, hdr[:]); err != nil {
+	hdr := &fr.hdr
+	var err error
+	fr.hdrN, err = io.ReadFull(fr.r, hdr[:])
+	if err != nil {
 		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[1:])
@@ -101,6 +130,19 @@ func (fr *Reader) Next() (byte, []byte, error) {
 		return 0, nil, err
 	}
 	return hdr[0], p, nil
+}
+
+// Rest returns, after Next failed, up to max bytes of what the stream held
+// at that point, without waiting for more: the header bytes Next consumed
+// and what is buffered after them. When the peer wrote a message instead
+// of frames (a usage error, a crash), that is the message.
+func (fr *Reader) Rest(max int) []byte {
+	b := append([]byte(nil), fr.hdr[:fr.hdrN]...)
+	if n := min(fr.r.Buffered(), max-len(b)); n > 0 {
+		more, _ := fr.r.Peek(n)
+		b = append(b, more...)
+	}
+	return b
 }
 
 // PutUint32s encodes numbers as consecutive big-endian 4-byte words.

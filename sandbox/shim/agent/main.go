@@ -3,15 +3,17 @@
 //
 // Modes, chosen by the first argument:
 //
-//	berth-shim run [--wait-delay=D] -- PROGRAM ARGS...
+//	berth-shim run [--wait-delay=D] [--direct-stdout] -- PROGRAM ARGS...
 //	berth-shim fs ROOT
 //	berth-shim dial tcp 127.0.0.1:PORT | dial unix /path/to/socket
 //	berth-shim version
 //
 // "run" starts the program in a new process group and speaks the run
-// protocol on stdin and stdout; "fs" serves files below ROOT; "dial" relays
-// raw bytes between stdio and a connection. The frame format is in
-// frame.go.
+// protocol on stdin and stdout; with --direct-stdout the program writes the
+// agent's stdout itself and the agent's frames go to its stderr, so that
+// output reaches berth without passing through the agent. "fs" serves
+// files below ROOT; "dial" relays raw bytes between stdio and a
+// connection. The frame format is in frame.go.
 package agent
 
 import (
@@ -34,8 +36,14 @@ func Main(args []string) int {
 		return 0
 	case "run":
 		delay := 2 * time.Second
+		direct := false
 		rest := args[1:]
 		for len(rest) > 0 && rest[0] != "--" {
+			if rest[0] == "--direct-stdout" {
+				direct = true
+				rest = rest[1:]
+				continue
+			}
 			v, ok := strings.CutPrefix(rest[0], "--wait-delay=")
 			if !ok {
 				fmt.Fprintf(os.Stderr, "berth-shim run: unknown flag %q\n", rest[0])
@@ -53,7 +61,7 @@ func Main(args []string) int {
 			fmt.Fprintln(os.Stderr, "berth-shim run: want -- PROGRAM ARGS...")
 			return 2
 		}
-		return run(rest[1:], delay)
+		return run(rest[1:], delay, direct)
 	case "fs":
 		if len(args) != 2 {
 			fmt.Fprintln(os.Stderr, "berth-shim fs: want ROOT")

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +29,13 @@ type supervisor struct {
 	out    io.Writer
 	closed bool // the exit frame was sent or stdout failed; guarded by wmu
 
-	stdin *os.File // the child's stdin, written by the stdin goroutine
+	// direct: the child writes berth's stdout itself; outDev and outIno
+	// identify that pipe.
+	direct         bool
+	outDev, outIno uint64
+
+	input io.Reader // berth's frames (the agent's stdin)
+	stdin *pollFile // the child's stdin, written by the stdin goroutines
 	fail  chan struct{}
 	once  sync.Once
 }
@@ -47,11 +55,41 @@ func (s *supervisor) send(typ byte, payload []byte) bool {
 	return true
 }
 
+// sendFrame writes one frame built by the caller (header and payload).
+func (s *supervisor) sendFrame(frame []byte) bool {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed {
+		return false
+	}
+	if _, err := s.out.Write(frame); err != nil {
+		s.closed = true
+		s.lost()
+		return false
+	}
+	return true
+}
+
 // lost records that berth went away.
 func (s *supervisor) lost() { s.once.Do(func() { close(s.fail) }) }
 
-func run(args []string, delay time.Duration) int {
-	s := &supervisor{delay: delay, out: os.Stdout, fail: make(chan struct{})}
+// run supervises args. With direct, the child writes its stdout straight
+// to the agent's stdout and the frames go to the agent's stderr; otherwise
+// the agent relays stdout in frames on its stdout, as agents before
+// berth-shim/2 did.
+func run(args []string, delay time.Duration, direct bool) int {
+	// The agent only relays: one P lets the goroutine that the poller wakes
+	// for a frame or for the child's output do the whole relay on the
+	// thread that woke, instead of waking further threads to steal it.
+	// Measured on two CPUs: it cut the agent's share of a 100-byte echo's
+	// round trip by about half.
+	runtime.GOMAXPROCS(1)
+	s := &supervisor{delay: delay, direct: direct, input: pollable(os.Stdin), fail: make(chan struct{})}
+	if direct {
+		s.out = pollable(os.Stderr)
+	} else {
+		s.out = pollable(os.Stdout)
+	}
 	// A subreaper adopts orphaned descendants, so the wait loop reaps them
 	// and the /proc walk below finds them.
 	syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
@@ -66,25 +104,56 @@ func run(args []string, delay time.Duration) int {
 		return 0
 	}
 	inR, inW, err1 := os.Pipe()
-	outR, outW, err2 := os.Pipe()
-	errR, errW, err3 := os.Pipe()
+	errR, errW, err2 := os.Pipe()
+	outR, childOut := (*os.File)(nil), os.Stdout
+	var err3 error
+	if !direct {
+		outR, childOut, err3 = os.Pipe()
+	}
 	if err := errors.Join(err1, err2, err3); err != nil {
 		s.send(TypeStartFail, []byte("create pipes: "+err.Error()))
 		return 0
 	}
+	// os.Pipe's ends are non-blocking and in the poller already.
+	var stdout, stderr *pollFile
+	var err4, err5, err6 error
+	s.stdin, err4 = newPollFile(inW)
+	stderr, err5 = newPollFile(errR)
+	if !direct {
+		stdout, err6 = newPollFile(outR)
+	}
+	if err := errors.Join(err4, err5, err6); err != nil {
+		s.send(TypeStartFail, []byte("wrap pipes: "+err.Error()))
+		return 0
+	}
+	if direct {
+		// The child's stdout is berth's: remember which pipe it is, to tell
+		// when nobody holds it any more.
+		var st syscall.Stat_t
+		if err := syscall.Fstat(1, &st); err != nil {
+			s.send(TypeStartFail, []byte("stat stdout: "+err.Error()))
+			return 0
+		}
+		s.outDev, s.outIno = st.Dev, st.Ino
+	}
 	proc, err := os.StartProcess(prog, args, &os.ProcAttr{
-		Files: []*os.File{inR, outW, errW},
+		Files: []*os.File{inR, childOut, errW},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
 	inR.Close()
-	outW.Close()
 	errW.Close()
+	if !direct {
+		childOut.Close()
+	}
 	if err != nil {
 		s.send(TypeStartFail, []byte(startError(args[0], err)))
 		return 0
 	}
 	s.pid = proc.Pid
-	s.stdin = inW
+	if direct {
+		// Let go of berth's stdout, so that it ends with the child's tree.
+		releaseStdout()
+	}
 	if !s.send(TypeStarted, PutUint32s(uint32(s.pid))) {
 		s.terminate()
 		return 1
@@ -95,9 +164,12 @@ func run(args []string, delay time.Duration) int {
 	go s.readInput()
 
 	var outputs sync.WaitGroup
-	outputs.Add(2)
-	go s.copyOutput(&outputs, outR, TypeStdout)
-	go s.copyOutput(&outputs, errR, TypeStderr)
+	outputs.Add(1)
+	go s.copyOutput(&outputs, stderr, TypeStderr)
+	if !direct {
+		outputs.Add(1)
+		go s.copyOutput(&outputs, stdout, TypeStdout)
+	}
 	outputDone := make(chan struct{})
 	go func() { outputs.Wait(); close(outputDone) }()
 
@@ -112,21 +184,10 @@ func run(args []string, delay time.Duration) int {
 		return 1
 	}
 	// The child exited; descendants may still hold its output open.
-	t := time.NewTimer(s.delay)
-	select {
-	case <-outputDone:
-	case <-t.C:
-	case <-s.fail:
-	}
-	t.Stop()
+	s.awaitOutput(outputDone, true)
 	s.killAll(syscall.SIGKILL)
 	// Killed holders close their ends; take what they wrote, briefly.
-	t = time.NewTimer(s.delay)
-	select {
-	case <-outputDone:
-	case <-t.C:
-	}
-	t.Stop()
+	s.awaitOutput(outputDone, false)
 
 	code, sig := ws.ExitStatus(), 0
 	if ws.Signaled() {
@@ -139,6 +200,74 @@ func run(args []string, delay time.Duration) int {
 	}
 	s.wmu.Unlock()
 	return 0
+}
+
+// outputPoll is how often the agent looks for processes still holding
+// berth's stdout after the child exited (direct mode).
+const outputPoll = 5 * time.Millisecond
+
+// awaitOutput waits, at most the wait delay, until the child's output
+// ended: every pipe the agent relays reached EOF and, in direct mode, no
+// process holds berth's stdout any more. With untilLost it also stops when
+// berth went away. In direct mode berth takes the end of its stdout as
+// part of the process's end, so a holder that even SIGKILL cannot end (one
+// running as another user) keeps berth waiting until its own deadline.
+func (s *supervisor) awaitOutput(outputDone <-chan struct{}, untilLost bool) {
+	var lost <-chan struct{}
+	if untilLost {
+		lost = s.fail
+	}
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-outputDone:
+	case <-t.C:
+		return
+	case <-lost:
+		return
+	}
+	for s.direct && s.stdoutHeld() {
+		select {
+		case <-time.After(outputPoll):
+		case <-t.C:
+			return
+		case <-lost:
+			return
+		}
+	}
+}
+
+// stdoutHeld reports whether a live descendant has berth's stdout open.
+// A descendant whose descriptors cannot be read counts as holding it.
+func (s *supervisor) stdoutHeld() bool {
+	for _, pid := range descendants() {
+		dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // it just ended
+			}
+			return true
+		}
+		for _, e := range ents {
+			var st syscall.Stat_t
+			if syscall.Stat(dir+"/"+e.Name(), &st) == nil && st.Dev == s.outDev && st.Ino == s.outIno {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// releaseStdout points the agent's own descriptor 1 at /dev/null.
+func releaseStdout() {
+	null, err := syscall.Open("/dev/null", syscall.O_WRONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		syscall.Close(1)
+		return
+	}
+	syscall.Dup3(null, 1, 0)
+	syscall.Close(null)
 }
 
 // startError phrases why a program could not start.
@@ -158,94 +287,133 @@ func startError(name string, err error) string {
 }
 
 // reap waits for every child of the agent; the child's status goes to
-// exited. Orphans adopted later are reaped too.
+// exited. Orphans adopted later are reaped too. It waits for SIGCHLD and
+// then collects without blocking, so that no thread sits in wait4: with
+// one P, a thread blocked in a system call holds the P until the runtime
+// takes it back.
 func (s *supervisor) reap(exited chan<- syscall.WaitStatus) {
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
-		switch {
-		case err == syscall.EINTR:
-		case err != nil:
-			// No children right now; wait for an adopted one.
-			<-sigchld
-		case pid == s.pid && (ws.Exited() || ws.Signaled()):
-			exited <- ws
+		// A SIGCHLD that arrives during this loop stays in the channel.
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			if pid == s.pid && (ws.Exited() || ws.Signaled()) {
+				exited <- ws
+			}
 		}
+		<-sigchld
 	}
 }
 
-// inputQueue holds stdin data between the frame reader and the writer to
-// the child, so the reader never blocks on a child that does not read.
-type inputQueue struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	chunks [][]byte
-	bytes  int
-	eof    bool
+// stdinFeed moves stdin data from the frame reader to the child. The
+// reader writes to the child's stdin itself when nothing is queued, without
+// ever blocking: whatever the pipe does not take at once is queued for the
+// writer goroutine, so a child that does not read stdin never stops the
+// reader (and with it signals). The writer goroutine also sends the
+// acknowledgements, so the reader never waits on berth either.
+type stdinFeed struct {
+	s *supervisor
+
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when chunks, eof or unacked change
+	chunks  [][]byte   // queued data, in order
+	bytes   int        // queued bytes
+	busy    bool       // the writer is writing a chunk it took off the queue
+	eof     bool       // no more data comes
+	broken  bool       // the child closed its stdin; data is dropped
+	unacked int        // bytes taken (written or dropped), not yet acknowledged
 }
 
-func (q *inputQueue) push(p []byte) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.eof || len(p) == 0 {
+// put takes one stdin payload from berth. It returns false when berth
+// ignored flow control. It never blocks on the child or on berth.
+func (f *stdinFeed) put(p []byte) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.eof || len(p) == 0 {
 		return true
 	}
-	if q.bytes+len(p) > 2*StdinWindow {
+	if f.bytes == 0 && !f.busy {
+		n := f.tryWriteLocked(p)
+		f.tookLocked(n)
+		if p = p[n:]; len(p) == 0 {
+			return true
+		}
+	}
+	if f.bytes+len(p) > 2*StdinWindow {
 		return false
 	}
-	q.chunks = append(q.chunks, append([]byte(nil), p...))
-	q.bytes += len(p)
-	q.cond.Signal()
+	f.chunks = append(f.chunks, append([]byte(nil), p...))
+	f.bytes += len(p)
+	f.cond.Signal()
 	return true
 }
 
-func (q *inputQueue) close() {
-	q.mu.Lock()
-	q.eof = true
-	q.cond.Signal()
-	q.mu.Unlock()
+// tryWriteLocked writes what the child's stdin pipe takes at once and
+// returns how many bytes of p are done with (written, or dropped when the
+// child closed its stdin).
+func (f *stdinFeed) tryWriteLocked(p []byte) int {
+	if f.broken {
+		return len(p)
+	}
+	n, err := f.s.stdin.TryWrite(p)
+	if err == ErrWouldBlock {
+		return 0
+	}
+	if err != nil {
+		f.broken = true
+		return len(p)
+	}
+	return n
 }
 
-// pop returns the next chunk, or nil at EOF.
-func (q *inputQueue) pop() []byte {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.chunks) == 0 && !q.eof {
-		q.cond.Wait()
+// tookLocked counts n taken bytes and wakes the writer to acknowledge
+// them once a batch is full.
+func (f *stdinFeed) tookLocked(n int) {
+	f.unacked += n
+	if f.unacked >= StdinAckBatch {
+		f.cond.Signal()
 	}
-	if len(q.chunks) == 0 {
-		return nil
-	}
-	p := q.chunks[0]
-	q.chunks = q.chunks[1:]
-	q.bytes -= len(p)
-	return p
+}
+
+// close marks the end of stdin; the writer closes the child's stdin once
+// the queue is empty.
+func (f *stdinFeed) close() {
+	f.mu.Lock()
+	f.eof = true
+	f.cond.Signal()
+	f.mu.Unlock()
 }
 
 // readInput handles frames from berth until its stream ends.
 func (s *supervisor) readInput() {
-	q := &inputQueue{}
-	q.cond = sync.NewCond(&q.mu)
-	go s.writeStdin(q)
-	fr := NewReader(os.Stdin)
+	f := &stdinFeed{s: s}
+	f.cond = sync.NewCond(&f.mu)
+	go s.writeStdin(f)
+	fr := NewReader(s.input)
 	for {
 		typ, payload, err := fr.Next()
 		if err != nil {
 			// berth went away without waiting for the exit frame.
-			q.close()
+			f.close()
 			s.lost()
 			return
 		}
 		switch typ {
 		case TypeStdin:
-			if !q.push(payload) {
+			if !f.put(payload) {
 				// berth ignored flow control; the child gets EOF.
-				q.close()
+				f.close()
 			}
 		case TypeStdinEOF:
-			q.close()
+			f.close()
 		case TypeSignal:
 			if v, err := Uint32s(payload, 1); err == nil {
 				syscall.Kill(-s.pid, syscall.Signal(v[0]))
@@ -254,10 +422,32 @@ func (s *supervisor) readInput() {
 	}
 }
 
-// writeStdin feeds the child's stdin and acknowledges what it took.
-func (s *supervisor) writeStdin(q *inputQueue) {
-	broken := false
-	for p := q.pop(); p != nil; p = q.pop() {
+// writeStdin writes queued stdin data to the child, blocking as long as the
+// child does not read, sends the acknowledgements, and closes the child's
+// stdin at the end.
+func (s *supervisor) writeStdin(f *stdinFeed) {
+	f.mu.Lock()
+	for {
+		for len(f.chunks) == 0 && !f.eof && f.unacked < StdinAckBatch {
+			f.cond.Wait()
+		}
+		if n := f.unacked; n >= StdinAckBatch {
+			f.unacked = 0
+			f.mu.Unlock()
+			s.send(TypeStdinAck, PutUint32s(uint32(n)))
+			f.mu.Lock()
+			continue
+		}
+		if len(f.chunks) == 0 {
+			break // eof
+		}
+		p := f.chunks[0]
+		f.chunks[0] = nil
+		f.chunks = f.chunks[1:]
+		f.bytes -= len(p)
+		f.busy = true
+		broken := f.broken
+		f.mu.Unlock()
 		if !broken {
 			if _, err := s.stdin.Write(p); err != nil {
 				// The child closed its stdin; keep acknowledging so berth
@@ -265,20 +455,31 @@ func (s *supervisor) writeStdin(q *inputQueue) {
 				broken = true
 			}
 		}
-		s.send(TypeStdinAck, PutUint32s(uint32(len(p))))
+		f.mu.Lock()
+		f.busy = false
+		f.broken = f.broken || broken
+		f.tookLocked(len(p))
 	}
+	f.mu.Unlock()
 	s.stdin.Close()
 }
 
-// copyOutput relays one of the child's outputs as frames.
-func (s *supervisor) copyOutput(wg *sync.WaitGroup, r *os.File, typ byte) {
+// outputChunk is the most child output the agent relays in one frame.
+const outputChunk = 32 << 10
+
+// copyOutput relays one of the child's outputs as frames, each built in
+// one buffer and written with one call.
+func (s *supervisor) copyOutput(wg *sync.WaitGroup, r *pollFile, typ byte) {
 	defer wg.Done()
 	defer r.Close()
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, HeaderSize+outputChunk)
 	for {
-		n, err := r.Read(buf)
-		if n > 0 && !s.send(typ, buf[:n]) {
-			return
+		n, err := r.Read(buf[HeaderSize:])
+		if n > 0 {
+			PutHeader(buf, typ, n)
+			if !s.sendFrame(buf[:HeaderSize+n]) {
+				return
+			}
 		}
 		if err != nil {
 			return
