@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -279,13 +278,9 @@ func (t *Transport) Place(ctx context.Context, bin *shim.Binary) (string, error)
 }
 
 func (t *Transport) place(ctx context.Context, bin *shim.Binary) (string, error) {
-	data, err := os.ReadFile(bin.Path)
+	data, sum, err := bin.Verified()
 	if err != nil {
-		return "", fmt.Errorf("docker: place agent: read %s: %w", bin.Path, err)
-	}
-	sum := sha256.Sum256(data)
-	if !strings.EqualFold(hex.EncodeToString(sum[:]), bin.Hash) {
-		return "", fmt.Errorf("docker: place agent: %s does not match its hash %s; it changed after shim.Locate, locate it again", bin.Path, bin.Hash)
+		return "", fmt.Errorf("docker: place agent: %w", err)
 	}
 	rel := path.Join("shim-"+strings.ToLower(bin.Hash[:12]), "berth-shim")
 	// The archive API also works on a stopped container; placing the agent

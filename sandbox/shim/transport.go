@@ -2,7 +2,12 @@ package shim
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"io"
+	"os"
+	"strings"
 )
 
 // Transport is the one capability a container backend must provide: run a
@@ -53,4 +58,19 @@ type Stream interface {
 type Binary struct {
 	Path string // absolute path on the machine berth runs on
 	Hash string // hex SHA-256 of the file; names the copy placed in a sandbox
+}
+
+// Verified reads the binary and checks it against Hash, for a transport's
+// Place: a file that changed after Locate is refused. It returns the
+// content and its SHA-256.
+func (b *Binary) Verified() ([]byte, [sha256.Size]byte, error) {
+	data, err := os.ReadFile(b.Path)
+	if err != nil {
+		return nil, [sha256.Size]byte{}, fmt.Errorf("read %s: %w", b.Path, err)
+	}
+	sum := sha256.Sum256(data)
+	if !strings.EqualFold(hex.EncodeToString(sum[:]), b.Hash) {
+		return nil, sum, fmt.Errorf("%s does not match its hash %s; it changed after shim.Locate, locate it again", b.Path, b.Hash)
+	}
+	return data, sum, nil
 }
