@@ -85,6 +85,7 @@ type Option func(*options)
 type options struct {
 	address  string
 	labelKey string
+	fifoDir  string
 	agent    *shim.Binary
 }
 
@@ -95,6 +96,13 @@ func WithAddress(address string) Option { return func(o *options) { o.address = 
 // WithLabelKey sets the container label [Provider.Locate] matches, instead
 // of [DefaultLabelKey].
 func WithLabelKey(key string) Option { return func(o *options) { o.labelKey = key } }
+
+// WithFIFODir makes exec streams create their FIFOs in dir instead of
+// containerd's default /run/containerd/fifo. The daemon's runtime shim
+// opens them by path, so dir must name the same directory for berth and
+// for containerd: a node agent in a pod mounts a host directory at the
+// same path.
+func WithFIFODir(dir string) Option { return func(o *options) { o.fifoDir = dir } }
 
 // WithAgent makes sandboxes place bin as their agent instead of the one
 // [shim.Locate] finds or builds.
@@ -172,6 +180,11 @@ func (p *Provider) Open(ctx context.Context, ref string) (sandbox.Sandbox, error
 	if err != nil {
 		return nil, err
 	}
+	return p.open(ctx, ns, id, Scheme+"://"+ns+"/"+id)
+}
+
+// open opens container id of namespace ns as a sandbox known as ref.
+func (p *Provider) open(ctx context.Context, ns, id, ref string) (*Sandbox, error) {
 	cli, err := p.newClient()
 	if err != nil {
 		return nil, err
@@ -192,16 +205,18 @@ func (p *Provider) Open(ctx context.Context, ref string) (sandbox.Sandbox, error
 		return nil, daemonError(ns+"/"+short(id), err)
 	}
 	t := NewTransport(cli, ns, ctr)
+	t.fifoDir = p.opts.fifoDir
 	if err := t.check(ctx); err != nil {
 		cli.Close()
 		return nil, err
 	}
-	return newSandbox(cli, t, p.opts), nil
+	return newSandbox(cli, t, p.opts, ref), nil
 }
 
 // candidate is a container Locate found.
 type candidate struct {
 	ns, id, why string
+	labels      map[string]string
 }
 
 func (c candidate) ref() string { return c.ns + "/" + c.id }
@@ -213,54 +228,9 @@ func (c candidate) ref() string { return c.ns + "/" + c.id }
 // fails with an error wrapping sandbox.ErrNotFound when none matches and
 // names all candidates when several do. ctx bounds the listing.
 func (p *Provider) Locate(ctx context.Context, conversationID string) (string, error) {
-	if conversationID == "" {
-		return "", fmt.Errorf("containerd: empty conversation id: %w", sandbox.ErrNotFound)
-	}
-	// A daemon that does not answer makes calls wait for the connection
-	// until their context ends; callTimeout turns that into ErrGone.
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	nss, err := p.cli.NamespaceService().List(ctx)
+	found, err := p.conversation(ctx, conversationID, nil)
 	if err != nil {
-		return "", timeoutError(parent, ctx, daemonError("", err))
-	}
-	slices.Sort(nss)
-	matches := func(labels map[string]string) bool {
-		return labels[p.opts.labelKey] == conversationID || labels[PodLabelKey] == conversationID
-	}
-	var found []candidate
-	for _, ns := range nss {
-		nctx := namespaces.WithNamespace(ctx, ns)
-		ctrs, err := p.cli.ContainerService().List(nctx)
-		if err != nil {
-			return "", timeoutError(parent, ctx, daemonError("", err))
-		}
-		// Pods whose sandbox names the conversation, by pod uid.
-		pods := make(map[string]bool)
-		for _, c := range ctrs {
-			if c.Labels[criKind] == "sandbox" && matches(c.Labels) {
-				pods[podKey(c)] = true
-			}
-		}
-		for _, c := range ctrs {
-			if c.Labels[criKind] == "sandbox" {
-				continue
-			}
-			var why string
-			switch {
-			case matches(c.Labels):
-				why = "labelled"
-			case len(pods) > 0 && pods[podKey(c)]:
-				why = fmt.Sprintf("container %s of pod %s/%s", c.Labels[criContainerName], c.Labels[criPodNamespace], c.Labels[criPodName])
-			default:
-				continue
-			}
-			if !p.running(nctx, c.ID) {
-				continue
-			}
-			found = append(found, candidate{ns: ns, id: c.ID, why: why})
-		}
+		return "", err
 	}
 	switch len(found) {
 	case 0:
@@ -276,6 +246,84 @@ func (p *Provider) Locate(ctx context.Context, conversationID string) (string, e
 	slices.Sort(names)
 	return "", fmt.Errorf("containerd: %d running containers belong to conversation %s: %s; stop all but one or open one with containerd://NAMESPACE/ID",
 		len(names), conversationID, strings.Join(names, ", "))
+}
+
+// conversation lists the containers with a running task that belong to
+// conversationID (see [Provider.Locate]), in the namespaces nss or, when
+// nil, in every namespace.
+func (p *Provider) conversation(ctx context.Context, conversationID string, nss []string) ([]candidate, error) {
+	if conversationID == "" {
+		return nil, fmt.Errorf("containerd: empty conversation id: %w", sandbox.ErrNotFound)
+	}
+	matches := func(labels map[string]string) bool {
+		return labels[p.opts.labelKey] == conversationID || labels[PodLabelKey] == conversationID
+	}
+	// Pods whose sandbox names the conversation, by pod key.
+	pods := make(map[string]bool)
+	return p.containers(ctx, nss, func(c containers.Container) (string, bool) {
+		switch {
+		case c.Labels[criKind] == "sandbox":
+			if matches(c.Labels) {
+				pods[podKey(c)] = true
+			}
+			return "", false
+		case matches(c.Labels):
+			return "labelled", true
+		case len(pods) > 0 && pods[podKey(c)]:
+			return fmt.Sprintf("container %s of pod %s/%s", c.Labels[criContainerName], c.Labels[criPodNamespace], c.Labels[criPodName]), true
+		}
+		return "", false
+	})
+}
+
+// containers lists, namespace by namespace (nss, or every namespace when
+// nil), the containers with a running task that keep selects, with the
+// reason it gives. keep sees all of a namespace's pod sandboxes before its
+// other containers.
+func (p *Provider) containers(ctx context.Context, nss []string, keep func(containers.Container) (string, bool)) ([]candidate, error) {
+	// A daemon that does not answer makes calls wait for the connection
+	// until their context ends; callTimeout turns that into ErrGone.
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if nss == nil {
+		var err error
+		if nss, err = p.cli.NamespaceService().List(ctx); err != nil {
+			return nil, timeoutError(parent, ctx, daemonError("", err))
+		}
+		slices.Sort(nss)
+	}
+	var found []candidate
+	for _, ns := range nss {
+		nctx := namespaces.WithNamespace(ctx, ns)
+		ctrs, err := p.cli.ContainerService().List(nctx)
+		if err != nil {
+			return nil, timeoutError(parent, ctx, daemonError("", err))
+		}
+		// Sandboxes first, so that keep knows the pods.
+		slices.SortStableFunc(ctrs, func(a, b containers.Container) int {
+			return boolOrder(a.Labels[criKind] != "sandbox", b.Labels[criKind] != "sandbox")
+		})
+		for _, c := range ctrs {
+			why, ok := keep(c)
+			if !ok || !p.running(nctx, c.ID) {
+				continue
+			}
+			found = append(found, candidate{ns: ns, id: c.ID, why: why, labels: c.Labels})
+		}
+	}
+	return found, nil
+}
+
+// boolOrder orders false before true.
+func boolOrder(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }
 
 // podKey identifies the pod of a CRI container or sandbox.

@@ -17,20 +17,27 @@ type Sandbox struct {
 
 	cli *client.Client // owned; closed by Close
 	tr  *Transport
+	ref string
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
 
-func newSandbox(cli *client.Client, tr *Transport, o options) *Sandbox {
+// newSandbox returns the sandbox over tr, known as ref:
+// "containerd://NAMESPACE/ID", or "kube://NAMESPACE/POD/CONTAINER" when
+// opened through [Pods].
+func newSandbox(cli *client.Client, tr *Transport, o options, ref string) *Sandbox {
 	return &Sandbox{
-		Sandbox: shim.New(tr, shim.Options{Name: Scheme + "://" + tr.Ref(), Binary: o.agent}),
+		Sandbox: shim.New(tr, shim.Options{Name: ref, Binary: o.agent}),
 		cli:     cli,
 		tr:      tr,
+		ref:     ref,
 	}
 }
 
-// Ref returns "containerd://NAMESPACE/ID".
-func (s *Sandbox) Ref() string { return Scheme + "://" + s.tr.Ref() }
+// Ref returns the reference the sandbox was opened by:
+// "containerd://NAMESPACE/ID", or "kube://NAMESPACE/POD/CONTAINER" for a
+// pod's container opened through [Pods].
+func (s *Sandbox) Ref() string { return s.ref }
 
 // Check asks containerd for the container's task: nil while it runs,
 // otherwise an error wrapping sandbox.ErrGone that says what happened.

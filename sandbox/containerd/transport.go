@@ -40,9 +40,10 @@ var placeDirs = []string{"/.berth", "/tmp/.berth", "/dev/shm/.berth"}
 // when this machine does not show it, pipes it in through an exec. It is
 // safe for concurrent use.
 type Transport struct {
-	cli *client.Client
-	ns  string
-	ctr client.Container
+	cli     *client.Client
+	ns      string
+	ctr     client.Container
+	fifoDir string // where exec FIFOs are made; empty for containerd's default
 
 	// sem serialises Place; a buffered channel so that waiting honours ctx.
 	sem chan struct{}
@@ -196,7 +197,7 @@ func (t *Transport) Exec(ctx context.Context, spec shim.ExecSpec) (shim.Stream, 
 	var idb [8]byte
 	rand.Read(idb[:])
 	execID := "berth-" + hex.EncodeToString(idb[:])
-	proc, err := task.Exec(t.nsctx(ctx), execID, &ps, cio.NewCreator(cio.WithStreams(s.stdinR, s.stdoutW, s.stderrW)))
+	proc, err := task.Exec(t.nsctx(ctx), execID, &ps, cio.NewCreator(cio.WithStreams(s.stdinR, s.stdoutW, s.stderrW), cio.WithFIFODir(t.fifoDir)))
 	if err != nil {
 		s.Close()
 		return nil, t.explain(ctx, "exec "+spec.Args[0], err)
