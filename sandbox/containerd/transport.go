@@ -45,12 +45,10 @@ type Transport struct {
 	ctr     client.Container
 	fifoDir string // where exec FIFOs are made; empty for containerd's default
 
-	// sem serialises Place; a buffered channel so that waiting honours ctx.
-	sem chan struct{}
+	once shim.PlaceOnce // Place's serialisation and cache
 
-	mu     sync.Mutex
-	proc   *specs.Process    // the container's process spec, loaded once
-	placed map[string]string // agent hash → path inside the container
+	mu   sync.Mutex
+	proc *specs.Process // the container's process spec, loaded once
 }
 
 var _ shim.Transport = (*Transport)(nil)
@@ -58,7 +56,7 @@ var _ shim.Transport = (*Transport)(nil)
 // NewTransport returns a transport into container ctr of namespace ns. cli
 // stays owned by the caller, who closes it after the transport's last use.
 func NewTransport(cli *client.Client, ns string, ctr client.Container) *Transport {
-	return &Transport{cli: cli, ns: ns, ctr: ctr, sem: make(chan struct{}, 1), placed: make(map[string]string)}
+	return &Transport{cli: cli, ns: ns, ctr: ctr}
 }
 
 // Ref returns "NAMESPACE/ID".
@@ -412,30 +410,7 @@ func (w *stdinWriter) Close() error {
 // directory of placeDirs that can be written, and returns that path. A
 // copy already there with the right content is reused.
 func (t *Transport) Place(ctx context.Context, bin *shim.Binary) (string, error) {
-	if bin == nil || bin.Path == "" || len(bin.Hash) < 12 {
-		return "", errors.New("containerd: place: the agent binary has no path or hash; get it from shim.Locate")
-	}
-	select {
-	case t.sem <- struct{}{}:
-	case <-ctx.Done():
-		return "", fmt.Errorf("containerd: place agent in container %s: %w", t.name(), ctx.Err())
-	}
-	defer func() { <-t.sem }()
-
-	t.mu.Lock()
-	p, ok := t.placed[bin.Hash]
-	t.mu.Unlock()
-	if ok {
-		return p, nil
-	}
-	p, err := t.place(ctx, bin)
-	if err != nil {
-		return "", err
-	}
-	t.mu.Lock()
-	t.placed[bin.Hash] = p
-	t.mu.Unlock()
-	return p, nil
+	return t.once.Place(ctx, bin, "containerd: place agent in container "+t.name(), t.place)
 }
 
 func (t *Transport) place(ctx context.Context, bin *shim.Binary) (string, error) {

@@ -21,7 +21,8 @@ import (
 // It sends a 100-byte message through `cat` and reads it back, many times,
 // over four streams: a host pipe (os/exec), the host sandbox's
 // sandbox.Pipe (agent + client), a raw docker exec (Transport.Exec, no
-// agent) and the docker sandbox's sandbox.Pipe (agent in the container).
+// agent), the docker sandbox's sandbox.Pipe (agent in the container) and
+// its Dial relay to a unix-socket echo server in the container.
 // Rounds of each stream are interleaved so that load from other work on
 // the machine spreads evenly over the four. BERTH_BENCH_N sets the round
 // trips per stream (default 3000).
@@ -118,6 +119,36 @@ func TestEchoLatency(t *testing.T) {
 	}
 	streams = append(streams, &echoStream{name: "docker sandbox.Pipe", rw: dps, close: func() { dps.Close() }})
 
+	// 5. The docker sandbox's Dial relay to an echo server on a unix
+	// socket in the container (python3, as a kernel's sockets are).
+	const echoSock = "/tmp/berth-echo.sock"
+	srvOut, srvW := io.Pipe()
+	srv, err := dsb.Start(ctx, &sandbox.Cmd{Stdout: srvW, Args: []string{"python3", "-c", `
+import os, socket
+p = "` + echoSock + `"
+if os.path.exists(p): os.unlink(p)
+s = socket.socket(socket.AF_UNIX)
+s.bind(p); s.listen(1); print("ready", flush=True)
+c, _ = s.accept()
+while True:
+    b = c.recv(65536)
+    if not b: break
+    c.sendall(b)
+`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Signal(context.Background(), 9); srvW.Close(); srv.Wait() })
+	ready := make([]byte, 6)
+	if _, err := io.ReadFull(srvOut, ready); err != nil {
+		t.Fatalf("echo server: %v", err)
+	}
+	dc, err := dsb.Dial(ctx, "unix", echoSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams = append(streams, &echoStream{name: "docker sandbox.Dial (unix echo)", rw: dc, close: func() { dc.Close() }})
+
 	msg := make([]byte, echoSize)
 	for i := range msg {
 		msg[i] = 'a' + byte(i%26)
@@ -157,6 +188,6 @@ func TestEchoLatency(t *testing.T) {
 		median[i] = q(0.5)
 		t.Logf("%-40s %9.0fµs %9.0fµs %9.0fµs", s.name, q(0.5), q(0.9), q(0.99))
 	}
-	t.Logf("berth's overhead (median): host %+.0fµs over the pipe, docker %+.0fµs over the raw exec",
-		median[1]-median[0], median[3]-median[2])
+	t.Logf("berth's overhead (median): host %+.0fµs over the pipe, docker %+.0fµs over the raw exec, Dial %+.0fµs over the raw exec",
+		median[1]-median[0], median[3]-median[2], median[4]-median[2])
 }

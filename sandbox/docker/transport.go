@@ -47,11 +47,7 @@ type Transport struct {
 	cli *client.Client
 	id  string // full container id
 
-	// sem serialises Place; a buffered channel so that waiting honours ctx.
-	sem chan struct{}
-	// placedMu guards placed.
-	placedMu sync.Mutex
-	placed   map[string]string // agent hash → path inside the container
+	once shim.PlaceOnce // Place's serialisation and cache
 }
 
 var _ shim.Transport = (*Transport)(nil)
@@ -60,10 +56,8 @@ var _ shim.Transport = (*Transport)(nil)
 // cli stays owned by the caller, who closes it after the transport's last use.
 func NewTransport(cli *client.Client, containerID string) *Transport {
 	return &Transport{
-		cli:    cli,
-		id:     containerID,
-		sem:    make(chan struct{}, 1),
-		placed: make(map[string]string),
+		cli: cli,
+		id:  containerID,
 	}
 }
 
@@ -251,30 +245,7 @@ func (w *stdinWriter) Close() error {
 // placeDirs that the engine can write, and returns that path. A copy already
 // there with the right content is reused.
 func (t *Transport) Place(ctx context.Context, bin *shim.Binary) (string, error) {
-	if bin == nil || bin.Path == "" || len(bin.Hash) < 12 {
-		return "", errors.New("docker: place: the agent binary has no path or hash; get it from shim.Locate")
-	}
-	select {
-	case t.sem <- struct{}{}:
-	case <-ctx.Done():
-		return "", fmt.Errorf("docker: place agent in container %s: %w", short(t.id), ctx.Err())
-	}
-	defer func() { <-t.sem }()
-
-	t.placedMu.Lock()
-	p, ok := t.placed[bin.Hash]
-	t.placedMu.Unlock()
-	if ok {
-		return p, nil
-	}
-	p, err := t.place(ctx, bin)
-	if err != nil {
-		return "", err
-	}
-	t.placedMu.Lock()
-	t.placed[bin.Hash] = p
-	t.placedMu.Unlock()
-	return p, nil
+	return t.once.Place(ctx, bin, "docker: place agent in container "+short(t.id), t.place)
 }
 
 func (t *Transport) place(ctx context.Context, bin *shim.Binary) (string, error) {
