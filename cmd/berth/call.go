@@ -39,7 +39,10 @@ func withRun(ctx context.Context, g *globalFlags, f *runFlags, stderr io.Writer,
 	if err != nil {
 		return err
 	}
-	b := newBackends(g)
+	b, err := newBackends(g)
+	if err != nil {
+		return err
+	}
 	defer b.Close()
 	c, err := newController(g, b, nil, g.logger(stderr), "", "")
 	if err != nil {

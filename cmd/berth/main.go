@@ -73,6 +73,13 @@ type globalFlags struct {
 	verbose        bool
 	// serveMode is berth serve's --mode: hosted (the default) or local.
 	serveMode string
+
+	// Kubernetes and containerd placement; see kubeModes.
+	kube              string
+	kubeNamespaces    []string
+	containerdAddress string
+	containerdFIFODir string
+	nodeName          string
 }
 
 func newRoot() *cobra.Command {
@@ -99,6 +106,13 @@ conversation's existing container, or on the host when there is none.`,
 	pf.BoolVar(&g.noHostFallback, "no-host-fallback", false, "fail instead of running on the host when a conversation has no container")
 	pf.StringVar(&g.dockerHost, "docker-host", "", "Docker engine address (default: $DOCKER_HOST or the local socket)")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log placement and lifecycle details to stderr")
+	pf.StringVar(&g.kube, "kube", kubeAuto, "how berth reaches Kubernetes pods (kube://NAMESPACE/POD[/CONTAINER]): "+
+		"api (pod exec through the API server), node (as a node agent, through this node's containerd; only this node's pods), "+
+		"off, or auto (api when berth runs in a cluster or $KUBECONFIG is set)")
+	pf.StringSliceVar(&g.kubeNamespaces, "kube-namespaces", nil, "namespaces in which API mode looks for a conversation's pod (default: all; needs a list permission in each)")
+	pf.StringVar(&g.containerdAddress, "containerd-address", "", "containerd socket (default: $CONTAINERD_ADDRESS, else /run/containerd/containerd.sock, else dockerd's)")
+	pf.StringVar(&g.containerdFIFODir, "containerd-fifo-dir", "", "directory for containerd exec FIFOs; containerd must see it at the same path (default: containerd's /run/containerd/fifo)")
+	pf.StringVar(&g.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, for messages in node mode (default: $NODE_NAME)")
 	root.AddCommand(newServe(g), newCall(g), newTools(g), newASTGrep(), newASTEdit(), newVersion())
 	return root
 }

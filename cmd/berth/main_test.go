@@ -74,6 +74,14 @@ func TestCall(t *testing.T) {
 		{name: "no host fallback", args: []string{"call", noDocker, "--no-host-fallback", "--conversation", "c-9", "read", `{}`},
 			code: 1, stderr: []string{"host fallback is disabled", "berth.conversation=c-9"}},
 		{name: "no args", args: []string{"call"}, code: 1, stderr: []string{"arg"}},
+		{name: "bad kube mode", args: []string{"call", noDocker, "--kube", "cluster", "--workspace", dir, "read", `{}`},
+			code: 1, stderr: []string{`--kube "cluster"`, "api, node, off or auto"}},
+		{name: "node mode without containerd", args: []string{"call", noDocker, "--kube", "node", "--containerd-address", "/nonexistent/c.sock", "--workspace", dir, "read", `{}`},
+			code: 1, stderr: []string{"--kube node", "--containerd-address"}},
+		{name: "api mode without a cluster", args: []string{"call", noDocker, "--kube", "api", "--workspace", dir, "read", `{}`},
+			code: 1, stderr: []string{"--kube api"}},
+		{name: "kube pod without kube", args: []string{"call", noDocker, "--kube", "off", "--sandbox", "kube://default/web", "--workspace", "/w", "read", `{}`},
+			code: 1, stderr: []string{"no kube provider is configured"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

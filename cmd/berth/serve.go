@@ -84,7 +84,10 @@ resources and pending cards, and answers them; it asks for the token.`,
 func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, stderr io.Writer, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	b := newBackends(g)
+	b, err := newBackends(g)
+	if err != nil {
+		return err
+	}
 	defer b.Close()
 	mode := permission.ModeHosted
 	if g.serveMode != "" {

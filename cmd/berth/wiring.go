@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,33 +32,82 @@ func (b *backends) Close() error {
 
 // newBackends returns the Docker provider (or a stand-in that explains why
 // Docker cannot be used), the containerd provider when a containerd socket
-// exists that berth may open, and the host provider. The Docker and
-// containerd providers do not contact their daemons until a run asks for
-// them, so berth starts and runs on the host on a machine without a
-// container engine.
-func newBackends(g *globalFlags) *backends {
+// exists that berth may open, the Kubernetes provider of the --kube mode,
+// and the host provider. The Docker, containerd and Kubernetes providers
+// do not contact their daemons until a run asks for them, so berth starts
+// and runs on the host on a machine without a container engine. A mode
+// asked for explicitly that cannot be configured is an error.
+func newBackends(g *globalFlags) (*backends, error) {
 	b := &backends{}
-	var opts []docker.Option
-	if g.dockerHost != "" {
-		opts = append(opts, docker.WithHost(g.dockerHost))
-	}
-	opts = append(opts, docker.WithLabelKey(g.labelKey))
-	if p, err := docker.New(opts...); err != nil {
-		b.providers = append(b.providers, unavailable{scheme: docker.Scheme, err: err})
-	} else {
-		b.providers = append(b.providers, p)
-		b.closers = append(b.closers, p.Close)
-	}
-	if addr := containerd.DefaultAddress(); addr != "" && syscall.Access(addr, 2 /* W_OK */) == nil {
-		if p, err := containerd.New(containerd.WithAddress(addr), containerd.WithLabelKey(g.labelKey)); err != nil {
-			b.providers = append(b.providers, unavailable{scheme: containerd.Scheme, err: err})
+	// In a pod (berth deployed in a cluster) there is no Docker engine to
+	// ask unless one is named.
+	if g.dockerHost != "" || !inCluster() {
+		var opts []docker.Option
+		if g.dockerHost != "" {
+			opts = append(opts, docker.WithHost(g.dockerHost))
+		}
+		opts = append(opts, docker.WithLabelKey(g.labelKey))
+		if p, err := docker.New(opts...); err != nil {
+			b.providers = append(b.providers, unavailable{scheme: docker.Scheme, err: err})
 		} else {
 			b.providers = append(b.providers, p)
 			b.closers = append(b.closers, p.Close)
 		}
 	}
+	ctrd, err := newContainerd(g)
+	if err != nil && g.kube == kubeNode {
+		b.Close()
+		return nil, fmt.Errorf("berth: --kube node reaches pods through the node's containerd: %w", err)
+	}
+	if err != nil {
+		b.providers = append(b.providers, unavailable{scheme: containerd.Scheme, err: err})
+	} else if ctrd != nil {
+		b.providers = append(b.providers, ctrd)
+		b.closers = append(b.closers, ctrd.Close)
+	}
+	kp, err := newKube(g, ctrd)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	switch {
+	case kp == nil:
+	case g.kube == kubeNode:
+		// A node agent locates a conversation's pod first, so that the
+		// run is known by its kube:// reference, not the containerd id of
+		// the pod's container.
+		b.providers = append([]sandbox.Provider{kp}, b.providers...)
+	default:
+		b.providers = append(b.providers, kp)
+	}
 	b.providers = append(b.providers, &host.Provider{})
-	return b
+	return b, nil
+}
+
+// newContainerd returns the containerd provider for --containerd-address
+// or the default socket, nil when there is no socket berth may open.
+func newContainerd(g *globalFlags) (*containerd.Provider, error) {
+	addr := g.containerdAddress
+	if addr == "" {
+		addr = containerd.DefaultAddress()
+	}
+	if addr == "" {
+		if g.containerdAddress == "" && g.kube != kubeNode {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("no containerd socket: pass --containerd-address")
+	}
+	if g.containerdAddress == "" && syscall.Access(addr, 2 /* W_OK */) != nil {
+		return nil, nil // someone else's socket, found by default
+	}
+	if fi, err := os.Stat(addr); err != nil || fi.Mode().Type() != os.ModeSocket {
+		return nil, fmt.Errorf("no containerd socket at %s; pass --containerd-address with the socket's path (a node agent mounts the node's /run/containerd/containerd.sock)", addr)
+	}
+	opts := []containerd.Option{containerd.WithAddress(addr), containerd.WithLabelKey(g.labelKey)}
+	if g.containerdFIFODir != "" {
+		opts = append(opts, containerd.WithFIFODir(g.containerdFIFODir))
+	}
+	return containerd.New(opts...)
 }
 
 // newController wires a controller over the backends. mode is the

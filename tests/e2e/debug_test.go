@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -11,22 +10,12 @@ import (
 	"time"
 )
 
-// needImage pings the daemon and checks a specific image exists. A missing
-// image fails under CI=true unless optional is set: then it always skips
-// (berth-test-go is built separately, with images/build go).
+// needImage checks that the backend answers and the image exists. A
+// missing image fails under CI=true unless optional is set: then it always
+// skips (berth-test-go is built separately, with images/build go).
 func needImage(t *testing.T, image string, optional bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := dockerCLI(ctx, "version", "--format", "{{.Server.APIVersion}}"); err != nil {
-		unavailable(t, "e2e: no Docker daemon answers: %v", err)
-	}
-	if _, err := dockerCLI(ctx, "image", "inspect", "--format", "{{.Id}}", image); err != nil {
-		if optional {
-			t.Skipf("e2e: image %s is missing, skipping (build it with images/build): %v", image, err)
-		}
-		unavailable(t, "e2e: image %s is missing: build it with images/build (%v)", image, err)
-	}
+	needSandboxes(t, image, optional)
 }
 
 // put writes a file into the container's workspace with the test's own exec.
@@ -153,8 +142,8 @@ func TestDebugPythonInContainer(t *testing.T) {
 	ctr.put(t, "app/main.py", pyDebuggee)
 	a := newAPI(t)
 	run, ref := a.open(ctr.conv)
-	if ref != "docker://"+ctr.id {
-		t.Fatalf("run placed in %q, want docker://%s", ref, ctr.id)
+	if ref != ctr.ref {
+		t.Fatalf("run placed in %q, want %s", ref, ctr.ref)
 	}
 	d := &debugger{t: t, a: a, run: run}
 
@@ -228,7 +217,7 @@ func TestDebugPythonInContainer(t *testing.T) {
 
 	t.Run("attach", func(t *testing.T) {
 		d.t = t
-		mustDocker(t, "exec", "-d", "-w", workspace, ctr.id, "python3", "-m", "debugpy", "--listen", "127.0.0.1:5678", "--wait-for-client", "app/main.py")
+		ctr.spawn(t, workspace, "python3", "-m", "debugpy", "--listen", "127.0.0.1:5678", "--wait-for-client", "app/main.py")
 		for deadline := time.Now().Add(time.Minute); !strings.Contains(ctr.sh(t, "cat /proc/net/tcp"), ":162E 00000000:0000 0A"); time.Sleep(200 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("the debuggee never listened on 5678")

@@ -31,9 +31,6 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/httpapi"
-	"berth.dev/berth/sandbox"
-	"berth.dev/berth/sandbox/docker"
-	"berth.dev/berth/sandbox/host"
 )
 
 const (
@@ -78,24 +75,15 @@ func mustDocker(t *testing.T, args ...string) string {
 	return out
 }
 
-// needDocker pings the daemon for real and checks the test image exists.
+// needDocker checks that the backend answers and the default test image
+// ($BERTH_TEST_IMAGE or berth-test-minimal) exists, and returns its name.
 func needDocker(t *testing.T) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := exec.LookPath("docker"); err != nil {
-		unavailable(t, "e2e: no docker command on PATH: %v", err)
-	}
-	if _, err := dockerCLI(ctx, "version", "--format", "{{.Server.APIVersion}}"); err != nil {
-		unavailable(t, "e2e: no Docker daemon answers: %v", err)
-	}
 	image := os.Getenv("BERTH_TEST_IMAGE")
 	if image == "" {
 		image = defaultImage
 	}
-	if _, err := dockerCLI(ctx, "image", "inspect", "--format", "{{.Id}}", image); err != nil {
-		unavailable(t, "e2e: image %s is missing: build it with images/build (%v)", image, err)
-	}
+	needSandboxes(t, image, false)
 	return image
 }
 
@@ -107,25 +95,33 @@ func randomID(t *testing.T) string {
 	return hex.EncodeToString(b[:])
 }
 
-// container is the conversation's sandbox, started by the test.
+// container is the conversation's sandbox, started by the test: a Docker
+// container or, on a cluster backend, a pod.
 type container struct {
 	id, name, conv string
+	ref            string // the reference berth must resolve the conversation to
+	pod            bool   // a pod (kube), not a Docker container
 }
 
 // startContainer starts the conversation's container, with no network and
-// the conversation label, and a workspace inside it. It is removed at the
-// end of the test.
+// the conversation label (on a cluster: a pod labelled so), and a workspace
+// inside it. It is removed at the end of the test.
 func startContainer(t *testing.T, image string) *container {
 	t.Helper()
 	c := &container{conv: "e2e-" + randomID(t)}
-	c.name = "berth-" + c.conv
-	c.id = strings.TrimSpace(mustDocker(t, "run", "-d", "--network", "none", "--label", labelKey+"="+c.conv,
-		"--name", c.name, image, "sleep", "infinity"))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		defer cancel()
-		dockerCLI(ctx, "rm", "-f", c.id)
-	})
+	if onKube() {
+		startPod(t, c, image)
+	} else {
+		c.name = "berth-" + c.conv
+		c.id = strings.TrimSpace(mustDocker(t, "run", "-d", "--network", "none", "--label", labelKey+"="+c.conv,
+			"--name", c.name, image, "sleep", "infinity"))
+		c.ref = "docker://" + c.id
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			defer cancel()
+			dockerCLI(ctx, "rm", "-f", c.id)
+		})
+	}
 	c.sh(t, "mkdir -p "+workspace+"/src && cd "+workspace+
 		" && printf 'hello\\nworld\\n' > hello.txt && printf 'x = 1\\nx = 1\\n' > dup.py"+
 		" && ln -s /etc/passwd passwd-link && ln -s /etc etc-link && chmod 0640 hello.txt")
@@ -135,7 +131,21 @@ func startContainer(t *testing.T, image string) *container {
 // sh runs a shell command in the container with the test's own exec.
 func (c *container) sh(t *testing.T, script string) string {
 	t.Helper()
+	if c.pod {
+		return mustKubectl(t, "", "exec", "-n", kubeNamespace, c.name, "-c", "main", "--", "sh", "-c", script)
+	}
 	return mustDocker(t, "exec", c.id, "sh", "-c", script)
+}
+
+// spawn starts a program in the container's dir in the background, with
+// the test's own exec, and returns at once.
+func (c *container) spawn(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	if c.pod {
+		c.sh(t, "cd "+dir+" && nohup "+strings.Join(args, " ")+" >/dev/null 2>&1 </dev/null &")
+		return
+	}
+	mustDocker(t, append([]string{"exec", "-d", "-w", dir, c.id}, args...)...)
 }
 
 // cat reads a file in the container, or returns "<missing>".
@@ -168,6 +178,10 @@ func (c *container) processes(t *testing.T) []string {
 // state is what berth must never change about a container.
 func (c *container) state(t *testing.T) string {
 	t.Helper()
+	if c.pod {
+		return strings.TrimSpace(mustKubectl(t, "", "get", "pod", "-n", kubeNamespace, c.name, "-o",
+			`jsonpath={.metadata.uid} {.status.phase} {.status.containerStatuses[0].containerID} restarts={.status.containerStatuses[0].restartCount} started={.status.containerStatuses[0].state.running.startedAt}`))
+	}
 	return strings.TrimSpace(mustDocker(t, "inspect", "--format",
 		"{{.Id}} {{.Name}} {{.State.Status}} running={{.State.Running}} paused={{.State.Paused}} pid={{.State.Pid}} started={{.State.StartedAt}} restarts={{.RestartCount}}", c.id))
 }
@@ -188,12 +202,8 @@ func newAPI(t *testing.T) *api {
 // defaults).
 func newAPIWith(t *testing.T, binders []controller.Binder) *api {
 	t.Helper()
-	dp, err := docker.New(docker.WithLabelKey(labelKey))
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, err := controller.New(controller.Config{
-		Providers:  []sandbox.Provider{dp, &host.Provider{}},
+		Providers:  providers(t),
 		LabelKey:   labelKey,
 		Registerer: prometheus.NewRegistry(),
 		Tools:      binders,
@@ -207,7 +217,6 @@ func newAPIWith(t *testing.T, binders []controller.Binder) *api {
 		if err := c.Close(); err != nil {
 			t.Errorf("controller close: %v", err)
 		}
-		dp.Close()
 	})
 	return &api{t: t, url: srv.URL, c: c}
 }
@@ -343,8 +352,8 @@ func TestRunInConversationContainer(t *testing.T) {
 	since := time.Now() // after the container started and the workspace was made
 
 	run, ref := a.open(ctr.conv)
-	if ref != "docker://"+ctr.id {
-		t.Fatalf("run placed in %q, want docker://%s", ref, ctr.id)
+	if ref != ctr.ref {
+		t.Fatalf("run placed in %q, want %s", ref, ctr.ref)
 	}
 
 	t.Run("files", func(t *testing.T) {
@@ -537,6 +546,9 @@ func TestRunInConversationContainer(t *testing.T) {
 		if after := ctr.state(t); after != before {
 			t.Errorf("container state changed:\nbefore %s\nafter  %s", before, after)
 		}
+		if ctr.pod {
+			return // the event log below is Docker's
+		}
 		// The daemon's event log for this container, while berth used it:
 		// exec and archive (agent placement) events only.
 		until := time.Now().Add(time.Second)
@@ -582,6 +594,7 @@ func compact(s []string) string {
 // list, so only containers that existed before are compared, and new ones
 // are reported only when they carry this test's conversation label.
 func TestContainerListUnchanged(t *testing.T) {
+	dockerOnly(t, "docker ps")
 	image := needDocker(t)
 	ctr := startContainer(t, image)
 	list := func() map[string]string {
@@ -624,6 +637,7 @@ func TestContainerListUnchanged(t *testing.T) {
 // naming the container and what happened, later calls fail the same way,
 // and berth changes nothing about the container.
 func TestContainerGoneMidRun(t *testing.T) {
+	dockerOnly(t, "the docker stop/rm sequence")
 	image := needDocker(t)
 	tests := []struct {
 		name     string

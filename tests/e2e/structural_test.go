@@ -20,8 +20,8 @@ func TestStructuralInContainer(t *testing.T) {
 		` && printf 'print(1)\n' > build/gen.py && printf 'build/\n' > .gitignore`)
 	a := newAPI(t)
 	run, ref := a.open(ctr.conv)
-	if ref != "docker://"+ctr.id {
-		t.Fatalf("run placed in %q, want docker://%s", ref, ctr.id)
+	if ref != ctr.ref {
+		t.Fatalf("run placed in %q, want %s", ref, ctr.ref)
 	}
 
 	t.Run("ast_grep", func(t *testing.T) {
