@@ -1,0 +1,843 @@
+// Package k8s_test renders berth's kustomize overlays with the kustomize Go
+// API, decodes every object strictly with client-go's scheme and checks what
+// docs/kubernetes.md promises of them: least-privilege RBAC equal to
+// kube.Rules(), a fail-closed token, probes, the NetworkPolicy, the scrape
+// annotations, the security contexts and berth's command line.
+package k8s_test
+
+import (
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"berth.dev/berth/sandbox/kube"
+)
+
+// berthFlags are the flags `berth serve` accepts (cmd/berth: the global
+// flags of the root command and serve's own). A manifest passing any other
+// flag would make berth exit at start. Keep this the one list.
+var berthFlags = []struct {
+	name string
+	kind flagKind
+}{
+	// berth's persistent flags (cmd/berth/main.go)
+	{"label-key", stringFlag},
+	{"no-host-fallback", boolFlag},
+	{"docker-host", stringFlag},
+	{"verbose", boolFlag},
+	{"kube", stringFlag},
+	{"kube-namespaces", listFlag},
+	{"containerd-address", stringFlag},
+	{"containerd-fifo-dir", stringFlag},
+	{"node-name", stringFlag},
+	// serve's own (cmd/berth/serve.go)
+	{"addr", stringFlag},
+	{"token-file", stringFlag},
+	{"mode", stringFlag},
+}
+
+type flagKind int
+
+const (
+	stringFlag flagKind = iota
+	boolFlag            // takes no value
+	listFlag            // comma-separated, may repeat (a pflag StringSlice)
+)
+
+const (
+	berthNamespace   = "berth"
+	sandboxNamespace = "berth-sandboxes"
+	tokenSecret      = "berth-token"
+	tokenKey         = "token"
+	image            = "berth:dev"
+	harnessLabel     = "berth.dev/harness"
+)
+
+// overlay is one deployment mode and what only it must satisfy.
+type overlay struct {
+	dir   string
+	kube  string // the value of --kube
+	check func(t *testing.T, m *manifests, w workload)
+}
+
+var overlays = []overlay{
+	{dir: "overlays/api", kube: "api", check: checkAPI},
+	{dir: "overlays/node-agent", kube: "node", check: checkNodeAgent},
+}
+
+func TestOverlays(t *testing.T) {
+	for _, o := range overlays {
+		t.Run(o.dir, func(t *testing.T) {
+			m := render(t, o.dir)
+			w := m.workload(t)
+			checkCommon(t, m, w, o.kube)
+			o.check(t, m, w)
+		})
+	}
+}
+
+// TestTokenFailsClosed: without the operator's token file nothing renders,
+// so `kubectl apply -k` applies nothing, and no token is shipped.
+func TestTokenFailsClosed(t *testing.T) {
+	if _, err := os.Lstat("base/token"); err == nil {
+		t.Log("k8s/base/token exists here (an operator's token); the check below uses a copy without it")
+	}
+	for _, o := range overlays {
+		t.Run(o.dir, func(t *testing.T) {
+			dir := copyTree(t)
+			if err := os.Remove(filepath.Join(dir, "base", "token")); err != nil {
+				t.Fatal(err)
+			}
+			_, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, o.dir))
+			if err == nil {
+				t.Fatal("the overlay renders without k8s/base/token; it must fail so that no Secret without a token is applied")
+			}
+			if !strings.Contains(err.Error(), "token") {
+				t.Errorf("the error does not name the missing token file: %v", err)
+			}
+		})
+	}
+	ignore, err := os.ReadFile(".gitignore")
+	if err != nil || !slices.Contains(strings.Fields(string(ignore)), "/base/token") {
+		t.Errorf("k8s/.gitignore must list /base/token so that an operator's token is never committed (err %v)", err)
+	}
+}
+
+// TestStrictDecoding keeps the decoder honest: an unknown field or kind fails.
+func TestStrictDecoding(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		ok   bool
+	}{
+		{"known", "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: a\n", true},
+		{"unknown field", "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: a\nautomountToken: false\n", false},
+		{"unknown kind", "apiVersion: v1\nkind: Sandbox\nmetadata:\n  name: a\n", false},
+		{"duplicate field", "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: a\n  name: b\n", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decode([]byte(tt.yaml))
+			if (err == nil) != tt.ok {
+				t.Errorf("decode: err = %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+}
+
+// manifests are the decoded objects of one rendered overlay.
+type manifests struct {
+	objs []runtime.Object
+}
+
+func objects[T runtime.Object](m *manifests) []T {
+	var out []T
+	for _, o := range m.objs {
+		if v, ok := o.(T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// workload is berth's pod template and the object that owns it.
+type workload struct {
+	kind string
+	meta metav1.ObjectMeta
+	pod  corev1.PodTemplateSpec
+	sel  *metav1.LabelSelector
+}
+
+func (m *manifests) workload(t *testing.T) workload {
+	t.Helper()
+	var ws []workload
+	for _, d := range objects[*appsv1.Deployment](m) {
+		ws = append(ws, workload{"Deployment", d.ObjectMeta, d.Spec.Template, d.Spec.Selector})
+	}
+	for _, d := range objects[*appsv1.DaemonSet](m) {
+		ws = append(ws, workload{"DaemonSet", d.ObjectMeta, d.Spec.Template, d.Spec.Selector})
+	}
+	if len(ws) != 1 {
+		t.Fatalf("want exactly one Deployment or DaemonSet, got %d", len(ws))
+	}
+	return ws[0]
+}
+
+// container returns berth's container.
+func (w workload) container(t *testing.T) corev1.Container {
+	t.Helper()
+	if n := len(w.pod.Spec.Containers); n != 1 {
+		t.Fatalf("%s %s: want one container, got %d", w.kind, w.meta.Name, n)
+	}
+	return w.pod.Spec.Containers[0]
+}
+
+// render builds overlay dir from a copy of k8s/ holding a test token.
+func render(t *testing.T, dir string) *manifests {
+	t.Helper()
+	root := copyTree(t)
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	rm, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(root, dir))
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	m := &manifests{}
+	for _, r := range rm.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatalf("%s: %v", r.CurId(), err)
+		}
+		obj, err := decode(y)
+		if err != nil {
+			t.Fatalf("%s does not decode strictly with client-go's scheme: %v\n%s", r.CurId(), err, y)
+		}
+		m.objs = append(m.objs, obj)
+	}
+	if len(m.objs) == 0 {
+		t.Fatalf("%s renders no objects", dir)
+	}
+	return m
+}
+
+var strictCodecs = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict)
+
+// decode decodes one object; unknown kinds and fields and duplicate keys
+// are errors.
+func decode(y []byte) (runtime.Object, error) {
+	obj, _, err := strictCodecs.UniversalDeserializer().Decode(y, nil, nil)
+	return obj, err
+}
+
+// copyTree copies the k8s directory (manifests only) into a temporary
+// directory and writes a test token into base/token there, so that the test
+// neither needs nor touches an operator's token.
+func copyTree(t *testing.T) string {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, p), 0o755)
+		}
+		if strings.HasSuffix(p, ".go") || p == filepath.Join("base", "token") || !d.Type().IsRegular() {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, p), data, 0o644)
+	})
+	if err != nil {
+		t.Fatalf("copy k8s/: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "base", "token"), []byte("test-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// serveArgs parses berth's container command line like berth would: the
+// command is berth, the first argument is serve, every flag is one berth
+// knows. It returns the flag values set.
+func serveArgs(t *testing.T, c corev1.Container) map[string]string {
+	t.Helper()
+	if !slices.Equal(c.Command, []string{"berth"}) {
+		t.Fatalf("container %s: command = %q, want [berth]", c.Name, c.Command)
+	}
+	if len(c.Args) == 0 || c.Args[0] != "serve" {
+		t.Fatalf("container %s: args = %q, want serve first", c.Name, c.Args)
+	}
+	fset := pflag.NewFlagSet("berth serve", pflag.ContinueOnError)
+	fset.SetOutput(nopWriter{})
+	for _, f := range berthFlags {
+		switch f.kind {
+		case boolFlag:
+			fset.Bool(f.name, false, "")
+		case listFlag:
+			fset.StringSlice(f.name, nil, "")
+		default:
+			fset.String(f.name, "", "")
+		}
+	}
+	if err := fset.Parse(c.Args[1:]); err != nil {
+		t.Fatalf("container %s: berth serve would reject its args %q: %v", c.Name, c.Args[1:], err)
+	}
+	if rest := fset.Args(); len(rest) > 0 {
+		t.Fatalf("container %s: berth serve takes no arguments, got %q", c.Name, rest)
+	}
+	// List flags come back comma-joined.
+	set := map[string]string{}
+	fset.Visit(func(f *pflag.Flag) {
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			set[f.Name] = strings.Join(sv.GetSlice(), ",")
+			return
+		}
+		set[f.Name] = f.Value.String()
+	})
+	return set
+}
+
+// show prints what a pointer field holds.
+func show[T any](p *T) string {
+	if p == nil {
+		return "unset"
+	}
+	return fmt.Sprint(*p)
+}
+
+type nopWriter struct{}
+
+func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// httpPort returns the container's port named http.
+func httpPort(t *testing.T, c corev1.Container) corev1.ContainerPort {
+	t.Helper()
+	for _, p := range c.Ports {
+		if p.Name == "http" {
+			return p
+		}
+	}
+	t.Fatalf("container %s has no port named http: %+v", c.Name, c.Ports)
+	return corev1.ContainerPort{}
+}
+
+// resolvePort returns the number a probe or Service port refers to.
+func resolvePort(c corev1.Container, p intstr.IntOrString) int32 {
+	if p.Type == intstr.Int {
+		return p.IntVal
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return cp.ContainerPort
+		}
+	}
+	return -1
+}
+
+// mountFor returns the mount and volume that hold path inside the container.
+func mountFor(w workload, c corev1.Container, p string) (corev1.VolumeMount, corev1.Volume, bool) {
+	for _, vm := range c.VolumeMounts {
+		if p == vm.MountPath || strings.HasPrefix(p, strings.TrimSuffix(vm.MountPath, "/")+"/") {
+			for _, v := range w.pod.Spec.Volumes {
+				if v.Name == vm.Name {
+					return vm, v, true
+				}
+			}
+		}
+	}
+	return corev1.VolumeMount{}, corev1.Volume{}, false
+}
+
+// inImage maps a path to the one the container's Debian root filesystem
+// resolves it to: /var/run is a symlink to /run there.
+func inImage(p string) string {
+	p = path.Clean(p)
+	if p == "/var/run" || strings.HasPrefix(p, "/var/run/") {
+		return "/run" + strings.TrimPrefix(p, "/var/run")
+	}
+	return p
+}
+
+func checkCommon(t *testing.T, m *manifests, w workload, kube string) {
+	c := w.container(t)
+	args := serveArgs(t, c)
+	port := httpPort(t, c)
+
+	t.Run("no cluster-wide RBAC", func(t *testing.T) {
+		for _, o := range m.objs {
+			switch o.(type) {
+			case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
+				t.Errorf("%T %s: berth needs nothing cluster-wide", o, o.(metav1.Object).GetName())
+			}
+		}
+	})
+
+	t.Run("labels and namespaces", func(t *testing.T) {
+		for _, o := range m.objs {
+			mo := o.(metav1.Object)
+			if got := mo.GetLabels()["app.kubernetes.io/name"]; got != "berth" {
+				t.Errorf("%T %s: label app.kubernetes.io/name = %q, want berth", o, mo.GetName(), got)
+			}
+			if _, ok := o.(*corev1.Namespace); ok {
+				continue
+			}
+			if mo.GetNamespace() == "" {
+				t.Errorf("%T %s has no namespace", o, mo.GetName())
+			}
+		}
+		if w.meta.Namespace != berthNamespace {
+			t.Errorf("%s %s in namespace %q, want %q", w.kind, w.meta.Name, w.meta.Namespace, berthNamespace)
+		}
+		sel, err := metav1.LabelSelectorAsSelector(w.sel)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(w.pod.Labels)) {
+			t.Errorf("%s selector %v does not select its own pod template %v (err %v)", w.kind, w.sel, w.pod.Labels, err)
+		}
+	})
+
+	t.Run("flags", func(t *testing.T) {
+		if got := args["kube"]; got != kube {
+			t.Errorf("--kube = %q, want %q", got, kube)
+		}
+		// Without it a conversation with no pod runs on the "host": inside
+		// berth's container, next to its token.
+		if args["no-host-fallback"] != "true" {
+			t.Error("--no-host-fallback is not set: tools of a conversation without a pod would run inside berth's own container")
+		}
+		_, p, err := net.SplitHostPort(args["addr"])
+		if err != nil {
+			t.Fatalf("--addr %q: %v", args["addr"], err)
+		}
+		if h, _, _ := net.SplitHostPort(args["addr"]); h != "" && h != "0.0.0.0" {
+			t.Errorf("--addr %q: berth must listen on the pod IP, not %q", args["addr"], h)
+		}
+		if p != strconv.Itoa(int(port.ContainerPort)) {
+			t.Errorf("--addr %q, container port %d: they must agree", args["addr"], port.ContainerPort)
+		}
+		if port.Protocol != corev1.ProtocolTCP {
+			t.Errorf("port http protocol %q, want TCP", port.Protocol)
+		}
+		for _, e := range c.Env {
+			if e.Name == "BERTH_TOKEN" {
+				t.Errorf("the token must come from the Secret file, not $BERTH_TOKEN")
+			}
+		}
+	})
+
+	t.Run("token", func(t *testing.T) {
+		file := args["token-file"]
+		if file == "" {
+			t.Fatal("no --token-file: berth would serve beyond loopback without a token (it refuses to)")
+		}
+		vm, v, ok := mountFor(w, c, file)
+		if !ok {
+			t.Fatalf("--token-file %s is on no volume mount", file)
+		}
+		if v.Secret == nil || v.Secret.SecretName != tokenSecret {
+			t.Fatalf("--token-file %s is on volume %s, not on the Secret %s", file, v.Name, tokenSecret)
+		}
+		if !vm.ReadOnly {
+			t.Errorf("the token mount %s is not readOnly", vm.MountPath)
+		}
+		if vm.MountPath != "/var/run/berth" {
+			t.Errorf("token mounted at %s, want /var/run/berth", vm.MountPath)
+		}
+		key := strings.TrimPrefix(strings.TrimPrefix(file, vm.MountPath), "/")
+		if vm.SubPath != "" {
+			t.Errorf("token mount uses subPath %q: a subPath mount never sees the Secret change", vm.SubPath)
+		}
+		if len(v.Secret.Items) > 0 {
+			t.Errorf("the token volume remaps keys (%v); mount the key as %s", v.Secret.Items, key)
+		}
+		var found bool
+		for _, s := range objects[*corev1.Secret](m) {
+			if s.Name != tokenSecret || s.Namespace != w.meta.Namespace {
+				continue
+			}
+			found = true
+			if string(s.Data[key]) != "test-token\n" {
+				t.Errorf("Secret %s key %q = %q, want the operator's token file", s.Name, key, s.Data[key])
+			}
+			if key != tokenKey {
+				t.Errorf("--token-file reads key %q, want %q", key, tokenKey)
+			}
+		}
+		if !found {
+			t.Errorf("no Secret %s in namespace %s", tokenSecret, w.meta.Namespace)
+		}
+	})
+
+	t.Run("probes", func(t *testing.T) {
+		for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+			if p == nil || p.HTTPGet == nil {
+				t.Errorf("%s probe: want an httpGet on /healthz, got %+v", name, p)
+				continue
+			}
+			if p.HTTPGet.Path != "/healthz" {
+				t.Errorf("%s probe path %q, want /healthz", name, p.HTTPGet.Path)
+			}
+			if got := resolvePort(c, p.HTTPGet.Port); got != port.ContainerPort {
+				t.Errorf("%s probe port %s resolves to %d, want berth's port %d", name, p.HTTPGet.Port.String(), got, port.ContainerPort)
+			}
+			if p.HTTPGet.Scheme != "" && p.HTTPGet.Scheme != corev1.URISchemeHTTP {
+				t.Errorf("%s probe scheme %q, want HTTP", name, p.HTTPGet.Scheme)
+			}
+		}
+	})
+
+	t.Run("scrape annotations", func(t *testing.T) {
+		want := map[string]string{
+			"prometheus.io/scrape": "true",
+			"prometheus.io/port":   strconv.Itoa(int(port.ContainerPort)),
+			"prometheus.io/path":   "/metrics",
+		}
+		for k, v := range want {
+			if got := w.pod.Annotations[k]; got != v {
+				t.Errorf("pod annotation %s = %q, want %q", k, got, v)
+			}
+		}
+	})
+
+	t.Run("network policy", func(t *testing.T) {
+		var selecting []*networkingv1.NetworkPolicy
+		for _, np := range objects[*networkingv1.NetworkPolicy](m) {
+			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+			if err != nil {
+				t.Fatalf("NetworkPolicy %s: %v", np.Name, err)
+			}
+			if np.Namespace == w.meta.Namespace && !sel.Empty() && sel.Matches(labels.Set(w.pod.Labels)) {
+				selecting = append(selecting, np)
+			}
+		}
+		if len(selecting) != 1 {
+			t.Fatalf("want one NetworkPolicy selecting berth's pods, got %d", len(selecting))
+		}
+		np := selecting[0]
+		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+			t.Errorf("NetworkPolicy %s policyTypes %v, want [Ingress]", np.Name, np.Spec.PolicyTypes)
+		}
+		if len(np.Spec.Ingress) != 1 {
+			t.Fatalf("NetworkPolicy %s: want one ingress rule (harnesses only), got %d", np.Name, len(np.Spec.Ingress))
+		}
+		rule := np.Spec.Ingress[0]
+		if len(rule.From) == 0 {
+			t.Fatal("the ingress rule has no `from`: it would admit every pod")
+		}
+		harness := labels.Set{harnessLabel: "true"}
+		for i, peer := range rule.From {
+			if peer.IPBlock != nil || peer.PodSelector == nil {
+				t.Errorf("from[%d]: want a pod selector on %s, got %+v", i, harnessLabel, peer)
+				continue
+			}
+			sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+			if err != nil || !sel.Matches(harness) || sel.Matches(labels.Set{}) || sel.Matches(labels.Set{harnessLabel: "false"}) {
+				t.Errorf("from[%d] pod selector %v must admit exactly pods labelled %s=true (err %v)", i, peer.PodSelector, harnessLabel, err)
+			}
+		}
+		if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || resolvePort(c, *rule.Ports[0].Port) != port.ContainerPort ||
+			(rule.Ports[0].Protocol != nil && *rule.Ports[0].Protocol != corev1.ProtocolTCP) {
+			t.Errorf("the ingress rule must open only berth's port %d/TCP, got %+v", port.ContainerPort, rule.Ports)
+		}
+	})
+
+	t.Run("container", func(t *testing.T) {
+		if c.Image != image || c.ImagePullPolicy != corev1.PullIfNotPresent {
+			t.Errorf("image %s (%s), want %s (IfNotPresent)", c.Image, c.ImagePullPolicy, image)
+		}
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			req, lim := c.Resources.Requests[r], c.Resources.Limits[r]
+			if req.IsZero() || lim.IsZero() {
+				t.Errorf("%s: want a request and a limit, got %s / %s", r, req.String(), lim.String())
+			} else if req.Cmp(lim) > 0 {
+				t.Errorf("%s request %s is above its limit %s", r, req.String(), lim.String())
+			}
+		}
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Fatal("no container securityContext")
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Error("allowPrivilegeEscalation must be false")
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			t.Error("the container must not be privileged")
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Error("readOnlyRootFilesystem must be true")
+		}
+		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("capabilities %+v, want drop [ALL] and add none", sc.Capabilities)
+		}
+		seccomp := sc.SeccompProfile
+		if seccomp == nil && w.pod.Spec.SecurityContext != nil {
+			seccomp = w.pod.Spec.SecurityContext.SeccompProfile
+		}
+		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("seccomp profile %+v, want RuntimeDefault", seccomp)
+		}
+		for _, flag := range []bool{w.pod.Spec.HostNetwork, w.pod.Spec.HostPID, w.pod.Spec.HostIPC} {
+			if flag {
+				t.Error("berth needs none of hostNetwork, hostPID, hostIPC")
+			}
+		}
+	})
+
+	t.Run("mounts do not overlap", func(t *testing.T) {
+		// A mount inside another (after /var/run → /run, as in the image) is
+		// shadowed or cannot get its mount point (the outer one is read-only).
+		for i, a := range c.VolumeMounts {
+			for j, b := range c.VolumeMounts {
+				pa, pb := inImage(a.MountPath), inImage(b.MountPath)
+				if i != j && (pa == pb || strings.HasPrefix(pb, pa+"/")) {
+					t.Errorf("mount %s (%s) contains mount %s (%s) in the image's filesystem", a.Name, a.MountPath, b.Name, b.MountPath)
+				}
+			}
+		}
+	})
+}
+
+func checkAPI(t *testing.T, m *manifests, w workload) {
+	c := w.container(t)
+	args := serveArgs(t, c)
+	if w.kind != "Deployment" {
+		t.Errorf("API mode runs as a Deployment, got a %s", w.kind)
+	}
+
+	t.Run("rbac", func(t *testing.T) {
+		namespaces := strings.Split(args["kube-namespaces"], ",")
+		if args["kube-namespaces"] == "" || !slices.Contains(namespaces, sandboxNamespace) {
+			t.Fatalf("--kube-namespaces %q, want it to include %s", args["kube-namespaces"], sandboxNamespace)
+		}
+		roles := objects[*rbacv1.Role](m)
+		bindings := objects[*rbacv1.RoleBinding](m)
+		if len(roles) != len(namespaces) || len(bindings) != len(namespaces) {
+			t.Errorf("want one Role and one RoleBinding per sandbox namespace %q, got %d and %d", namespaces, len(roles), len(bindings))
+		}
+		for _, ns := range namespaces {
+			var role *rbacv1.Role
+			for _, r := range roles {
+				if r.Namespace == ns {
+					role = r
+				}
+			}
+			if role == nil {
+				t.Errorf("no Role in sandbox namespace %s: berth could not exec there", ns)
+				continue
+			}
+			if !reflect.DeepEqual(role.Rules, kube.Rules()) {
+				t.Errorf("Role %s/%s rules\n  %+v\nwant exactly kube.Rules()\n  %+v", ns, role.Name, role.Rules, kube.Rules())
+			}
+			var bound bool
+			for _, b := range bindings {
+				if b.Namespace != ns || b.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}) {
+					continue
+				}
+				want := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: w.pod.Spec.ServiceAccountName, Namespace: w.meta.Namespace}}
+				if !reflect.DeepEqual(b.Subjects, want) {
+					t.Errorf("RoleBinding %s/%s subjects %+v, want only %+v", ns, b.Name, b.Subjects, want)
+				}
+				bound = true
+			}
+			if !bound {
+				t.Errorf("no RoleBinding in %s grants Role %s", ns, role.Name)
+			}
+		}
+		for _, r := range roles {
+			if r.Namespace == w.meta.Namespace {
+				t.Errorf("Role %s in berth's own namespace: berth needs no rights there", r.Name)
+			}
+		}
+	})
+
+	t.Run("service account", func(t *testing.T) {
+		sa := w.pod.Spec.ServiceAccountName
+		if sa != "berth" {
+			t.Errorf("serviceAccountName %q, want berth", sa)
+		}
+		if p := w.pod.Spec.AutomountServiceAccountToken; p != nil && !*p {
+			t.Error("API mode needs its ServiceAccount token; automountServiceAccountToken is false")
+		}
+		var found bool
+		for _, s := range objects[*corev1.ServiceAccount](m) {
+			if s.Name == sa && s.Namespace == w.meta.Namespace {
+				found = true
+				if s.AutomountServiceAccountToken != nil && !*s.AutomountServiceAccountToken && w.pod.Spec.AutomountServiceAccountToken == nil {
+					t.Error("the ServiceAccount turns the token off and the pod does not turn it on")
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no ServiceAccount %s/%s", w.meta.Namespace, sa)
+		}
+	})
+
+	t.Run("non-root", func(t *testing.T) {
+		psc, sc := w.pod.Spec.SecurityContext, c.SecurityContext
+		nonRoot := (sc.RunAsNonRoot != nil && *sc.RunAsNonRoot) || (psc != nil && psc.RunAsNonRoot != nil && *psc.RunAsNonRoot)
+		if !nonRoot {
+			t.Error("API mode must set runAsNonRoot")
+		}
+		uid := sc.RunAsUser
+		if uid == nil && psc != nil {
+			uid = psc.RunAsUser
+		}
+		if uid == nil || *uid == 0 {
+			t.Errorf("API mode must run as a numeric non-root uid (the image names no user), got %s", show(uid))
+		}
+		if psc == nil || psc.FSGroup == nil {
+			t.Error("no fsGroup: the non-root user could not read the token file")
+		}
+	})
+
+	t.Run("pod security", func(t *testing.T) {
+		for _, ns := range objects[*corev1.Namespace](m) {
+			if ns.Name == w.meta.Namespace {
+				if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
+					t.Errorf("namespace %s enforces %q, want restricted", ns.Name, got)
+				}
+			}
+		}
+	})
+
+	t.Run("service", func(t *testing.T) {
+		var found bool
+		for _, s := range objects[*corev1.Service](m) {
+			if s.Namespace != w.meta.Namespace || len(s.Spec.Selector) == 0 || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(w.pod.Labels)) {
+				continue
+			}
+			found = true
+			for _, p := range s.Spec.Ports {
+				if got := resolvePort(c, p.TargetPort); got != httpPort(t, c).ContainerPort {
+					t.Errorf("Service %s port %d targets %s (%d), not berth's port", s.Name, p.Port, p.TargetPort.String(), got)
+				}
+			}
+		}
+		if !found {
+			t.Error("no Service selects berth's pods")
+		}
+	})
+
+	t.Run("no host access", func(t *testing.T) {
+		for _, v := range w.pod.Spec.Volumes {
+			if v.HostPath != nil {
+				t.Errorf("volume %s is a hostPath; API mode needs none", v.Name)
+			}
+		}
+	})
+}
+
+func checkNodeAgent(t *testing.T, m *manifests, w workload) {
+	c := w.container(t)
+	args := serveArgs(t, c)
+	if w.kind != "DaemonSet" {
+		t.Errorf("node-agent mode runs as a DaemonSet, got a %s", w.kind)
+	}
+
+	t.Run("no RBAC", func(t *testing.T) {
+		for _, o := range m.objs {
+			switch o.(type) {
+			case *rbacv1.Role, *rbacv1.RoleBinding, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
+				t.Errorf("%T %s: the node agent never calls the API server and needs no RBAC", o, o.(metav1.Object).GetName())
+			}
+		}
+		if p := w.pod.Spec.AutomountServiceAccountToken; p == nil || *p {
+			t.Error("the pod must set automountServiceAccountToken: false")
+		}
+		for _, s := range objects[*corev1.ServiceAccount](m) {
+			if s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
+				t.Errorf("ServiceAccount %s must set automountServiceAccountToken: false", s.Name)
+			}
+		}
+		if _, ok := args["kube-namespaces"]; ok {
+			t.Error("--kube-namespaces is for API mode")
+		}
+	})
+
+	// hostPath mounts: the flag's path must be the same on the node and in
+	// the container.
+	tests := []struct {
+		flag     string
+		typ      corev1.HostPathType
+		readOnly bool
+	}{
+		{"containerd-address", corev1.HostPathSocket, true},
+		{"containerd-fifo-dir", corev1.HostPathDirectoryOrCreate, false},
+	}
+	for _, tt := range tests {
+		t.Run("--"+tt.flag, func(t *testing.T) {
+			p := args[tt.flag]
+			if p == "" {
+				t.Fatalf("no --%s", tt.flag)
+			}
+			var vm *corev1.VolumeMount
+			for i := range c.VolumeMounts {
+				if c.VolumeMounts[i].MountPath == p {
+					vm = &c.VolumeMounts[i]
+				}
+			}
+			if vm == nil {
+				t.Fatalf("--%s %s is not a mount point", tt.flag, p)
+			}
+			if vm.SubPath != "" || vm.ReadOnly != tt.readOnly {
+				t.Errorf("mount %s: readOnly %v subPath %q, want readOnly %v and no subPath", vm.MountPath, vm.ReadOnly, vm.SubPath, tt.readOnly)
+			}
+			_, v, _ := mountFor(w, c, p)
+			if v.HostPath == nil {
+				t.Fatalf("mount %s is volume %s, not a hostPath", p, v.Name)
+			}
+			if v.HostPath.Path != p {
+				t.Errorf("hostPath %s is mounted at %s: the paths must be identical", v.HostPath.Path, p)
+			}
+			if v.HostPath.Type == nil || *v.HostPath.Type != tt.typ {
+				t.Errorf("hostPath %s type %s, want %s", v.HostPath.Path, show(v.HostPath.Type), tt.typ)
+			}
+		})
+	}
+
+	t.Run("every node", func(t *testing.T) {
+		all := slices.ContainsFunc(w.pod.Spec.Tolerations, func(tol corev1.Toleration) bool {
+			return tol.Key == "" && tol.Operator == corev1.TolerationOpExists && tol.Effect == ""
+		})
+		if !all {
+			t.Errorf("tolerations %+v do not tolerate every taint", w.pod.Spec.Tolerations)
+		}
+		if len(w.pod.Spec.NodeSelector) > 0 || w.pod.Spec.Affinity != nil {
+			t.Error("a node selector or affinity would leave some nodes without an agent")
+		}
+	})
+
+	t.Run("root for the socket", func(t *testing.T) {
+		uid := c.SecurityContext.RunAsUser
+		if uid == nil && w.pod.Spec.SecurityContext != nil {
+			uid = w.pod.Spec.SecurityContext.RunAsUser
+		}
+		if uid == nil || *uid != 0 {
+			t.Errorf("runAsUser %s: the node agent opens the root-owned containerd socket and must run as 0", show(uid))
+		}
+	})
+
+	t.Run("pod security", func(t *testing.T) {
+		for _, ns := range objects[*corev1.Namespace](m) {
+			if ns.Name == w.meta.Namespace {
+				if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "privileged" {
+					t.Errorf("namespace %s enforces %q; hostPath volumes need privileged", ns.Name, got)
+				}
+			}
+		}
+	})
+}
+
+// TestFlagTable keeps the flag table free of duplicates.
+func TestFlagTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, f := range berthFlags {
+		if seen[f.name] {
+			t.Errorf("flag %s listed twice", f.name)
+		}
+		seen[f.name] = true
+	}
+}
