@@ -30,6 +30,11 @@ import (
 // [Transport.settle].
 const stopSettle = 2 * time.Second
 
+// closeGrace is how long a closed stream's program has to end on its own
+// (berth's agent stops its process group, SIGTERM and then SIGKILL, when
+// its stdin ends) before the stream kills it and stops reading its output.
+const closeGrace = 5 * time.Second
+
 // placeDirs are the directories, in order of preference, where
 // [Transport.Place] puts the agent, as the Docker backend does.
 var placeDirs = []string{"/.berth", "/tmp/.berth", "/dev/shm/.berth"}
@@ -310,12 +315,19 @@ func (s *stream) run(exitCh <-chan client.ExitStatus, cancel context.CancelFunc)
 	case <-s.closed:
 		ctx, c := context.WithTimeout(s.t.nsctx(context.Background()), callTimeout)
 		s.proc.CloseIO(ctx, client.WithStdinCloser)
-		s.proc.Kill(ctx, syscall.SIGKILL)
-		c()
+		// berth's agent ends its process group when its stdin ends. A
+		// SIGKILL first would orphan the group, whose members keep the
+		// output FIFOs open; it comes only when the program does not end.
 		select {
 		case st = <-exitCh:
-		case <-time.After(callTimeout):
+		case <-time.After(closeGrace):
+			s.proc.Kill(ctx, syscall.SIGKILL)
+			select {
+			case st = <-exitCh:
+			case <-time.After(callTimeout):
+			}
 		}
+		c()
 	}
 	// The program ended: writes to its stdin fail instead of blocking on a
 	// FIFO nobody reads.
@@ -325,7 +337,25 @@ func (s *stream) run(exitCh <-chan client.ExitStatus, cancel context.CancelFunc)
 		// FIFOs may never see EOF: stop copying.
 		s.proc.IO().Cancel()
 	}
-	s.proc.IO().Wait()
+	if s.isClosed() {
+		// A process that escaped the kill may still hold the FIFOs' other
+		// ends: stop reading them after a grace period.
+		ioDone := make(chan struct{})
+		go func() { s.proc.IO().Wait(); close(ioDone) }()
+		select {
+		case <-ioDone:
+		case <-time.After(closeGrace):
+			s.proc.IO().Close()
+			select {
+			case <-ioDone:
+			case <-time.After(closeGrace):
+				// The copies stay blocked on a FIFO someone else
+				// holds; the stream ends without them.
+			}
+		}
+	} else {
+		s.proc.IO().Wait()
+	}
 	s.stdoutW.Close()
 	s.stderrW.Close()
 	s.cleanup()
