@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,9 @@ import (
 const (
 	// backendDocker: containers of the local Docker engine (the default).
 	backendDocker = "docker"
+	// backendContainerd: the same containers reached through dockerd's
+	// containerd (namespace moby) and named by containerd://moby/ID.
+	backendContainerd = "containerd"
 	// backendKube: pods of the cluster $KUBECONFIG names, reached through
 	// the API server (berth's API mode).
 	backendKube = "kube"
@@ -29,6 +33,9 @@ const (
 	// at $BERTH_KUBE_CONTAINERD (berth as a node agent).
 	backendKubeNode = "kube-node"
 )
+
+// dockerContainerd is the socket of the containerd that dockerd runs.
+const dockerContainerd = "/var/run/docker/containerd/containerd.sock"
 
 // kubeNamespace holds the pods the suite starts on a cluster.
 const kubeNamespace = "berth-e2e"
@@ -46,12 +53,18 @@ func backend() string {
 }
 
 // onKube reports whether the suite runs against a cluster.
-func onKube() bool { return backend() != backendDocker }
+func onKube() bool { return backend() == backendKube || backend() == backendKubeNode }
 
-// dockerOnly skips a test that checks what only the Docker engine records.
+// explicitRefs holds, by conversation id, the sandbox reference a run
+// opens with instead of "auto" (containerd: dockerd's labels are not in
+// containerd).
+var explicitRefs sync.Map
+
+// dockerOnly skips a test that checks what only the Docker engine records
+// and the Docker backend reports.
 func dockerOnly(t *testing.T, why string) {
 	t.Helper()
-	if onKube() {
+	if backend() != backendDocker {
 		t.Skipf("e2e: %s is Docker's own record; the %s backend is checked by the other tests", why, backend())
 	}
 }
@@ -91,7 +104,7 @@ func needSandboxes(t *testing.T, image string, optional bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	switch backend() {
-	case backendDocker:
+	case backendDocker, backendContainerd:
 		if _, err := exec.LookPath("docker"); err != nil {
 			unavailable(t, "e2e: no docker command on PATH: %v", err)
 		}
@@ -115,7 +128,7 @@ func needSandboxes(t *testing.T, image string, optional bool) {
 			unavailable(t, "e2e: the kube-node backend needs $BERTH_KUBE_CONTAINERD, the node's containerd socket")
 		}
 	default:
-		t.Fatalf("e2e: unknown $BERTH_E2E_BACKEND %q: use docker, kube or kube-node", backend())
+		t.Fatalf("e2e: unknown $BERTH_E2E_BACKEND %q: use docker, containerd, kube or kube-node", backend())
 	}
 }
 
@@ -127,6 +140,11 @@ func startPod(t *testing.T, c *container, image string) {
 	prefix := os.Getenv("BERTH_KUBE_IMAGE_PREFIX")
 	if prefix == "" {
 		prefix = "docker.io/library/"
+	}
+	// Images are named as docker names them locally (berth-test-go, or
+	// with a tag).
+	if i := strings.LastIndex(image, ":"); i < 0 || strings.Contains(image[i:], "/") {
+		image += ":latest"
 	}
 	c.name = c.conv
 	c.pod = true
@@ -149,7 +167,7 @@ spec:
   enableServiceLinks: false
   containers:
   - name: main
-    image: %[4]s%[5]s:latest
+    image: %[4]s%[5]s
     imagePullPolicy: Never
     command: ["sleep", "infinity"]
 `, kubeNamespace, c.name, podLabel, prefix, image)
@@ -179,6 +197,13 @@ func providers(t *testing.T) []sandbox.Provider {
 			t.Fatal(err)
 		}
 		return []sandbox.Provider{kp, &host.Provider{}}
+	case backendContainerd:
+		cp, err := containerd.New(containerd.WithAddress(dockerContainerd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cp.Close() })
+		return []sandbox.Provider{cp, &host.Provider{}}
 	case backendKubeNode:
 		cp, err := containerd.New(containerd.WithAddress(os.Getenv("BERTH_KUBE_CONTAINERD")))
 		if err != nil {

@@ -116,6 +116,12 @@ func startContainer(t *testing.T, image string) *container {
 		c.id = strings.TrimSpace(mustDocker(t, "run", "-d", "--network", "none", "--label", labelKey+"="+c.conv,
 			"--name", c.name, image, "sleep", "infinity"))
 		c.ref = "docker://" + c.id
+		if backend() == backendContainerd {
+			// dockerd does not hand its labels to containerd, so the run
+			// names the container.
+			c.ref = "containerd://moby/" + c.id
+			explicitRefs.Store(c.conv, c.ref)
+		}
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
@@ -285,7 +291,11 @@ func (a *api) do(method, path, tok, body string) reply {
 // open opens a run for the conversation and returns its id and resolved sandbox.
 func (a *api) open(conv string) (string, string) {
 	a.t.Helper()
-	r := a.do("POST", "/v1/runs", token, fmt.Sprintf(`{"conversation_id":%q,"workspace":%q,"sandbox":"auto","mode":"default"}`, conv, workspace))
+	ref := "auto"
+	if r, ok := explicitRefs.Load(conv); ok {
+		ref = r.(string)
+	}
+	r := a.do("POST", "/v1/runs", token, fmt.Sprintf(`{"conversation_id":%q,"workspace":%q,"sandbox":%q,"mode":"default"}`, conv, workspace, ref))
 	if r.status != http.StatusCreated {
 		a.t.Fatalf("open run: %s", r)
 	}
