@@ -211,7 +211,7 @@ func (t *Transport) Exec(ctx context.Context, spec shim.ExecSpec) (shim.Stream, 
 	wctx, cancel := context.WithCancel(t.nsctx(context.WithoutCancel(ctx)))
 	exitCh, err := proc.Wait(wctx)
 	if err == nil {
-		err = proc.Start(t.nsctx(ctx))
+		err = t.start(ctx, proc)
 	}
 	if err != nil {
 		cancel()
@@ -221,6 +221,34 @@ func (t *Transport) Exec(ctx context.Context, spec shim.ExecSpec) (shim.Stream, 
 	}
 	go s.run(exitCh, cancel)
 	return s, nil
+}
+
+// startTimeout bounds how long an exec's start may take before it is
+// abandoned.
+const startTimeout = 30 * time.Second
+
+// start starts proc. A start that fails waits, inside containerd's client,
+// for the output copies, which wait for FIFOs the runtime shim may keep
+// open: when ctx ends or the start takes startTimeout, the FIFOs are closed
+// so that the start returns.
+func (t *Transport) start(ctx context.Context, proc client.Process) error {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		case <-time.After(startTimeout):
+		}
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+			proc.IO().Close()
+		}
+	}()
+	err := proc.Start(t.nsctx(ctx))
+	close(done)
+	return err
 }
 
 // mergeEnv returns base with add's entries replacing those of the same
