@@ -268,7 +268,7 @@ func TestPlaceExec(t *testing.T) {
 		if want := "/.berth/" + rel; target != want {
 			t.Fatalf("placeExec #%d = %s, want %s", i, target, want)
 		}
-		errOut, code, err := tr.run(ctx, shim.ExecSpec{Args: []string{target, "version"}}, nil)
+		_, errOut, code, err := shim.RunExec(ctx, tr, shim.ExecSpec{Args: []string{target, "version"}}, nil)
 		if err != nil || code != 0 {
 			t.Fatalf("running the placed agent: code %d, %v, stderr %q", code, err, errOut)
 		}

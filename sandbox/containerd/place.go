@@ -12,7 +12,6 @@ import (
 	"os"
 	"path"
 	"strings"
-	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -49,16 +48,16 @@ func mentions(pid uint32, id string) bool {
 }
 
 // placeLocal writes the agent at <dir>/rel inside root for the first
-// directory of placeDirs that can be written, reusing a matching copy.
+// directory of shim.PlaceDirs that can be written, reusing a matching copy.
 func (t *Transport) placeLocal(root *os.Root, rel string, data []byte, sum [32]byte) (string, error) {
-	for _, dir := range placeDirs {
+	for _, dir := range shim.PlaceDirs {
 		target := path.Join(dir, rel)
 		if sameFile(root, strings.TrimPrefix(target, "/"), sum) {
 			return target, nil
 		}
 	}
 	var failures []string
-	for _, dir := range placeDirs {
+	for _, dir := range shim.PlaceDirs {
 		target := path.Join(dir, rel)
 		if err := writeAgent(root, strings.TrimPrefix(target, "/"), data); err != nil {
 			failures = append(failures, fmt.Sprintf("%s: %v", dir, err))
@@ -71,7 +70,7 @@ func (t *Transport) placeLocal(root *os.Root, rel string, data []byte, sum [32]b
 
 func (t *Transport) unwritable(failures []string) error {
 	return fmt.Errorf("containerd: container %s: no directory of %s is writable, so berth cannot place its supervisor (berth-shim); mount a writable volume at /tmp or give the container a writable root file system (%s): %w",
-		t.name(), strings.Join(placeDirs, ", "), strings.Join(failures, "; "), sandbox.ErrUnsupported)
+		t.name(), strings.Join(shim.PlaceDirs, ", "), strings.Join(failures, "; "), sandbox.ErrUnsupported)
 }
 
 // sameFile reports whether name is an executable regular file in root with
@@ -134,9 +133,12 @@ mv -f "$1.tmp-$$" "$1"`
 func (t *Transport) placeExec(ctx context.Context, rel string, data []byte) (string, error) {
 	sum := sha256.Sum256(data)
 	var failures []string
-	for _, dir := range placeDirs {
+	for _, dir := range shim.PlaceDirs {
 		target := path.Join(dir, rel)
-		errOut, code, err := t.run(ctx, shim.ExecSpec{Args: []string{"sh", "-c", placeScript, "sh", target, hex.EncodeToString(sum[:])}, User: "0"}, data)
+		_, errOut, code, err := shim.RunExec(ctx, t, shim.ExecSpec{Args: []string{"sh", "-c", placeScript, "sh", target, hex.EncodeToString(sum[:])}, User: "0"}, data)
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("containerd: place agent in container %s: %w", t.name(), err)
+		}
 		if err != nil {
 			return "", err
 		}
@@ -146,37 +148,6 @@ func (t *Transport) placeExec(ctx context.Context, rel string, data []byte) (str
 		failures = append(failures, fmt.Sprintf("%s: %s", dir, strings.TrimSpace(errOut)))
 	}
 	return "", t.unwritable(failures)
-}
-
-// run runs spec with stdin as its input and returns its stderr and exit
-// code.
-func (t *Transport) run(ctx context.Context, spec shim.ExecSpec, stdin []byte) (string, int, error) {
-	st, err := t.Exec(ctx, spec)
-	if err != nil {
-		return "", -1, err
-	}
-	defer st.Close()
-	var wg sync.WaitGroup
-	var errOut bytes.Buffer
-	wg.Go(func() {
-		// The script may exit without reading (a reused copy); the write
-		// then fails, which is fine.
-		st.Stdin().Write(stdin)
-		st.Stdin().Close()
-	})
-	wg.Go(func() { io.Copy(io.Discard, st.Stdout()) })
-	wg.Go(func() { io.Copy(&errOut, io.LimitReader(st.Stderr(), 4<<10)); io.Copy(io.Discard, st.Stderr()) })
-	stop := context.AfterFunc(ctx, func() { st.Close() })
-	code, err := st.Wait()
-	stop()
-	wg.Wait()
-	if err != nil {
-		return "", -1, err
-	}
-	if ctx.Err() != nil {
-		return "", -1, fmt.Errorf("containerd: place agent in container %s: %w", t.name(), ctx.Err())
-	}
-	return errOut.String(), code, nil
 }
 
 // errNoUser is returned for a user name the container's /etc/passwd does

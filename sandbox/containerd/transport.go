@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -34,10 +33,6 @@ const stopSettle = 2 * time.Second
 // (berth's agent stops its process group, SIGTERM and then SIGKILL, when
 // its stdin ends) before the stream kills it and stops reading its output.
 const closeGrace = 5 * time.Second
-
-// placeDirs are the directories, in order of preference, where
-// [Transport.Place] puts the agent, as the Docker backend does.
-var placeDirs = []string{"/.berth", "/tmp/.berth", "/dev/shm/.berth"}
 
 // Transport is a [shim.Transport] over the containerd API for one container
 // with a running task: Exec is task.Exec with stdio over FIFOs, Place
@@ -465,7 +460,7 @@ func (w *stdinWriter) Close() error {
 
 // Place makes the agent available in the container, once per container
 // and binary hash, at <dir>/shim-<hash12>/berth-shim for the first
-// directory of placeDirs that can be written, and returns that path. A
+// directory of shim.PlaceDirs that can be written, and returns that path. A
 // copy already there with the right content is reused.
 func (t *Transport) Place(ctx context.Context, bin *shim.Binary) (string, error) {
 	return t.once.Place(ctx, bin, "containerd: place agent in container "+t.name(), t.place)
@@ -476,7 +471,7 @@ func (t *Transport) place(ctx context.Context, bin *shim.Binary) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("containerd: place agent: %w", err)
 	}
-	rel := path.Join("shim-"+strings.ToLower(bin.Hash[:12]), "berth-shim")
+	rel := bin.PlaceName()
 	task, err := t.task(ctx)
 	if err != nil {
 		return "", err

@@ -35,11 +35,6 @@ const inspectTimeout = 10 * time.Second
 // own; see [Transport.settle].
 const stopSettle = 2 * time.Second
 
-// placeDirs are the directories, in order of preference, where [Transport.Place]
-// puts the agent. The root is tried first because a tmpfs mounted over /tmp
-// or /dev/shm is invisible to the engine's archive API.
-var placeDirs = []string{"/.berth", "/tmp/.berth", "/dev/shm/.berth"}
-
 // Transport is a [shim.Transport] over the Docker Engine API for one running
 // container: Exec is exec create + attach on a hijacked connection, Place
 // copies the agent in with the archive API. It is safe for concurrent use.
@@ -242,7 +237,7 @@ func (w *stdinWriter) Close() error {
 
 // Place copies the agent binary into the container, once per container and
 // binary hash, at <dir>/shim-<hash12>/berth-shim for the first directory of
-// placeDirs that the engine can write, and returns that path. A copy already
+// shim.PlaceDirs that the engine can write, and returns that path. A copy already
 // there with the right content is reused.
 func (t *Transport) Place(ctx context.Context, bin *shim.Binary) (string, error) {
 	return t.once.Place(ctx, bin, "docker: place agent in container "+short(t.id), t.place)
@@ -253,7 +248,7 @@ func (t *Transport) place(ctx context.Context, bin *shim.Binary) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("docker: place agent: %w", err)
 	}
-	rel := path.Join("shim-"+strings.ToLower(bin.Hash[:12]), "berth-shim")
+	rel := bin.PlaceName()
 	// The archive API also works on a stopped container; placing the agent
 	// there would only postpone the error.
 	if gone := t.check(ctx); gone != nil {
@@ -262,7 +257,7 @@ func (t *Transport) place(ctx context.Context, bin *shim.Binary) (string, error)
 
 	// A copy placed earlier (by this or another berth process) is reused
 	// when its content matches.
-	for _, dir := range placeDirs {
+	for _, dir := range shim.PlaceDirs {
 		target := path.Join(dir, rel)
 		same, err := t.sameFile(ctx, target, sum)
 		if err != nil {
@@ -274,7 +269,7 @@ func (t *Transport) place(ctx context.Context, bin *shim.Binary) (string, error)
 	}
 
 	var failures []string
-	for _, dir := range placeDirs {
+	for _, dir := range shim.PlaceDirs {
 		// The archive is extracted into the directory's parent ("/", "/tmp",
 		// "/dev/shm"); the directories below it come with the archive.
 		parent, base := path.Split(dir)
@@ -299,7 +294,7 @@ func (t *Transport) place(ctx context.Context, bin *shim.Binary) (string, error)
 		}
 		failures = append(failures, fmt.Sprintf("%s: %v", dir, err))
 	}
-	why := "no directory of " + strings.Join(placeDirs, ", ") + " is writable"
+	why := "no directory of " + strings.Join(shim.PlaceDirs, ", ") + " is writable"
 	if t.readOnlyRoot(ctx) {
 		why = "the container's root filesystem is read-only and " + why
 	}

@@ -1,24 +1,16 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"strings"
-	"sync"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/shim"
 )
-
-// placeDirs are the directories, in order of preference, where
-// [Transport.Place] puts the agent, as the Docker and containerd backends
-// do.
-var placeDirs = []string{"/.berth", "/tmp/.berth", "/dev/shm/.berth"}
 
 // findScript prints the first $3… directory's copy of $2 whose SHA-256 is
 // $1 and exits 0; it exits 1 when none matches, 3 without sha256sum.
@@ -46,7 +38,7 @@ exit 1`
 
 // Place makes the agent available in the container, once per transport
 // and binary hash, at <dir>/shim-<hash12>/berth-shim for the first
-// directory of placeDirs where it can be written and run, and returns that
+// directory of shim.PlaceDirs where it can be written and run, and returns that
 // path. A copy already there with the same SHA-256 is reused without
 // sending the binary. Place needs sh (and, to reuse a copy, sha256sum) in
 // the container; without sh, or without a writable directory, it fails
@@ -61,10 +53,10 @@ func (t *Transport) place(ctx context.Context, bin *shim.Binary) (string, error)
 		return "", fmt.Errorf("kube: place agent: %w", err)
 	}
 	hash := hex.EncodeToString(sum[:])
-	rel := path.Join("shim-"+strings.ToLower(bin.Hash[:12]), "berth-shim")
+	rel := bin.PlaceName()
 
 	// A copy placed before, by this or another berth, is reused.
-	find := append([]string{"sh", "-c", findScript, "sh", hash, rel}, placeDirs...)
+	find := append([]string{"sh", "-c", findScript, "sh", hash, rel}, shim.PlaceDirs...)
 	out, errOut, code, err := t.run(ctx, find, nil)
 	if err != nil {
 		return "", t.noShell(err, "", "")
@@ -79,7 +71,7 @@ func (t *Transport) place(ctx context.Context, bin *shim.Binary) (string, error)
 	}
 
 	var failures []string
-	for _, dir := range placeDirs {
+	for _, dir := range shim.PlaceDirs {
 		target := path.Join(dir, rel)
 		_, errOut, code, err := t.run(ctx, []string{"sh", "-c", placeScript, "sh", target}, data)
 		if err != nil {
@@ -91,7 +83,7 @@ func (t *Transport) place(ctx context.Context, bin *shim.Binary) (string, error)
 		failures = append(failures, fmt.Sprintf("%s: %s", dir, strings.TrimSpace(errOut)))
 	}
 	return "", fmt.Errorf("kube: %s: no directory of %s is writable and executable, so berth cannot place its supervisor (berth-shim); mount a writable emptyDir volume at /tmp or give the container a writable root file system (%s): %w",
-		t.name(), strings.Join(placeDirs, ", "), strings.Join(failures, "; "), sandbox.ErrUnsupported)
+		t.name(), strings.Join(shim.PlaceDirs, ", "), strings.Join(failures, "; "), sandbox.ErrUnsupported)
 }
 
 // noShell explains a failure to run sh: when the runtime says sh does not
@@ -111,30 +103,9 @@ func (t *Transport) noShell(err error, out, errOut string) error {
 // run runs args with stdin as its input and returns its stdout, stderr
 // and exit code.
 func (t *Transport) run(ctx context.Context, args []string, stdin []byte) (string, string, int, error) {
-	st, err := t.Exec(ctx, shim.ExecSpec{Args: args})
-	if err != nil {
-		return "", "", -1, err
-	}
-	defer st.Close()
-	var wg sync.WaitGroup
-	var out, errOut bytes.Buffer
-	wg.Go(func() {
-		// The script may exit without reading (a failed mkdir); the write
-		// then fails, which is fine.
-		st.Stdin().Write(stdin)
-		st.Stdin().Close()
-	})
-	wg.Go(func() { io.Copy(&out, io.LimitReader(st.Stdout(), 4<<10)); io.Copy(io.Discard, st.Stdout()) })
-	wg.Go(func() { io.Copy(&errOut, io.LimitReader(st.Stderr(), 4<<10)); io.Copy(io.Discard, st.Stderr()) })
-	stop := context.AfterFunc(ctx, func() { st.Close() })
-	code, err := st.Wait()
-	stop()
-	wg.Wait()
+	out, errOut, code, err := shim.RunExec(ctx, t, shim.ExecSpec{Args: args}, stdin)
 	if ctx.Err() != nil {
-		return "", "", -1, fmt.Errorf("kube: place agent in %s: %w", t.name(), ctx.Err())
+		return "", "", -1, fmt.Errorf("kube: place agent in %s: %w", t.name(), err)
 	}
-	if err != nil {
-		return out.String(), errOut.String(), -1, err
-	}
-	return out.String(), errOut.String(), code, nil
+	return out, errOut, code, err
 }
