@@ -70,20 +70,46 @@ extern bool ts_tree_cursor_goto_parent(TSTreeCursor *);
 // Parse regions. berth_space reserves address space (no memory until
 // touched, in transparent huge pages where the kernel has them) for
 // BERTH_REGIONS regions of BERTH_REGION_SIZE bytes; each pooled parser owns
-// one. While berth_parse runs, berth_cur points at the parser's
-// region and the runtime's allocations are carved from it: an 8-byte size
-// header, then the block, 8-aligned. free is a no-op on region memory
-// (except for the newest block, which is given back), realloc grows the
-// newest block in place. berth_region_reset reclaims everything at once,
-// keeping BERTH_REGION_KEEP bytes resident for the next parse. A pointer is
-// region memory when it lies in berth_space, whatever the thread.
+// one. While berth_parse runs, berth_cur points at the parser's region and
+// the runtime's allocations are carved from it: an 8-byte header holding
+// the block's capacity, then the block, 8-aligned. Capacities come in size
+// classes (16-byte steps to 1 KiB, then powers of two to 1 MiB), and a freed
+// block goes on its class's free list, to be handed out again by the next
+// allocation of that class: the runtime frees and reallocates small blocks
+// all the time, and reusing them keeps a parse's memory small and in cache
+// (a pure bump allocator touched fresh memory for every subtree, paying page
+// faults and cache misses for it). The newest block is given back to the
+// bump pointer instead, and realloc grows it in place. berth_region_reset
+// reclaims everything at once, keeping BERTH_REGION_KEEP bytes resident for
+// the next parse. A pointer is region memory when it lies in berth_space,
+// whatever the thread; only the thread parsing in a region frees into it.
 enum { BERTH_REGIONS = 64 };
 #define BERTH_REGION_SIZE ((size_t)512 << 20)
 #define BERTH_REGION_KEEP ((size_t)8 << 20)
 
+// Size classes: 1..64 are n rounded up to 16 bytes (to 1 KiB), 65..74 the
+// powers of two from 2 KiB to 1 MiB; 0 is "no class" (larger blocks).
+enum { BERTH_CLASSES = 75 };
+
+static inline int berth_class(size_t n, size_t *cap) {
+	if (n <= 1024) {
+		size_t c = n ? (n + 15) >> 4 : 1;
+		*cap = c << 4;
+		return (int)c;
+	}
+	if (n <= ((size_t)1 << 20)) {
+		int lg = 64 - __builtin_clzll((unsigned long long)(n - 1)); // ceil(log2 n), 11..20
+		*cap = (size_t)1 << lg;
+		return 64 + (lg - 10);
+	}
+	*cap = (n + 7) & ~(size_t)7;
+	return 0;
+}
+
 typedef struct {
 	char *base, *top, *end, *last, *high;
 	int overflow; // an allocation did not fit: part of the tree is in libc's heap
+	void *free[BERTH_CLASSES]; // free lists by class, linked through each block's first word
 } berth_region;
 
 static char *berth_space;
@@ -94,14 +120,25 @@ static inline bool berth_in_space(const void *p) {
 	return berth_space && (uintptr_t)p - (uintptr_t)berth_space < (uintptr_t)BERTH_REGIONS * BERTH_REGION_SIZE;
 }
 
+static inline bool berth_in_region(const berth_region *r, const void *p) {
+	return (uintptr_t)p - (uintptr_t)r->base < BERTH_REGION_SIZE;
+}
+
 static void *berth_region_alloc(berth_region *r, size_t n) {
-	size_t need = ((n + 7) & ~(size_t)7) + 8;
+	size_t cap;
+	int c = berth_class(n, &cap);
+	if (c && r->free[c]) {
+		void *p = r->free[c];
+		r->free[c] = *(void **)p;
+		return p;
+	}
+	size_t need = cap + 8;
 	if (n > BERTH_REGION_SIZE || (size_t)(r->end - r->top) < need) {
 		r->overflow = 1;
 		return NULL;
 	}
 	char *h = r->top;
-	*(size_t *)h = n;
+	*(size_t *)h = cap;
 	r->top = h + need;
 	if (r->top > r->high) r->high = r->top;
 	r->last = h + 8;
@@ -127,20 +164,29 @@ static void *berth_calloc(size_t k, size_t n) {
 	return calloc(k, n);
 }
 
+static void berth_free(void *p);
+
 static void *berth_realloc(void *p, size_t n) {
 	if (!p) return berth_malloc(n);
 	if (!berth_in_space(p)) return realloc(p, n);
-	berth_region *r = berth_cur;
-	size_t need = (n + 7) & ~(size_t)7;
-	if (r && p == r->last && n <= BERTH_REGION_SIZE && (size_t)(r->end - (char *)p) >= need) {
-		((size_t *)p)[-1] = n;
-		r->top = (char *)p + need;
-		if (r->top > r->high) r->high = r->top;
-		return p;
-	}
 	size_t old = ((size_t *)p)[-1];
+	if (n <= old) return p;
+	berth_region *r = berth_cur;
+	if (r && p == r->last && n <= BERTH_REGION_SIZE) {
+		size_t cap;
+		berth_class(n, &cap);
+		if ((size_t)(r->end - (char *)p) >= cap) {
+			((size_t *)p)[-1] = cap;
+			r->top = (char *)p + cap;
+			if (r->top > r->high) r->high = r->top;
+			return p;
+		}
+	}
 	void *q = berth_malloc(n);
-	if (q) memcpy(q, p, old < n ? old : n);
+	if (q) {
+		memcpy(q, p, old);
+		berth_free(p);
+	}
 	return q;
 }
 
@@ -148,9 +194,17 @@ static void berth_free(void *p) {
 	if (!p) return;
 	if (!berth_in_space(p)) { free(p); return; }
 	berth_region *r = berth_cur;
-	if (r && p == r->last) {
+	if (!r || !berth_in_region(r, p)) return;
+	if (p == r->last) {
 		r->top = (char *)p - 8;
 		r->last = NULL;
+		return;
+	}
+	size_t cap = ((size_t *)p)[-1], want;
+	int c = berth_class(cap, &want);
+	if (c && want == cap) {
+		*(void **)p = r->free[c];
+		r->free[c] = p;
 	}
 }
 
@@ -195,6 +249,7 @@ static void berth_region_reset(berth_region *r) {
 	r->top = r->base;
 	r->last = NULL;
 	r->overflow = 0;
+	memset(r->free, 0, sizeof r->free);
 }
 
 // berth_node must match the Go type node (checked at init). Points are not
