@@ -181,6 +181,15 @@ type FS interface {
 	Rename(ctx context.Context, oldname, newname string) error
 }
 
+// BufferReader is implemented by an FS that can read a file into memory the
+// caller reuses, such as a search that reads thousands of files and keeps
+// none of them.
+type BufferReader interface {
+	// ReadFileBuffer is ReadFile reading into buf's storage when the file
+	// fits in cap(buf); the result is only valid until buf is reused.
+	ReadFileBuffer(ctx context.Context, name string, buf []byte) ([]byte, error)
+}
+
 // WalkOptions tune [FS.Walk].
 type WalkOptions struct {
 	// SkipDirs are base names of directories that are reported but not

@@ -114,6 +114,14 @@ func mapErr(op, name string, err error) error {
 // sandbox.MaxFileSize bytes. A symbolic link is followed only when its
 // target stays inside the root.
 func (d *dirFS) ReadFile(ctx context.Context, name string) ([]byte, error) {
+	return d.ReadFileBuffer(ctx, name, nil)
+}
+
+var _ sandbox.BufferReader = (*dirFS)(nil)
+
+// ReadFileBuffer is ReadFile reading into buf's storage when the file fits
+// in it (sandbox.BufferReader).
+func (d *dirFS) ReadFileBuffer(ctx context.Context, name string, buf []byte) ([]byte, error) {
 	const op = "read"
 	if err := check(ctx, op, name); err != nil {
 		return nil, err
@@ -138,7 +146,9 @@ func (d *dirFS) ReadFile(ctx context.Context, name string) ([]byte, error) {
 		return nil, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%w: %d bytes, the limit is %d", sandbox.ErrTooLarge, fi.Size(), sandbox.MaxFileSize)}
 	}
 	// The file may grow after the Stat: read at most one byte past the cap.
-	data, err := io.ReadAll(io.LimitReader(f, sandbox.MaxFileSize+1))
+	// The buffer is sized from the Stat (one byte more, to see the end in
+	// one read) so a file is read without regrowing and copying.
+	data, err := readAtMost(f, buf[:0], fi.Size()+1, sandbox.MaxFileSize+1)
 	if err != nil {
 		return nil, mapErr(op, name, err)
 	}
@@ -146,6 +156,32 @@ func (d *dirFS) ReadFile(ctx context.Context, name string) ([]byte, error) {
 		return nil, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%w: more than %d bytes", sandbox.ErrTooLarge, sandbox.MaxFileSize)}
 	}
 	return data, nil
+}
+
+// readAtMost reads r to its end or to limit bytes into buf's storage, or
+// into a new buffer of hint bytes when buf has less room.
+func readAtMost(r io.Reader, buf []byte, hint, limit int64) ([]byte, error) {
+	data := buf[:0:min(int64(cap(buf)), limit)]
+	if int64(cap(data)) < min(hint, limit) {
+		data = make([]byte, 0, min(max(hint, 512), limit))
+	}
+	for {
+		if len(data) == cap(data) {
+			if int64(len(data)) >= limit {
+				return data, nil
+			}
+			data = append(data, 0)[:len(data)]
+			data = data[:len(data):min(int64(cap(data)), limit)]
+		}
+		n, err := r.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if err == io.EOF {
+			return data, nil
+		}
+		if err != nil {
+			return data, err
+		}
+	}
 }
 
 // Stat returns the file's information, following a final symbolic link

@@ -36,7 +36,7 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 		firstErr error
 		links    int
 	)
-	st, err := e.scan(ctx, fsys, t, func(f *fileResult) {
+	st, err := e.scan(ctx, fsys, t, true, func(f *fileResult) {
 		if len(f.matches) == 0 {
 			return
 		}

@@ -121,7 +121,11 @@ func shownDir(name string) string {
 // scan walks t and calls visit for every file of t's language that was
 // searched, from several goroutines at once (visit synchronises itself).
 // Skipped files are counted by reason, not visited.
-func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, visit func(*fileResult)) (scanStats, error) {
+// scan reads, parses and matches every file of t in parallel and hands
+// each to visit in the worker that searched it. Unless keepData is set,
+// visit must not keep f.data: without a cache a worker reads every file
+// into the same buffer.
+func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData bool, visit func(*fileResult)) (scanStats, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	e.cache.begin()
@@ -145,11 +149,15 @@ func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, visit fun
 		go func() {
 			defer wg.Done()
 			// Without a cache no tree outlives its file, so each worker
-			// parses into the same memory file after file.
-			var ps *syntax.Parser
+			// parses into the same memory file after file, and reads
+			// into the same buffer when visit keeps no file's data.
+			w := &worker{}
 			if !e.cache.enabled() {
-				ps = new(syntax.Parser)
-				defer ps.Close()
+				w.ps = new(syntax.Parser)
+				defer w.ps.Close()
+				if br, ok := fsys.(sandbox.BufferReader); ok && !keepData {
+					w.read = br
+				}
 				// One thread per worker keeps its parses on one thread,
 				// with its parse region and the grammar's tables warm in
 				// that CPU's caches, instead of moving after every C call
@@ -162,7 +170,7 @@ func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, visit fun
 				if f == nil {
 					return
 				}
-				err := e.process(ctx, fsys, t, lits, ps, f)
+				err := e.process(ctx, fsys, t, lits, w, f)
 				if err != nil {
 					cancel(err)
 					continue
@@ -345,10 +353,33 @@ func (h *bySize) Pop() any {
 	return f
 }
 
+// worker is what a scan worker reuses from file to file when there is no
+// cache: a parser, and a read buffer when read is set.
+type worker struct {
+	ps   *syntax.Parser
+	read sandbox.BufferReader
+	buf  []byte
+}
+
+// readFile reads a file, into the worker's buffer when it has one.
+func (w *worker) readFile(ctx context.Context, fsys sandbox.FS, name string) ([]byte, error) {
+	if w.read == nil {
+		return fsys.ReadFile(ctx, name)
+	}
+	data, err := w.read.ReadFileBuffer(ctx, name, w.buf)
+	if cap(data) > cap(w.buf) && cap(data) <= maxReadBuffer {
+		w.buf = data[:0]
+	}
+	return data, err
+}
+
+// maxReadBuffer bounds the read buffer a scan worker keeps.
+const maxReadBuffer = 4 << 20
+
 // process reads, prefilters, parses (or takes from the cache) and matches
-// one file, parsing with ps when it is not nil (the cache is off). A
+// one file, parsing with w's parser when it has one (the cache is off). A
 // returned error ends the scan; a skip is set in f.skip.
-func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, lits [][]byte, ps *syntax.Parser, f *fileResult) error {
+func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, lits [][]byte, w *worker, f *fileResult) error {
 	key := cacheKey(t.lang.ID, f.name)
 	size, mtime := f.info.Size(), f.info.ModTime()
 	caching := e.cache.enabled()
@@ -359,7 +390,7 @@ func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, lits [
 	}
 	if !hit {
 		readAt := time.Now()
-		data, err := fsys.ReadFile(ctx, f.name)
+		data, err := w.readFile(ctx, fsys, f.name)
 		e.reads.Add(1)
 		switch {
 		case err == nil:
@@ -408,8 +439,8 @@ func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, lits [
 		pctx, cancel := context.WithTimeout(ctx, e.opts.ParseBudget)
 		var tree *syntax.Tree
 		var err error
-		if ps != nil {
-			tree, err = ps.Parse(pctx, t.lang, c.src)
+		if w.ps != nil {
+			tree, err = w.ps.Parse(pctx, t.lang, c.src)
 		} else {
 			tree, err = syntax.Parse(pctx, t.lang, c.src)
 		}
@@ -488,7 +519,7 @@ func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest)
 		total int
 		files int
 	)
-	st, err := e.scan(ctx, fsys, t, func(f *fileResult) {
+	st, err := e.scan(ctx, fsys, t, false, func(f *fileResult) {
 		if len(f.matches) == 0 {
 			return
 		}
