@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -76,7 +75,7 @@ type Provider struct {
 	opts   options
 	cfg    *rest.Config
 	source string // where cfg came from, for error messages
-	core   corev1client.CoreV1Interface
+	core   *podClient
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -114,7 +113,7 @@ func New(opts ...Option) (*Provider, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "berth"
 	}
-	core, err := corev1client.NewForConfig(cfg)
+	core, err := newPodClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kube: configure the client for %s (from %s): %w", cfg.Host, source, err)
 	}
@@ -219,10 +218,10 @@ func (p *Provider) getPod(ctx context.Context, ns, name string) (*corev1.Pod, er
 }
 
 // getPod gets a pod within callTimeout.
-func getPod(ctx context.Context, core corev1client.CoreV1Interface, ns, name string) (*corev1.Pod, error) {
+func getPod(ctx context.Context, core *podClient, ns, name string) (*corev1.Pod, error) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	pod, err := core.Pods(ns).Get(cctx, name, metav1.GetOptions{})
+	pod, err := core.get(cctx, ns, name)
 	return pod, timeoutError(ctx, cctx, err)
 }
 
@@ -250,7 +249,7 @@ func (p *Provider) Locate(ctx context.Context, conversationID string) (string, e
 	var problems []string
 	for _, ns := range nss {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		list, err := p.core.Pods(ns).List(cctx, metav1.ListOptions{LabelSelector: selector})
+		list, err := p.core.list(cctx, ns, selector)
 		err = timeoutError(ctx, cctx, err)
 		cancel()
 		if err != nil {

@@ -15,8 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/scheme"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/util/exec"
@@ -38,7 +36,7 @@ const stopSettle = 2 * time.Second
 // pipes the agent in through an exec of sh. It is safe for concurrent use.
 type Transport struct {
 	cfg                *rest.Config
-	core               corev1client.CoreV1Interface
+	core               *podClient
 	ns, pod, container string
 	uid                types.UID // the pod opened; another uid is a new pod
 	containerID        string    // the container's runtime id when opened
@@ -174,14 +172,16 @@ func command(spec shim.ExecSpec) ([]string, error) {
 
 // executor returns the executor of one exec session running args.
 func (t *Transport) executor(args []string, ws bool) (remotecommand.Executor, error) {
-	req := t.core.RESTClient().Post().Namespace(t.ns).Resource("pods").Name(t.pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{
-			Container: t.container,
-			Command:   args,
-			Stdin:     true,
-			Stdout:    true,
-			Stderr:    true,
-		}, scheme.ParameterCodec)
+	req, err := t.core.execURL(t.ns, t.pod, &corev1.PodExecOptions{
+		Container: t.container,
+		Command:   args,
+		Stdin:     true,
+		Stdout:    true,
+		Stderr:    true,
+	})
+	if err != nil {
+		return nil, err
+	}
 	if ws {
 		return remotecommand.NewWebSocketExecutor(t.cfg, "GET", req.URL().String())
 	}
