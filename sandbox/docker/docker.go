@@ -50,11 +50,11 @@ func WithLabelKey(key string) Option { return func(o *options) { o.labelKey = ke
 // [shim.Locate] finds or builds.
 func WithAgent(bin *shim.Binary) Option { return func(o *options) { o.agent = bin } }
 
-// WithDirectReads turns the direct read path on (the default) or off. When
-// on, berth runs as root on the engine's machine and the container's
-// default user is root, FS reads open the container's files through
-// /proc/PID/root instead of asking the agent; writes always go through the
-// agent.
+// WithDirectReads turns the direct path on (the default) or off. When on,
+// berth runs as root on the engine's machine and the container's default
+// user is root, FS reads open the container's files, and Dial connects to
+// the container's unix sockets, through /proc/PID/root instead of asking the
+// agent; writes, processes and tcp Dials always go through the agent.
 func WithDirectReads(on bool) Option { return func(o *options) { o.directReads = on } }
 
 // Provider opens sandboxes in running Docker containers. It is safe for

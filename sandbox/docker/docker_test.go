@@ -5,12 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/moby/moby/client"
 
@@ -336,4 +340,87 @@ func (w *syncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.Write(p)
+}
+
+// TestDirectDialStaysInside dials unix sockets through the direct path: a
+// real socket in the container is connected to directly, and a symbolic
+// link in the container that names a socket of the host reaches nothing,
+// because the path is resolved inside the container's root.
+func TestDirectDialStaysInside(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the direct path needs root")
+	}
+	cli := needDocker(t)
+	id := startContainer(t, cli, containerSpec{image: testImage(t, cli)})
+	sb := open(t, newProvider(t), id)
+	if sb.init == nil {
+		t.Fatal("the direct path is off for a root container seen from the host")
+	}
+	ctx := context.Background()
+
+	// A host socket that the container names through a link.
+	hostSock := filepath.Join(t.TempDir(), "host.sock")
+	ln, err := net.Listen("unix", hostSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	dir := "/tmp/berth-dial-" + randomID()
+	sh(t, cli, id, "mkdir -p "+dir+" && ln -s "+hostSock+" "+dir+"/evil.sock && ln -s /proc/1/root"+hostSock+" "+dir+"/magic.sock && echo x > "+dir+"/file")
+	for _, name := range []string{"evil.sock", "magic.sock", "file", "missing.sock"} {
+		if c, err := sb.Dial(ctx, "unix", dir+"/"+name); err == nil {
+			c.Close()
+			t.Errorf("Dial(%s) succeeded, want an error", name)
+		} else if !strings.Contains(err.Error(), dir+"/"+name) {
+			t.Errorf("Dial(%s) error %q does not name the socket", name, err)
+		}
+	}
+	select {
+	case <-accepted:
+		t.Fatal("a Dial inside the container reached a socket of the host")
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	// A socket in the container is connected to directly.
+	if sh(t, cli, id, "command -v python3 || true") == "" {
+		t.Skip("no python3 in the test image to listen on a unix socket")
+	}
+	const server = "import socket,sys\ns=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)\nc,_=s.accept(); c.sendall(b'hi from inside'); c.close()"
+	p, err := sb.Start(ctx, &sandbox.Cmd{Args: []string{"python3", "-c", server, dir + "/real.sock"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Wait()
+	var c sandbox.Conn
+	for i := 0; ; i++ {
+		if c, err = sb.Dial(ctx, "unix", dir+"/real.sock"); err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("Dial(real.sock): %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, ok := c.(*localConn); !ok {
+		t.Errorf("Dial returned %T, want the direct connection", c)
+	}
+	if got, err := io.ReadAll(c); err != nil || string(got) != "hi from inside" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err == nil {
+		t.Error("the direct connection was still open after the sandbox's Close")
+	}
+	if _, err := sb.Dial(ctx, "unix", dir+"/real.sock"); err == nil {
+		t.Error("Dial after Close succeeded")
+	}
 }

@@ -18,8 +18,9 @@ import (
 
 // Sandbox is a running Docker container used as a [sandbox.Sandbox]:
 // processes, files and Dial go through berth's agent over exec streams
-// ([shim.Sandbox] over a [Transport]); reads of files take a direct path
-// through /proc/PID/root when berth runs as root on the engine's machine.
+// ([shim.Sandbox] over a [Transport]); reads of files and connections to
+// unix sockets take a direct path through /proc/PID/root when berth runs as
+// root on the engine's machine.
 type Sandbox struct {
 	*shim.Sandbox
 
@@ -32,9 +33,11 @@ type Sandbox struct {
 	// direct reads; nil when they are off.
 	init *procRoot
 
-	// mu guards locals.
+	// mu guards locals, conns and closed.
 	mu     sync.Mutex
-	locals []io.Closer // direct-read roots, closed by Close
+	closed bool
+	locals []io.Closer             // direct-read roots, closed by Close
+	conns  map[*localConn]struct{} // direct Dial connections, closed by Close
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
@@ -111,8 +114,13 @@ func (s *Sandbox) FS(ctx context.Context, root string) (sandbox.FS, error) {
 func (s *Sandbox) Close() error {
 	err := s.Sandbox.Close()
 	s.mu.Lock()
+	s.closed = true
 	locals := s.locals
 	s.locals = nil
+	for c := range s.conns {
+		locals = append(locals, c.UnixConn)
+	}
+	s.conns = nil
 	s.mu.Unlock()
 	for _, l := range locals {
 		l.Close()
