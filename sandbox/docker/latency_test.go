@@ -21,10 +21,11 @@ import (
 // It sends a 100-byte message through `cat` and reads it back, many times,
 // over four streams: a host pipe (os/exec), the host sandbox's
 // sandbox.Pipe (agent + client), a raw docker exec (Transport.Exec, no
-// agent), the docker sandbox's sandbox.Pipe (agent in the container) and
-// its Dial relay to a unix-socket echo server in the container.
-// Rounds of each stream are interleaved so that load from other work on
-// the machine spreads evenly over the four. BERTH_BENCH_N sets the round
+// agent), the docker sandbox's sandbox.Pipe (agent in the container), and
+// its Dial to a unix-socket echo server in the container, directly through
+// /proc/PID/root and through the agent's relay. Rounds of each stream are
+// interleaved so that load from other work on the machine spreads evenly
+// over them. BERTH_BENCH_N sets the round
 // trips per stream (default 3000).
 
 const (
@@ -119,8 +120,9 @@ func TestEchoLatency(t *testing.T) {
 	}
 	streams = append(streams, &echoStream{name: "docker sandbox.Pipe", rw: dps, close: func() { dps.Close() }})
 
-	// 5. The docker sandbox's Dial relay to an echo server on a unix
-	// socket in the container (python3, as a kernel's sockets are).
+	// 5 and 6. The docker sandbox's Dial to an echo server on a unix
+	// socket in the container (python3, as a kernel's sockets are):
+	// directly, and through the agent's relay.
 	const echoSock = "/tmp/berth-echo.sock"
 	srvOut, srvW := io.Pipe()
 	srv, err := dsb.Start(ctx, &sandbox.Cmd{Stdout: srvW, Args: []string{"python3", "-c", `
@@ -128,12 +130,16 @@ import os, socket
 p = "` + echoSock + `"
 if os.path.exists(p): os.unlink(p)
 s = socket.socket(socket.AF_UNIX)
-s.bind(p); s.listen(1); print("ready", flush=True)
-c, _ = s.accept()
+s.bind(p); s.listen(2); print("ready", flush=True)
+def echo(c):
+    while True:
+        b = c.recv(65536)
+        if not b: break
+        c.sendall(b)
+import threading
 while True:
-    b = c.recv(65536)
-    if not b: break
-    c.sendall(b)
+    c, _ = s.accept()
+    threading.Thread(target=echo, args=(c,), daemon=True).start()
 `}})
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +153,16 @@ while True:
 	if err != nil {
 		t.Fatal(err)
 	}
-	streams = append(streams, &echoStream{name: "docker sandbox.Dial (unix echo)", rw: dc, close: func() { dc.Close() }})
+	if _, ok := dc.(*localConn); !ok {
+		t.Fatalf("Dial returned %T, want the direct connection", dc)
+	}
+	streams = append(streams, &echoStream{name: "docker sandbox.Dial (direct)", rw: dc, close: func() { dc.Close() }})
+	rsb := open(t, newProvider(t, WithDirectReads(false)), id)
+	rc, err := rsb.Dial(ctx, "unix", echoSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams = append(streams, &echoStream{name: "docker sandbox.Dial (agent relay)", rw: rc, close: func() { rc.Close() }})
 
 	msg := make([]byte, echoSize)
 	for i := range msg {
@@ -188,6 +203,6 @@ while True:
 		median[i] = q(0.5)
 		t.Logf("%-40s %9.0fµs %9.0fµs %9.0fµs", s.name, q(0.5), q(0.9), q(0.99))
 	}
-	t.Logf("berth's overhead (median): host %+.0fµs over the pipe, docker %+.0fµs over the raw exec, Dial %+.0fµs over the raw exec",
-		median[1]-median[0], median[3]-median[2], median[4]-median[2])
+	t.Logf("berth's overhead (median): host %+.0fµs over the pipe, docker %+.0fµs over the raw exec, Dial %+.0fµs (direct) and %+.0fµs (relay) over the raw exec",
+		median[1]-median[0], median[3]-median[2], median[4]-median[2], median[5]-median[2])
 }
