@@ -11,5 +11,5 @@
 //     diagnostics path of the tools against the server's own publish time.
 //   - TestEvalReport: a trivial cell through the eval tool (on the host and
 //     into a container) against jupyter_client talking straight to ipykernel
-//     on the host, and the kernels' cold start.
+//     on the host, in interleaved rounds, and the kernels' cold start.
 package bench
