@@ -206,7 +206,7 @@ func (t *Transport) Exec(ctx context.Context, spec shim.ExecSpec) (shim.Stream, 
 	wctx, cancel := context.WithCancel(t.nsctx(context.WithoutCancel(ctx)))
 	exitCh, err := proc.Wait(wctx)
 	if err == nil {
-		err = t.start(ctx, proc)
+		err = t.start(ctx, proc, s)
 	}
 	if err != nil {
 		cancel()
@@ -222,11 +222,13 @@ func (t *Transport) Exec(ctx context.Context, spec shim.ExecSpec) (shim.Stream, 
 // abandoned.
 const startTimeout = 30 * time.Second
 
-// start starts proc. A start that fails waits, inside containerd's client,
-// for the output copies, which wait for FIFOs the runtime shim may keep
-// open: when ctx ends or the start takes startTimeout, the FIFOs are closed
-// so that the start returns.
-func (t *Transport) start(ctx context.Context, proc client.Process) error {
+// start starts proc, whose stdio is s. A start that fails waits, inside
+// containerd's client, for the output copies, which wait for FIFOs the
+// runtime shim may keep open, or for room in s's output pipes, which nobody
+// reads before Exec returns (a program that wrote an error and exited while
+// its start was being cancelled): when ctx ends or the start takes
+// startTimeout, the FIFOs and s are closed so that the start returns.
+func (t *Transport) start(ctx context.Context, proc client.Process, s *stream) error {
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -239,6 +241,7 @@ func (t *Transport) start(ctx context.Context, proc client.Process) error {
 		case <-done:
 		case <-time.After(time.Second):
 			proc.IO().Close()
+			s.Close()
 		}
 	}()
 	err := proc.Start(t.nsctx(ctx))
