@@ -120,9 +120,7 @@ func shownDir(name string) string {
 
 // scan walks t and calls visit for every file of t's language that was
 // searched, from several goroutines at once (visit synchronises itself).
-// Skipped files are counted by reason, not visited.
-// scan reads, parses and matches every file of t in parallel and hands
-// each to visit in the worker that searched it. Unless keepData is set,
+// Skipped files are counted by reason, not visited. Unless keepData is set,
 // visit must not keep f.data: without a cache a worker reads every file
 // into the same buffer.
 func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData bool, visit func(*fileResult)) (scanStats, error) {
