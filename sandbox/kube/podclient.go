@@ -79,8 +79,8 @@ func (c *podClient) list(ctx context.Context, ns, selector string) (*corev1.PodL
 	return list, nil
 }
 
-// execURL returns the URL of an exec session in a pod's container.
-func (c *podClient) execURL(ns, pod string, opts *corev1.PodExecOptions) (*rest.Request, error) {
+// execRequest returns the request of an exec session in a pod's container.
+func (c *podClient) execRequest(ns, pod string, opts *corev1.PodExecOptions) (*rest.Request, error) {
 	s, err := podScheme()
 	if err != nil {
 		return nil, err

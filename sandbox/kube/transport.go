@@ -172,7 +172,7 @@ func command(spec shim.ExecSpec) ([]string, error) {
 
 // executor returns the executor of one exec session running args.
 func (t *Transport) executor(args []string, ws bool) (remotecommand.Executor, error) {
-	req, err := t.core.execURL(t.ns, t.pod, &corev1.PodExecOptions{
+	req, err := t.core.execRequest(t.ns, t.pod, &corev1.PodExecOptions{
 		Container: t.container,
 		Command:   args,
 		Stdin:     true,
