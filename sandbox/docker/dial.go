@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -48,25 +46,17 @@ func (s *Sandbox) Dial(ctx context.Context, network, address string) (sandbox.Co
 var errSandboxClosed = errors.New("the sandbox is closed; open it again")
 
 // dialLocal connects to the unix socket at address inside the container.
-// The path is resolved by the kernel as if the container's root were "/"
-// (RESOLVE_IN_ROOT), so no symbolic link the container makes can point the
-// connection at one of the host's sockets; the socket is then connected
-// to through its O_PATH descriptor.
+// The path is resolved inside the container's root (procRoot.openInRoot),
+// so no symbolic link the container makes can point the connection at one
+// of the host's sockets; the socket is then connected to through its
+// O_PATH descriptor.
 func (s *Sandbox) dialLocal(ctx context.Context, address string) (sandbox.Conn, error) {
 	pr := s.init
-	top, err := unix.Open(fmt.Sprintf("/proc/%d/root", pr.pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := pr.openInRoot(address, 0)
 	if err != nil {
 		if !pr.alive() {
 			return nil, s.goneError(ctx)
 		}
-		return nil, err
-	}
-	defer unix.Close(top)
-	fd, err := unix.Openat2(top, strings.TrimPrefix(path.Clean(address), "/"), &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
@@ -105,7 +95,8 @@ func (s *Sandbox) dialLocal(ctx context.Context, address string) (sandbox.Conn, 
 	return c, nil
 }
 
-// goneError says that the container's init process is gone.
+// goneError says that the container's init process is gone: the
+// container's state when it is no longer running, else that it restarted.
 func (s *Sandbox) goneError(ctx context.Context) error {
 	if err := s.Check(ctx); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"strings"
 
 	"github.com/moby/moby/client"
@@ -73,6 +74,27 @@ func startTime(pid int) (string, error) {
 	return fields[19], nil
 }
 
+// openInRoot opens name, an absolute path inside the container, as an
+// O_PATH descriptor (with extra flags), resolved by the kernel as if the
+// container's root were "/" (RESOLVE_IN_ROOT, no magic links): a symbolic
+// link anywhere on it is followed inside the container, never to the
+// host's files.
+func (p *procRoot) openInRoot(name string, flags int) (int, error) {
+	top, err := unix.Open(fmt.Sprintf("/proc/%d/root", p.pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the container's root /proc/%d/root: %w", p.pid, err)
+	}
+	defer unix.Close(top)
+	rel := strings.TrimPrefix(path.Clean(name), "/")
+	if rel == "" {
+		rel = "."
+	}
+	return unix.Openat2(top, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC | uint64(flags),
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+}
+
 // alive reports whether the recorded process still exists.
 func (p *procRoot) alive() bool {
 	start, err := startTime(p.pid)
@@ -86,20 +108,7 @@ func (p *procRoot) alive() bool {
 // the agent's realpath inside the container resolves it. Afterwards the
 // container is inspected again to prove the pid was still its init.
 func (s *Sandbox) openLocal(ctx context.Context, root string) (sandbox.FS, error) {
-	pr := s.init
-	top, err := unix.Open(fmt.Sprintf("/proc/%d/root", pr.pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("docker: open the root of container %s from the host: %w", short(s.id), err)
-	}
-	defer unix.Close(top)
-	rel := strings.TrimPrefix(root, "/")
-	if rel == "" {
-		rel = "."
-	}
-	fd, err := unix.Openat2(top, rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	fd, err := s.init.openInRoot(root, unix.O_DIRECTORY)
 	if err != nil {
 		return nil, fmt.Errorf("docker: open %s in container %s from the host: %w", root, short(s.id), err)
 	}
@@ -150,11 +159,7 @@ func (f *fastFS) gone(ctx context.Context, op, name string) error {
 	if f.s.init.alive() {
 		return nil
 	}
-	err := f.s.Check(ctx)
-	if err == nil {
-		err = fmt.Errorf("docker: container %s restarted; open it again: %w", describe(f.s.name, f.s.id), sandbox.ErrGone)
-	}
-	return &fs.PathError{Op: op, Path: name, Err: err}
+	return &fs.PathError{Op: op, Path: name, Err: f.s.goneError(ctx)}
 }
 
 func (f *fastFS) ReadFile(ctx context.Context, name string) ([]byte, error) {

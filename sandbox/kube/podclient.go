@@ -18,7 +18,8 @@ import (
 // when any berth command starts (a third of its start-up, measured with
 // GODEBUG=inittrace=1).
 type podClient struct {
-	rc rest.Interface
+	rc     rest.Interface
+	params runtime.ParameterCodec // encodes list and exec options as query parameters
 }
 
 // podScheme is the scheme of core/v1 (with meta/v1's options and Status),
@@ -49,7 +50,7 @@ func newPodClient(cfg *rest.Config) (*podClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &podClient{rc: rc}, nil
+	return &podClient{rc: rc, params: runtime.NewParameterCodec(s)}, nil
 }
 
 // get returns the pod ns/name.
@@ -65,13 +66,9 @@ func (c *podClient) get(ctx context.Context, ns, name string) (*corev1.Pod, erro
 // list returns the pods of ns (every namespace when ns is
 // metav1.NamespaceAll) that match the label selector.
 func (c *podClient) list(ctx context.Context, ns, selector string) (*corev1.PodList, error) {
-	s, err := podScheme()
-	if err != nil {
-		return nil, err
-	}
 	list := &corev1.PodList{}
-	err = c.rc.Get().Namespace(ns).Resource("pods").
-		VersionedParams(&metav1.ListOptions{LabelSelector: selector}, runtime.NewParameterCodec(s)).
+	err := c.rc.Get().Namespace(ns).Resource("pods").
+		VersionedParams(&metav1.ListOptions{LabelSelector: selector}, c.params).
 		Do(ctx).Into(list)
 	if err != nil {
 		return nil, err
@@ -80,11 +77,7 @@ func (c *podClient) list(ctx context.Context, ns, selector string) (*corev1.PodL
 }
 
 // execRequest returns the request of an exec session in a pod's container.
-func (c *podClient) execRequest(ns, pod string, opts *corev1.PodExecOptions) (*rest.Request, error) {
-	s, err := podScheme()
-	if err != nil {
-		return nil, err
-	}
+func (c *podClient) execRequest(ns, pod string, opts *corev1.PodExecOptions) *rest.Request {
 	return c.rc.Post().Namespace(ns).Resource("pods").Name(pod).SubResource("exec").
-		VersionedParams(opts, runtime.NewParameterCodec(s)), nil
+		VersionedParams(opts, c.params)
 }

@@ -172,16 +172,13 @@ func command(spec shim.ExecSpec) ([]string, error) {
 
 // executor returns the executor of one exec session running args.
 func (t *Transport) executor(args []string, ws bool) (remotecommand.Executor, error) {
-	req, err := t.core.execRequest(t.ns, t.pod, &corev1.PodExecOptions{
+	req := t.core.execRequest(t.ns, t.pod, &corev1.PodExecOptions{
 		Container: t.container,
 		Command:   args,
 		Stdin:     true,
 		Stdout:    true,
 		Stderr:    true,
 	})
-	if err != nil {
-		return nil, err
-	}
 	if ws {
 		return remotecommand.NewWebSocketExecutor(t.cfg, "GET", req.URL().String())
 	}
