@@ -2,18 +2,23 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/dirfs"
+	"berth.dev/berth/syntax"
 	"berth.dev/berth/tools/structural"
 )
 
@@ -33,12 +38,23 @@ type structFlags struct {
 }
 
 func (f *structFlags) add(cmd *cobra.Command) {
+	cmd.Annotations = map[string]string{grammarsAnnotation: grammarsOnDemand}
 	fl := cmd.Flags()
 	fl.StringVarP(&f.pattern, "pattern", "p", "", "the code pattern, with $NAME, $$$NAME and $_ metavariables (required)")
 	fl.StringVarP(&f.lang, "lang", "l", "", "language id (go, python, rust, …); inferred when every PATH is a file")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: exitTrouble, msg: "berth " + cmd.Name() + ": " + err.Error()}
 	})
+}
+
+// loadGrammars loads the configured grammars unless --lang names a bundled
+// language: loading them opens shared libraries (milliseconds), which a
+// search in a bundled language does not need.
+func (f *structFlags) loadGrammars(stderr io.Writer) {
+	if _, err := syntax.Lookup(f.lang); f.lang != "" && err == nil {
+		return
+	}
+	loadConfiguredGrammars(stderr)
 }
 
 // required refuses an empty flag value with exit status 2.
@@ -84,6 +100,29 @@ func resolveTarget(cwd, arg string) (target, error) {
 func (t target) display(file string) string {
 	return filepath.Join(t.shown, filepath.FromSlash(file))
 }
+
+// cliEngine is the engine of a one-shot ast-grep or ast-edit: no parse
+// cache (nothing is searched twice), and as many parse workers as the
+// runtime has Ps, with one P more for everything else (see parseWorkers).
+func cliEngine() *structural.Engine {
+	return structural.NewEngine(structural.Options{CacheBytes: -1, Workers: parseWorkers()})
+}
+
+// parseWorkers is how many files a one-shot search parses at once: the
+// runtime's GOMAXPROCS as it started, after which it gets one P more unless
+// the user set GOMAXPROCS. A parse is a cgo call, which holds its P; with
+// every P inside a parse, the runtime's monitor takes Ps back every few
+// tens of microseconds to run the walk, the garbage collector and the
+// output, waking threads each time. The spare P runs those instead
+// (measured on 2 CPUs, a search of a Python library: 5 % less wall time
+// and CPU, a third fewer context switches).
+var parseWorkers = sync.OnceValue(func() int {
+	n := runtime.GOMAXPROCS(0)
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(n + 1)
+	}
+	return n
+})
 
 // fsCache opens one dirfs per root and closes them all at the end.
 type fsCache map[string]sandbox.FS
@@ -176,6 +215,7 @@ Exit status: 0 when something matched, 1 when nothing did, 2 on errors
 			if err := required(astGrepPrefix, "pattern", f.pattern); err != nil {
 				return err
 			}
+			f.loadGrammars(cmd.ErrOrStderr())
 			return runASTGrep(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), f, asJSON, max, args)
 		},
 	}
@@ -198,15 +238,10 @@ func runASTGrep(ctx context.Context, out, stderr io.Writer, f *structFlags, asJS
 	}()
 	fss := fsCache{}
 	defer fss.close()
-	eng := structural.NewEngine(structural.Options{CacheBytes: -1})
+	eng := cliEngine()
 	limit := -1
 	if max > 0 {
 		limit = max
-	}
-	var enc *json.Encoder
-	if asJSON {
-		enc = json.NewEncoder(stdout)
-		enc.SetEscapeHTML(false)
 	}
 	total := 0
 	for _, t := range ts {
@@ -214,26 +249,51 @@ func runASTGrep(ctx context.Context, out, stderr io.Writer, f *structFlags, asJS
 		if err != nil {
 			return trouble(astGrepPrefix, err)
 		}
-		res, err := eng.Search(ctx, fsys, structural.SearchRequest{Pattern: f.pattern, Language: f.lang, Path: t.relPath, MaxResults: limit})
-		if err != nil {
-			return trouble(astGrepPrefix, err)
-		}
-		for _, m := range res.Matches {
-			if limit > 0 && total >= limit {
-				break
-			}
-			total++
-			file := t.display(m.File)
-			if asJSON {
-				jm := jsonMatch{File: file, StartLine: m.StartLine, StartCol: m.StartCol, EndLine: m.EndLine, EndCol: m.EndCol, Text: m.Text, Captures: m.Captures}
-				if err := enc.Encode(jm); err != nil {
-					return trouble(astGrepPrefix, err)
-				}
-				continue
-			}
-			if err := printMatchLines(stdout, file, m); err != nil {
+		req := structural.SearchRequest{Pattern: f.pattern, Language: f.lang, Path: t.relPath, MaxResults: limit}
+		var res *structural.SearchResult
+		if limit > 0 {
+			// The first matches in path order: the engine keeps them.
+			res, err = eng.Search(ctx, fsys, req)
+			if err != nil {
 				return trouble(astGrepPrefix, err)
 			}
+			for _, m := range res.Matches {
+				if total >= limit {
+					break
+				}
+				total++
+				if err := writeMatch(stdout, asJSON, t.display(m.File), m); err != nil {
+					return trouble(astGrepPrefix, err)
+				}
+			}
+		} else {
+			// Every match: each file's are formatted by the search's
+			// workers as they find them, and printed in path order
+			// at the end.
+			var (
+				mu   sync.Mutex
+				outs []fileOutput
+			)
+			res, err = eng.SearchEach(ctx, fsys, req, func(file string, ms []structural.FileMatch) {
+				var b bytes.Buffer
+				b.Grow(outputSize(ms))
+				for _, m := range ms {
+					writeMatch(&b, asJSON, t.display(file), m) // a bytes.Buffer takes every write
+				}
+				mu.Lock()
+				outs = append(outs, fileOutput{file, b.Bytes()})
+				mu.Unlock()
+			})
+			if err != nil {
+				return trouble(astGrepPrefix, err)
+			}
+			slices.SortFunc(outs, func(a, b fileOutput) int { return strings.Compare(a.file, b.file) })
+			for _, o := range outs {
+				if _, err := stdout.Write(o.out); err != nil {
+					return trouble(astGrepPrefix, err)
+				}
+			}
+			total += res.Total
 		}
 		if n := res.FilesSkipped; n > 0 && !asJSON {
 			stdout.Flush()
@@ -244,6 +304,37 @@ func runASTGrep(ctx context.Context, out, stderr io.Writer, f *structFlags, asJS
 		return &exitError{code: exitNoMatch}
 	}
 	return nil
+}
+
+// fileOutput is the formatted matches of one file.
+type fileOutput struct {
+	file string
+	out  []byte
+}
+
+// outputSize estimates the bytes ms print as: their texts and captures and
+// a line's worth of fields each, so a file's output buffer is allocated
+// once instead of regrown.
+func outputSize(ms []structural.FileMatch) int {
+	n := 0
+	for _, m := range ms {
+		n += len(m.Text) + 160
+		for k, c := range m.Captures {
+			n += len(k) + len(c) + 8
+		}
+	}
+	return n + n/8
+}
+
+// writeMatch writes one match as ast-grep prints it: a JSON line, or
+// "path:line:text" lines.
+func writeMatch(w io.Writer, asJSON bool, file string, m structural.FileMatch) error {
+	if !asJSON {
+		return printMatchLines(w, file, m)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(jsonMatch{File: file, StartLine: m.StartLine, StartCol: m.StartCol, EndLine: m.EndLine, EndCol: m.EndCol, Text: m.Text, Captures: m.Captures})
 }
 
 // printMatchLines prints a match as ast-grep does without a heading: one
@@ -294,6 +385,7 @@ Exit status: 0 when something matched, 1 when nothing did, 2 on errors.`,
 			if !cmd.Flags().Changed("rewrite") {
 				return &exitError{code: exitTrouble, msg: astEditPrefix + "--rewrite is required (it may be empty to delete matches)"}
 			}
+			f.loadGrammars(cmd.ErrOrStderr())
 			return runASTEdit(cmd.Context(), cmd.OutOrStdout(), f, rewrite, apply, args)
 		},
 	}
@@ -317,7 +409,7 @@ func runASTEdit(ctx context.Context, stdout io.Writer, f *structFlags, rewrite s
 	}
 	fss := fsCache{}
 	defer fss.close()
-	eng := structural.NewEngine(structural.Options{CacheBytes: -1})
+	eng := cliEngine()
 	var all []staged
 	discard := func() {
 		for _, s := range all {

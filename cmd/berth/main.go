@@ -82,6 +82,21 @@ type globalFlags struct {
 	nodeName          string
 }
 
+// A command annotated grammarsAnnotation: grammarsOnDemand loads the
+// configured grammars itself, when it needs them.
+const (
+	grammarsAnnotation = "berth.grammars"
+	grammarsOnDemand   = "on-demand"
+)
+
+// loadConfiguredGrammars loads the grammars added by config, warning on w
+// about those that fail.
+func loadConfiguredGrammars(w io.Writer) {
+	if _, err := syntax.LoadConfigured(); err != nil {
+		fmt.Fprintf(w, "berth: warning: some grammars were not loaded: %v\n", err)
+	}
+}
+
 func newRoot() *cobra.Command {
 	g := &globalFlags{}
 	root := &cobra.Command{
@@ -93,11 +108,12 @@ conversation's existing container, or on the host when there is none.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Grammars added by config (BERTH_GRAMMARS, or the built Dart and Swift
-		// grammars in the grammar directory) are loaded before any command; a
-		// broken one is a warning, the bundled languages still work.
+		// grammars in the grammar directory) are loaded before any command
+		// but those that load them on demand (ast-grep, ast-edit); a broken
+		// one is a warning, the bundled languages still work.
 		PersistentPreRun: func(cmd *cobra.Command, args []string) {
-			if _, err := syntax.LoadConfigured(); err != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "berth: warning: some grammars were not loaded: %v\n", err)
+			if cmd.Annotations[grammarsAnnotation] != grammarsOnDemand {
+				loadConfiguredGrammars(cmd.ErrOrStderr())
 			}
 		},
 	}

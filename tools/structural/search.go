@@ -500,10 +500,6 @@ func (e *Engine) match(ctx context.Context, t *target, f *fileResult, tree *synt
 // Search finds the matches of req.Pattern under req.Path. Errors the caller
 // should show a model are *Error; ctx's error is returned as is.
 func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest) (*SearchResult, error) {
-	t, err := e.prepare(ctx, fsys, req.Pattern, req.Language, req.Path)
-	if err != nil {
-		return nil, err
-	}
 	limit := req.MaxResults
 	if limit == 0 {
 		limit = DefaultMaxResults
@@ -512,23 +508,15 @@ func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest)
 	// first limit matches are dropped as soon as they cannot be shown, so
 	// memory stays bounded however many matches there are.
 	var (
-		mu    sync.Mutex
-		kept  []*fileResult
-		total int
-		files int
+		mu   sync.Mutex
+		kept []*fileResult
 	)
-	st, err := e.scan(ctx, fsys, t, false, func(f *fileResult) {
-		if len(f.matches) == 0 {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		total += len(f.matches)
-		files++
+	res, err := e.search(ctx, fsys, req, func(f *fileResult) {
 		if limit > 0 && len(f.matches) > limit {
 			f.matches = f.matches[:limit]
 		}
-		f.data = nil
+		mu.Lock()
+		defer mu.Unlock()
 		i := sort.Search(len(kept), func(i int) bool { return kept[i].name >= f.name })
 		kept = append(kept, nil)
 		copy(kept[i+1:], kept[i:])
@@ -547,11 +535,6 @@ func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest)
 	if err != nil {
 		return nil, err
 	}
-	res := &SearchResult{Total: total, Files: files, FilesSearched: st.searched, Skipped: st.skipped, Language: t.lang.ID}
-	for _, n := range st.skipped {
-		res.FilesSkipped += n
-	}
-	res.FilesSkipped -= st.skipped[SkipIgnored]
 	for _, f := range kept {
 		for _, m := range f.matches {
 			if limit > 0 && len(res.Matches) >= limit {
@@ -560,7 +543,55 @@ func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest)
 			res.Matches = append(res.Matches, fileMatch(f.name, m))
 		}
 	}
-	res.Truncated = len(res.Matches) < total
+	res.Truncated = len(res.Matches) < res.Total
+	return res, nil
+}
+
+// SearchEach is Search for a caller that takes every match as it is found
+// (the CLI): fn gets each file with matches, its matches in position order,
+// from several goroutines at once and in no particular file order, so that
+// the caller's own work on them (formatting) runs in parallel with the
+// search. req.MaxResults is ignored; the result has the counts and no
+// Matches.
+func (e *Engine) SearchEach(ctx context.Context, fsys sandbox.FS, req SearchRequest, fn func(file string, ms []FileMatch)) (*SearchResult, error) {
+	return e.search(ctx, fsys, req, func(f *fileResult) {
+		ms := make([]FileMatch, len(f.matches))
+		for i, m := range f.matches {
+			ms[i] = fileMatch(f.name, m)
+		}
+		fn(f.name, ms)
+	})
+}
+
+// search scans for req and calls visit, from several goroutines at once,
+// with each file that has matches (its data already dropped); the result
+// has the counts.
+func (e *Engine) search(ctx context.Context, fsys sandbox.FS, req SearchRequest, visit func(*fileResult)) (*SearchResult, error) {
+	t, err := e.prepare(ctx, fsys, req.Pattern, req.Language, req.Path)
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	res := &SearchResult{Language: t.lang.ID}
+	st, err := e.scan(ctx, fsys, t, false, func(f *fileResult) {
+		if len(f.matches) == 0 {
+			return
+		}
+		f.data = nil
+		mu.Lock()
+		res.Total += len(f.matches)
+		res.Files++
+		mu.Unlock()
+		visit(f)
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.FilesSearched, res.Skipped = st.searched, st.skipped
+	for _, n := range st.skipped {
+		res.FilesSkipped += n
+	}
+	res.FilesSkipped -= st.skipped[SkipIgnored]
 	return res, nil
 }
 

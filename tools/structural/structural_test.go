@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -323,6 +325,52 @@ func TestMaxResults(t *testing.T) {
 		t.Errorf("structuredContent %s", b)
 	}
 	wantError(t, ev.call(t, "ast_grep", map[string]any{"pattern": "g($A)", "language": "go", "max_results": 5000}), "max_results")
+}
+
+// SearchEach hands over every file's matches, the same as Search finds,
+// from its workers; with no cache and with one.
+func TestSearchEach(t *testing.T) {
+	files := map[string]string{"skip.txt": "g(1, 2)\n", "big.go": "package p\n\nvar _ = 1 // g(9, 9) is a comment\n"}
+	for i := range 12 {
+		files[fmt.Sprintf("d%02d/f.go", i)] = fmt.Sprintf("package p\n\nfunc f() {\n\tg(%d, 0)\n\tg(%d, 1)\n}\n", i, i)
+	}
+	for _, opts := range []structural.Options{{CacheBytes: -1, Workers: 3}, {Workers: 2}} {
+		ev := newEnv(t, files, opts)
+		req := structural.SearchRequest{Pattern: "g($A, $B)", Language: "go", MaxResults: -1}
+		want, err := ev.e.Search(context.Background(), ev.fs, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu  sync.Mutex
+			got []structural.FileMatch
+		)
+		seen := map[string]bool{}
+		res, err := ev.e.SearchEach(context.Background(), ev.fs, req, func(file string, ms []structural.FileMatch) {
+			mu.Lock()
+			defer mu.Unlock()
+			if seen[file] || len(ms) == 0 {
+				t.Errorf("SearchEach gave %s twice or with no matches (%d)", file, len(ms))
+			}
+			seen[file] = true
+			for i, m := range ms {
+				if m.File != file || (i > 0 && m.StartLine <= ms[i-1].StartLine) {
+					t.Errorf("%s: match %d is %s, out of order or of another file", file, i, pos(m))
+				}
+			}
+			got = append(got, ms...)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortStableFunc(got, func(a, b structural.FileMatch) int { return strings.Compare(a.File, b.File) })
+		if !reflect.DeepEqual(got, want.Matches) || len(got) != 24 {
+			t.Errorf("cache %d: SearchEach found %d matches, Search %d:\n%v\n%v", opts.CacheBytes, len(got), len(want.Matches), got, want.Matches)
+		}
+		if res.Total != 24 || res.Files != 12 || res.FilesSearched != want.FilesSearched || len(res.Matches) != 0 {
+			t.Errorf("cache %d: SearchEach result %+v, Search's %+v", opts.CacheBytes, res, want)
+		}
+	}
 }
 
 func TestSkips(t *testing.T) {
