@@ -78,7 +78,15 @@ type Language struct {
 	VerbatimKeywords bool
 
 	ptr   unsafe.Pointer // *C.TSLanguage
-	kinds []string       // symbol names by kind id, filled by Register
+	kinds *kindNames     // symbol names by kind id, read on first use
+}
+
+// kindNames holds a grammar's symbol names, read from it the first time a
+// name is asked for: a grammar has hundreds, and reading them all for every
+// bundled language at start cost every berth command milliseconds.
+type kindNames struct {
+	once  sync.Once
+	names []string
 }
 
 var (
@@ -107,11 +115,7 @@ func Register(l Language) error {
 		l.Contexts = []Context{{Name: "bare"}}
 	}
 	l.ptr = unsafe.Pointer(l.Grammar.Inner)
-	n := int(l.Grammar.NodeKindCount())
-	l.kinds = make([]string, n)
-	for i := range n {
-		l.kinds[i] = l.Grammar.NodeKindForId(uint16(i))
-	}
+	l.kinds = new(kindNames)
 	lp := &l
 	registryMu.Lock()
 	defer registryMu.Unlock()
@@ -193,8 +197,15 @@ func (l *Language) kindName(k uint16) string {
 	if k == errorKind {
 		return "ERROR"
 	}
-	if int(k) < len(l.kinds) {
-		return l.kinds[k]
+	kn := l.kinds
+	kn.once.Do(func() {
+		kn.names = make([]string, l.Grammar.NodeKindCount())
+		for i := range kn.names {
+			kn.names[i] = l.Grammar.NodeKindForId(uint16(i))
+		}
+	})
+	if int(k) < len(kn.names) {
+		return kn.names[k]
 	}
 	return fmt.Sprintf("kind%d", k)
 }

@@ -53,7 +53,8 @@ type Tree struct {
 type Parser struct {
 	cp    *cparser
 	last  *tree
-	nodes []node
+	nodes []node   // the last tree's nodes, reused by the next parse
+	lines []uint32 // the last tree's line table, likewise
 }
 
 // Close gives p's tree-sitter parser back to the package's pool; p may be
@@ -73,8 +74,8 @@ func (p *Parser) Parse(ctx context.Context, lang *Language, src []byte) (*Tree, 
 		return nil, fmt.Errorf("syntax: parse: no language given")
 	}
 	if p.last != nil {
-		p.nodes = p.last.nodes
-		p.last.nodes = nil // a stale tree fails loudly instead of showing the next file's nodes
+		p.nodes, p.lines = p.last.nodes, p.last.lines[:0]
+		p.last.nodes, p.last.lines = nil, nil // a stale tree fails loudly instead of showing the next file's nodes
 		p.last = nil
 	}
 	if p.cp == nil {
@@ -84,6 +85,7 @@ func (p *Parser) Parse(ctx context.Context, lang *Language, src []byte) (*Tree, 
 	if err != nil {
 		return nil, err
 	}
+	t.lines = p.lines
 	p.last = t
 	return &Tree{t: t}, nil
 }
@@ -174,7 +176,7 @@ func (p *Pattern) Match(ctx context.Context, tr *Tree) ([]Match, error) {
 		if m.matchNode(root, int32(i)) != matched {
 			continue
 		}
-		out = append(out, m.result(int32(i)))
+		out = append(out, m.result(int32(i), int32(i)))
 	}
 	return out, nil
 }
@@ -450,9 +452,15 @@ func (t *tree) rangeOf(i int32) Range {
 	}
 }
 
-func (m *matcher) result(i int32) Match {
+// result is the match spanning nodes first to last (siblings; the same
+// node for all but sequence patterns) with the bindings in m.env.
+func (m *matcher) result(first, last int32) Match {
 	t := m.t
-	r := t.rangeOf(i)
+	r := t.rangeOf(first)
+	if last != first {
+		l := t.rangeOf(last)
+		r.EndByte, r.End = l.EndByte, l.End
+	}
 	mt := Match{Range: r, Text: string(t.src[r.StartByte:r.EndByte])}
 	if len(m.env) > 0 {
 		mt.Captures = make(map[string]Capture, len(m.env))
@@ -469,7 +477,13 @@ func (m *matcher) result(i int32) Match {
 				c.Nodes = append(c.Nodes, t.rangeOf(x))
 			}
 		}
-		c.Text = string(t.src[c.Range.StartByte:c.Range.EndByte])
+		if r.StartByte <= c.Range.StartByte && c.Range.EndByte <= r.EndByte {
+			// The usual case, a capture inside the match: its text is
+			// a piece of the match's, not another copy.
+			c.Text = mt.Text[c.Range.StartByte-r.StartByte : c.Range.EndByte-r.StartByte]
+		} else {
+			c.Text = string(t.src[c.Range.StartByte:c.Range.EndByte])
+		}
 		mt.Captures[b.name] = c // later bindings overwrite: the last occurrence is reported
 	}
 	return mt

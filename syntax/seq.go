@@ -98,11 +98,7 @@ func (p *Pattern) matchSeq(ctx context.Context, t *tree) ([]Match, error) {
 			if !ok {
 				continue
 			}
-			mt := m.result(kids[s])
-			first, last := t.rangeOf(kids[s]), t.rangeOf(kids[s+len(goals)-1])
-			mt.Range = Range{StartByte: first.StartByte, EndByte: last.EndByte, Start: first.Start, End: last.End}
-			mt.Text = string(t.src[mt.StartByte:mt.EndByte])
-			out = append(out, mt)
+			out = append(out, m.result(kids[s], kids[s+len(goals)-1]))
 		}
 		m.dep--
 	}

@@ -47,11 +47,11 @@ func atoi(s string) int {
 
 // textRE is the "file:line[:col][:endline:endcol]: message" line of go vet,
 // pyflakes and gcc-like tools.
-var textRE = regexp.MustCompile(`^(.+?):(\d+)(?::(\d+))?(?::(\d+):(\d+))?: (.*)$`)
+var textRE = lazyRE(`^(.+?):(\d+)(?::(\d+))?(?::(\d+):(\d+))?: (.*)$`)
 
 // textDiag reads a textRE line.
 func textDiag(l string) (Diagnostic, bool) {
-	m := textRE.FindStringSubmatch(l)
+	m := textRE().FindStringSubmatch(l)
 	if m == nil {
 		return Diagnostic{}, false
 	}
@@ -59,7 +59,7 @@ func textDiag(l string) (Diagnostic, bool) {
 }
 
 // posRE is a vet JSON position, "file:line:col".
-var posRE = regexp.MustCompile(`^(.+?)(?::(\d+))?(?::(\d+))?$`)
+var posRE = lazyRE(`^(.+?)(?::(\d+))?(?::(\d+))?$`)
 
 // parseGoVet reads "go vet -json": analyzer findings as JSON (on stdout
 // since Go 1.25, on stderr before), type and load errors as text lines
@@ -135,10 +135,10 @@ func goVetJSON(block string, in parseInput) ([]Diagnostic, error) {
 			}
 			for _, f := range findings {
 				d := Diagnostic{Severity: SeverityWarning, Code: analyzer, Message: f.Message, Source: in.source}
-				if m := posRE.FindStringSubmatch(f.Posn); m != nil && f.Posn != "-" {
+				if m := posRE().FindStringSubmatch(f.Posn); m != nil && f.Posn != "-" {
 					d.File, d.Line, d.Column = abs(in.base, m[1]), atoi(m[2]), atoi(m[3])
 				}
-				if m := posRE.FindStringSubmatch(f.End); m != nil && abs(in.base, m[1]) == d.File {
+				if m := posRE().FindStringSubmatch(f.End); m != nil && abs(in.base, m[1]) == d.File {
 					d.EndLine, d.EndColumn = atoi(m[2]), atoi(m[3])
 				}
 				diags = append(diags, d)
@@ -152,7 +152,7 @@ func goVetJSON(block string, in parseInput) ([]Diagnostic, error) {
 }
 
 // cargoNoise is cargo's progress and summary output on stderr.
-var cargoNoise = regexp.MustCompile(`^\s*(Compiling|Checking|Finished|Blocking|Updating|Downloading|Downloaded|Locking|Adding|Removing|Fresh|Running|Documenting|Packaging|Unpacking|Fetching|Building)\b|^warning: .* generated \d+ warnings?|^error: could not compile |^warning: build failed, waiting for other jobs to finish`)
+var cargoNoise = lazyRE(`^\s*(Compiling|Checking|Finished|Blocking|Updating|Downloading|Downloaded|Locking|Adding|Removing|Fresh|Running|Documenting|Packaging|Unpacking|Fetching|Building)\b|^warning: .* generated \d+ warnings?|^error: could not compile |^warning: build failed, waiting for other jobs to finish`)
 
 type cargoSpan struct {
 	FileName    string  `json:"file_name"`
@@ -177,7 +177,7 @@ type cargoMessage struct {
 }
 
 // cargoSummary is rustc's closing count, a message without spans.
-var cargoSummary = regexp.MustCompile(`^(aborting due to|\d+ warnings? emitted)`)
+var cargoSummary = lazyRE(`^(aborting due to|\d+ warnings? emitted)`)
 
 // parseCargo reads cargo's JSON messages on stdout; relative span paths
 // are relative to the cargo workspace root (in.base).
@@ -207,7 +207,7 @@ func parseCargo(in parseInput) ([]Diagnostic, []string) {
 		default: // failure-note: "For more information about this error, try …"
 			continue
 		}
-		if len(m.Spans) == 0 && cargoSummary.MatchString(m.Message) {
+		if len(m.Spans) == 0 && cargoSummary().MatchString(m.Message) {
 			continue
 		}
 		d := Diagnostic{Severity: sev, Message: m.Message, Source: in.source}
@@ -227,7 +227,7 @@ func parseCargo(in parseInput) ([]Diagnostic, []string) {
 		diags = append(diags, d)
 	}
 	for _, l := range lines(in.stderr) {
-		if !cargoNoise.MatchString(l) {
+		if !cargoNoise().MatchString(l) {
 			un = append(un, l)
 		}
 	}
@@ -235,8 +235,8 @@ func parseCargo(in parseInput) ([]Diagnostic, []string) {
 }
 
 var (
-	tscRE       = regexp.MustCompile(`^(.+)\((\d+),(\d+)\): (error|warning|message|suggestion) (TS\d+): (.*)$`)
-	tscGlobalRE = regexp.MustCompile(`^(error|warning|message) (TS\d+): (.*)$`)
+	tscRE       = lazyRE(`^(.+)\((\d+),(\d+)\): (error|warning|message|suggestion) (TS\d+): (.*)$`)
+	tscGlobalRE = lazyRE(`^(error|warning|message) (TS\d+): (.*)$`)
 )
 
 func tscSeverity(s string) string {
@@ -259,12 +259,12 @@ func parseTsc(in parseInput) ([]Diagnostic, []string) {
 	var un []string
 	last := -1
 	for _, l := range lines(in.stdout) {
-		if m := tscRE.FindStringSubmatch(l); m != nil {
+		if m := tscRE().FindStringSubmatch(l); m != nil {
 			diags = append(diags, Diagnostic{File: abs(in.base, m[1]), Line: atoi(m[2]), Column: atoi(m[3]), Severity: tscSeverity(m[4]), Code: m[5], Message: m[6], Source: in.source})
 			last = len(diags) - 1
 			continue
 		}
-		if m := tscGlobalRE.FindStringSubmatch(l); m != nil {
+		if m := tscGlobalRE().FindStringSubmatch(l); m != nil {
 			diags = append(diags, Diagnostic{Severity: tscSeverity(m[1]), Code: m[2], Message: m[3], Source: in.source})
 			last = len(diags) - 1
 			continue
@@ -328,9 +328,9 @@ func parsePyright(in parseInput) ([]Diagnostic, []string) {
 }
 
 var (
-	mypyRE     = regexp.MustCompile(`^(.+?):(\d+)(?::(\d+))?(?::(\d+):(\d+))?: (error|warning|note): (.*)$`)
-	mypyFileRE = regexp.MustCompile(`^(.+?): (error|warning|note): (.*)$`)
-	mypyCodeRE = regexp.MustCompile(`  \[([a-z0-9-]+)\]$`)
+	mypyRE     = lazyRE(`^(.+?):(\d+)(?::(\d+))?(?::(\d+):(\d+))?: (error|warning|note): (.*)$`)
+	mypyFileRE = lazyRE(`^(.+?): (error|warning|note): (.*)$`)
+	mypyCodeRE = lazyRE(`  \[([a-z0-9-]+)\]$`)
 )
 
 // parseMypy reads mypy's "file:line:col:endline:endcol: error: msg  [code]"
@@ -343,10 +343,10 @@ func parseMypy(in parseInput) ([]Diagnostic, []string) {
 	for _, l := range lines(in.stdout) {
 		var d Diagnostic
 		var level string
-		if m := mypyRE.FindStringSubmatch(l); m != nil {
+		if m := mypyRE().FindStringSubmatch(l); m != nil {
 			d = Diagnostic{File: m[1], Line: atoi(m[2]), Column: atoi(m[3]), EndLine: atoi(m[4]), EndColumn: atoi(m[5]), Message: m[7]}
 			level = m[6]
-		} else if m := mypyFileRE.FindStringSubmatch(l); m != nil && !strings.Contains(m[1], " ") {
+		} else if m := mypyFileRE().FindStringSubmatch(l); m != nil && !strings.Contains(m[1], " ") {
 			d = Diagnostic{File: m[1], Message: m[3]}
 			level = m[2]
 		} else {
@@ -361,7 +361,7 @@ func parseMypy(in parseInput) ([]Diagnostic, []string) {
 				continue
 			}
 		}
-		if m := mypyCodeRE.FindStringSubmatchIndex(d.Message); m != nil {
+		if m := mypyCodeRE().FindStringSubmatchIndex(d.Message); m != nil {
 			d.Code = d.Message[m[2]:m[3]]
 			d.Message = d.Message[:m[0]]
 		}
@@ -379,7 +379,7 @@ func parseMypy(in parseInput) ([]Diagnostic, []string) {
 }
 
 // caretRE is the "    ^" line under a quoted source line.
-var caretRE = regexp.MustCompile(`^\s*\^+\s*$`)
+var caretRE = lazyRE(`^\s*\^+\s*$`)
 
 // parsePyflakes reads pyflakes: findings on stdout ("file:line:col: msg",
 // older versions without col), syntax errors on stderr, each followed by
@@ -406,7 +406,7 @@ func parsePyflakes(in parseInput) ([]Diagnostic, []string) {
 		}
 		if context > 0 {
 			context--
-			if caretRE.MatchString(l) {
+			if caretRE().MatchString(l) {
 				context = 0
 			}
 			continue
@@ -563,4 +563,11 @@ func (b *capBuffer) dropped() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.over
+}
+
+// lazyRE compiles a regular expression on first use: the parsers are
+// needed by few runs, and compiling them all at start cost every berth
+// command (the CLI's searches included) most of a millisecond.
+func lazyRE(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }
