@@ -31,6 +31,11 @@ import (
 type dirFS struct {
 	root *os.Root
 	name string // what Root reports
+	// top is the root directory opened once more, for the kernel's own
+	// confined lookups (openat2 RESOLVE_BENEATH) on the read path; fd is
+	// its descriptor.
+	top *os.File
+	fd  int
 }
 
 var (
@@ -61,14 +66,19 @@ func NewAt(dir, root string) (sandbox.FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dirfs: open directory %s: %w", dir, err)
 	}
-	return &dirFS{root: r, name: path.Clean(root)}, nil
+	top, err := r.Open(".")
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("dirfs: open directory %s: %w", dir, err)
+	}
+	return &dirFS{root: r, name: path.Clean(root), top: top, fd: int(top.Fd())}, nil
 }
 
 // Root returns the absolute path of the directory inside the sandbox.
 func (d *dirFS) Root() string { return d.name }
 
 // Close releases the directory handle.
-func (d *dirFS) Close() error { return d.root.Close() }
+func (d *dirFS) Close() error { return errors.Join(d.top.Close(), d.root.Close()) }
 
 // check validates name and ctx before any file system access.
 func check(ctx context.Context, op, name string) error {
@@ -126,6 +136,9 @@ func (d *dirFS) ReadFileBuffer(ctx context.Context, name string, buf []byte) ([]
 	if err := check(ctx, op, name); err != nil {
 		return nil, err
 	}
+	if data, ok, err := d.readBeneath(op, name, buf); ok {
+		return data, err
+	}
 	// O_NONBLOCK keeps a FIFO from blocking the open; it is refused below.
 	f, err := d.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -136,6 +149,12 @@ func (d *dirFS) ReadFileBuffer(ctx context.Context, name string, buf []byte) ([]
 	if err != nil {
 		return nil, mapErr(op, name, err)
 	}
+	return readOpened(op, name, f, fi, buf)
+}
+
+// readOpened reads the open file f, refusing what is not a regular file of
+// at most sandbox.MaxFileSize bytes.
+func readOpened(op, name string, f io.Reader, fi fs.FileInfo, buf []byte) ([]byte, error) {
 	if fi.IsDir() {
 		return nil, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("is a directory: list it with ReadDir: %w", fs.ErrInvalid)}
 	}
@@ -286,7 +305,10 @@ func (d *dirFS) walk(ctx context.Context, name string, fi fs.FileInfo, opts sand
 		return err
 	}
 	defer dirf.Close()
-	ents, err := dirf.ReadDir(-1)
+	// Names only: each entry is stat'ed once below (ReadDir stats every
+	// entry itself on file systems that do not report types, such as
+	// ext2/ext3, which doubled the walk's syscalls there).
+	names, err := dirf.Readdirnames(-1)
 	if err != nil {
 		err = mapErr("walk", name, err)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
@@ -294,13 +316,13 @@ func (d *dirFS) walk(ctx context.Context, name string, fi fs.FileInfo, opts sand
 		}
 		return err
 	}
-	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	for _, e := range ents {
-		child := path.Join(name, e.Name())
+	slices.Sort(names)
+	for _, base := range names {
+		child := path.Join(name, base)
 		// One component relative to the open directory, not following a
 		// final link: it cannot leave the directory, and it costs one
 		// syscall instead of resolving the whole path from the root again.
-		cfi, err := lstatAt(dirf, e.Name())
+		cfi, err := lstatAt(dirf, base)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue

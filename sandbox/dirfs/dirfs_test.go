@@ -130,23 +130,31 @@ func TestReadFile(t *testing.T) {
 		{"dir/", "", sandbox.ErrEscape},
 		{"dir//b.txt", "", sandbox.ErrEscape},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := fsys.ReadFile(ctx, tt.name)
-			if tt.wantErr == nil {
-				if err != nil || string(got) != tt.want {
-					t.Fatalf("ReadFile = %q, %v; want %q", got, err, tt.want)
+	// Both read paths: the kernel's confined lookup (openat2) and os.Root.
+	for _, openat2 := range []bool{true, false} {
+		restore := dirfs.UseOpenat2(openat2)
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("openat2=%v/%s", openat2, tt.name), func(t *testing.T) {
+				got, err := fsys.ReadFile(ctx, tt.name)
+				if tt.wantErr == nil {
+					if err != nil || string(got) != tt.want {
+						t.Fatalf("ReadFile = %q, %v; want %q", got, err, tt.want)
+					}
+					return
 				}
-				return
-			}
-			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("ReadFile err = %v, want %v", err, tt.wantErr)
-			}
-			var pe *fs.PathError
-			if !errors.As(err, &pe) {
-				t.Fatalf("err %T is not a *fs.PathError", err)
-			}
-		})
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("ReadFile err = %v, want %v", err, tt.wantErr)
+				}
+				var pe *fs.PathError
+				if !errors.As(err, &pe) {
+					t.Fatalf("err %T is not a *fs.PathError", err)
+				}
+			})
+		}
+		if openat2 && !dirfs.Openat2Available() {
+			t.Log("this kernel refuses openat2: only the os.Root path was tested")
+		}
+		restore()
 	}
 	assertOutside(t, outside)
 }
