@@ -29,8 +29,6 @@ type Capture struct {
 	// Range spans the captured text; for an empty multi capture it is the
 	// zero-width position where the sequence would be.
 	Range Range
-	// Nodes are the captured nodes (one for a single capture).
-	Nodes []Range
 }
 
 // Match is one match of a pattern.
@@ -473,9 +471,6 @@ func (m *matcher) result(first, last int32) Match {
 		} else {
 			first, last := t.rangeOf(b.nodes[0]), t.rangeOf(b.nodes[len(b.nodes)-1])
 			c.Range = Range{StartByte: first.StartByte, EndByte: last.EndByte, Start: first.Start, End: last.End}
-			for _, x := range b.nodes {
-				c.Nodes = append(c.Nodes, t.rangeOf(x))
-			}
 		}
 		if r.StartByte <= c.Range.StartByte && c.Range.EndByte <= r.EndByte {
 			// The usual case, a capture inside the match: its text is

@@ -2,15 +2,14 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -178,17 +177,6 @@ func trouble(prefix string, err error) error {
 	return &exitError{code: exitTrouble, msg: msg}
 }
 
-// jsonMatch is one line of `berth ast-grep --json`.
-type jsonMatch struct {
-	File      string            `json:"file"`
-	StartLine int               `json:"start_line"`
-	StartCol  int               `json:"start_col"`
-	EndLine   int               `json:"end_line"`
-	EndCol    int               `json:"end_col"`
-	Text      string            `json:"text"`
-	Captures  map[string]string `json:"captures,omitempty"`
-}
-
 func newASTGrep() *cobra.Command {
 	f := &structFlags{}
 	var asJSON bool
@@ -262,7 +250,7 @@ func runASTGrep(ctx context.Context, out, stderr io.Writer, f *structFlags, asJS
 					break
 				}
 				total++
-				if err := writeMatch(stdout, asJSON, t.display(m.File), m); err != nil {
+				if _, err := stdout.Write(appendMatch(nil, asJSON, t.display(m.File), m)); err != nil {
 					return trouble(astGrepPrefix, err)
 				}
 			}
@@ -275,13 +263,13 @@ func runASTGrep(ctx context.Context, out, stderr io.Writer, f *structFlags, asJS
 				outs []fileOutput
 			)
 			res, err = eng.SearchEach(ctx, fsys, req, func(file string, ms []structural.FileMatch) {
-				var b bytes.Buffer
-				b.Grow(outputSize(ms))
+				shown := t.display(file)
+				out := make([]byte, 0, outputSize(ms))
 				for _, m := range ms {
-					writeMatch(&b, asJSON, t.display(file), m) // a bytes.Buffer takes every write
+					out = appendMatch(out, asJSON, shown, m)
 				}
 				mu.Lock()
-				outs = append(outs, fileOutput{file, b.Bytes()})
+				outs = append(outs, fileOutput{file, out})
 				mu.Unlock()
 			})
 			if err != nil {
@@ -326,26 +314,27 @@ func outputSize(ms []structural.FileMatch) int {
 	return n + n/8
 }
 
-// writeMatch writes one match as ast-grep prints it: a JSON line, or
-// "path:line:text" lines.
-func writeMatch(w io.Writer, asJSON bool, file string, m structural.FileMatch) error {
-	if !asJSON {
-		return printMatchLines(w, file, m)
+// appendMatch appends one match as ast-grep prints it: a JSON line, or,
+// as ast-grep does without a heading, one "path:line:text" line per line of
+// the matched text.
+func appendMatch(dst []byte, asJSON bool, file string, m structural.FileMatch) []byte {
+	if asJSON {
+		return appendMatchJSON(dst, file, m)
 	}
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return enc.Encode(jsonMatch{File: file, StartLine: m.StartLine, StartCol: m.StartCol, EndLine: m.EndLine, EndCol: m.EndCol, Text: m.Text, Captures: m.Captures})
-}
-
-// printMatchLines prints a match as ast-grep does without a heading: one
-// "path:line:text" line per line of the matched text.
-func printMatchLines(w io.Writer, file string, m structural.FileMatch) error {
-	for i, line := range strings.Split(m.Text, "\n") {
-		if _, err := fmt.Fprintf(w, "%s:%d:%s\n", file, m.StartLine+i, line); err != nil {
-			return err
+	text := m.Text
+	for line := m.StartLine; ; line++ {
+		l, rest, more := strings.Cut(text, "\n")
+		dst = append(dst, file...)
+		dst = append(dst, ':')
+		dst = strconv.AppendInt(dst, int64(line), 10)
+		dst = append(dst, ':')
+		dst = append(dst, l...)
+		dst = append(dst, '\n')
+		if !more {
+			return dst
 		}
+		text = rest
 	}
-	return nil
 }
 
 // skipText renders skip counts as "2 binary, 1 too_large".
