@@ -35,7 +35,7 @@ type Capture struct {
 type Match struct {
 	Range
 	Text     string
-	Captures map[string]Capture
+	Captures map[string]*Capture
 }
 
 // Tree is a parsed source. It holds no C memory and is safe to share between
@@ -460,11 +460,17 @@ func (m *matcher) result(first, last int32) Match {
 		r.EndByte, r.End = l.EndByte, l.End
 	}
 	mt := Match{Range: r, Text: string(t.src[r.StartByte:r.EndByte])}
-	if len(m.env) > 0 {
-		mt.Captures = make(map[string]Capture, len(m.env))
+	if len(m.env) == 0 {
+		return mt
 	}
-	for _, b := range m.env {
-		c := Capture{Multi: b.multi}
+	// One allocation for the captures, and a map of pointers into it: a
+	// small map's table holds eight slots, so pointers keep it a quarter
+	// the size of one holding the captures themselves.
+	caps := make([]Capture, len(m.env))
+	mt.Captures = make(map[string]*Capture, len(m.env))
+	for i, b := range m.env {
+		c := &caps[i]
+		c.Multi = b.multi
 		if len(b.nodes) == 0 {
 			p := t.point(b.at)
 			c.Range = Range{StartByte: int(b.at), EndByte: int(b.at), Start: p, End: p}

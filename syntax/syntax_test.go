@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -311,7 +312,7 @@ func TestParserReuse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want[i] = fmt.Sprint(ms)
+		want[i] = showMatches(ms)
 	}
 	var ps Parser
 	defer ps.Close()
@@ -332,7 +333,7 @@ func TestParserReuse(t *testing.T) {
 				t.Fatal(err)
 			}
 			stale = tr
-			if got := fmt.Sprint(ms); got != want[i] {
+			if got := showMatches(ms); got != want[i] {
 				t.Fatalf("round %d source %d: after reuse the matches differ:\n got %.300s\nwant %.300s", round, i, got, want[i])
 			}
 		}
@@ -502,4 +503,23 @@ func TestParseRegions(t *testing.T) {
 		}
 	}
 	t.Fatalf("%d parsers all had a region; the pool hands out at most %d", len(held), regionCount)
+}
+
+// showMatches prints matches with their captures' contents (not pointers),
+// captures in name order.
+func showMatches(ms []Match) string {
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "%v %q", m.Range, m.Text)
+		names := make([]string, 0, len(m.Captures))
+		for n := range m.Captures {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(&b, " %s=%+v", n, *m.Captures[n])
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
