@@ -669,11 +669,13 @@ func init() {
 	go C.berth_prefault(C.int(k), C.size_t(prefaultBytes))
 }
 
-// The regions made resident at start, and how much of each: a typical
-// source file's parse fits in a few MiB.
+// The regions made resident at start, and how much of each: as much as a
+// region keeps resident between parses (BERTH_REGION_KEEP), which holds the
+// parse of all but the largest files (a 750 KB Python file takes 10 MiB; a
+// search hands out the largest files first).
 const (
 	prefaultRegions = 4
-	prefaultBytes   = 4 << 20
+	prefaultBytes   = C.BERTH_REGION_KEEP
 )
 
 // cparser is what a parse needs besides the source: a cancellation flag and
