@@ -11,15 +11,11 @@ import (
 )
 
 // jsonMatch is the reference shape of a `berth ast-grep --json` line, as
-// encoding/json writes it.
+// encoding/json writes it: a FileMatch whose captures are left out when
+// there are none.
 type jsonMatch struct {
-	File      string            `json:"file"`
-	StartLine int               `json:"start_line"`
-	StartCol  int               `json:"start_col"`
-	EndLine   int               `json:"end_line"`
-	EndCol    int               `json:"end_col"`
-	Text      string            `json:"text"`
-	Captures  map[string]string `json:"captures,omitempty"`
+	structural.FileMatch
+	Captures map[string]string `json:"captures,omitempty"`
 }
 
 func referenceJSON(t *testing.T, file string, m structural.FileMatch) []byte {
@@ -27,7 +23,8 @@ func referenceJSON(t *testing.T, file string, m structural.FileMatch) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(jsonMatch{File: file, StartLine: m.StartLine, StartCol: m.StartCol, EndLine: m.EndLine, EndCol: m.EndCol, Text: m.Text, Captures: m.Captures}); err != nil {
+	m.File = file
+	if err := enc.Encode(jsonMatch{FileMatch: m, Captures: m.Captures}); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
