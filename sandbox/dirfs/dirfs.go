@@ -32,10 +32,12 @@ type dirFS struct {
 	root *os.Root
 	name string // what Root reports
 	// top is the root directory opened once more, for the kernel's own
-	// confined lookups (openat2 RESOLVE_BENEATH) on the read path; fd is
-	// its descriptor.
+	// confined lookups (openat2 RESOLVE_BENEATH) on the read path; rc
+	// lends its descriptor out, kept open for the duration of a call even
+	// when Close runs meanwhile (a bare number could be reused by the next
+	// open and point elsewhere).
 	top *os.File
-	fd  int
+	rc  syscall.RawConn
 }
 
 var (
@@ -71,7 +73,13 @@ func NewAt(dir, root string) (sandbox.FS, error) {
 		r.Close()
 		return nil, fmt.Errorf("dirfs: open directory %s: %w", dir, err)
 	}
-	return &dirFS{root: r, name: path.Clean(root), top: top, fd: int(top.Fd())}, nil
+	rc, err := top.SyscallConn()
+	if err != nil {
+		top.Close()
+		r.Close()
+		return nil, fmt.Errorf("dirfs: open directory %s: %w", dir, err)
+	}
+	return &dirFS{root: r, name: path.Clean(root), top: top, rc: rc}, nil
 }
 
 // Root returns the absolute path of the directory inside the sandbox.

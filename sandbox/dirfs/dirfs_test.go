@@ -674,3 +674,28 @@ func FuzzNames(f *testing.F) {
 		assertOutside(t, outside)
 	})
 }
+
+// A closed FS reads nothing, on either read path: its directory descriptor
+// is not used after Close (a reused descriptor number could name another
+// directory).
+func TestReadAfterClose(t *testing.T) {
+	for _, openat2 := range []bool{true, false} {
+		restore := dirfs.UseOpenat2(openat2)
+		ws := t.TempDir()
+		must(t, os.WriteFile(filepath.Join(ws, "a.txt"), []byte("hello\n"), 0o644))
+		fsys, err := dirfs.New(ws)
+		must(t, err)
+		must(t, fsys.(io.Closer).Close())
+		// Descriptors opened now may take the closed one's number.
+		other := t.TempDir()
+		must(t, os.WriteFile(filepath.Join(other, "a.txt"), []byte("other\n"), 0o644))
+		f, err := os.Open(other)
+		must(t, err)
+		got, err := fsys.ReadFile(context.Background(), "a.txt")
+		f.Close()
+		if err == nil || !errors.Is(err, os.ErrClosed) {
+			t.Errorf("openat2=%v: ReadFile after Close = %q, %v; want an error wrapping os.ErrClosed", openat2, got, err)
+		}
+		restore()
+	}
+}

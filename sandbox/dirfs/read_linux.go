@@ -26,19 +26,23 @@ func (d *dirFS) readBeneath(op, name string, buf []byte) (data []byte, ok bool, 
 	if noOpenat2.Load() {
 		return nil, false, nil
 	}
-	var fd int
-	for {
-		// O_NONBLOCK keeps a FIFO from blocking the open; readOpened
-		// refuses anything but a regular file.
-		fd, err = unix.Openat2(d.fd, name, &unix.OpenHow{
-			Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		if err != unix.EINTR && err != unix.EAGAIN {
-			break
+	fd := -1
+	cerr := d.rc.Control(func(dir uintptr) {
+		for {
+			// O_NONBLOCK keeps a FIFO from blocking the open; readOpened
+			// refuses anything but a regular file.
+			fd, err = unix.Openat2(int(dir), name, &unix.OpenHow{
+				Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC,
+				Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+			})
+			if err != unix.EINTR && err != unix.EAGAIN {
+				return
+			}
 		}
-	}
+	})
 	switch {
+	case cerr != nil: // the directory handle is closed: so is the FS
+		return nil, true, &fs.PathError{Op: op, Path: name, Err: fs.ErrClosed}
 	case err == unix.ENOSYS || err == unix.EPERM:
 		noOpenat2.Store(true)
 		return nil, false, nil
