@@ -80,6 +80,21 @@ type globalFlags struct {
 	containerdAddress string
 	containerdFIFODir string
 	nodeName          string
+
+	// Trust settings (docs/security.md).
+	// hostPlacement is off, explicit or fallback; empty picks the
+	// default of the command's mode (see hostPlacementDefault).
+	hostPlacement string
+	// hostRoots are the directories host workspaces must lie under.
+	hostRoots []string
+	// allowUnlabelled lets an explicit container reference name a
+	// container that is not labelled with the run's conversation.
+	allowUnlabelled bool
+	// hostUser is the unprivileged user host processes run as.
+	hostUser string
+	// hostEnv names extra environment variables (NAME or NAME=VALUE)
+	// that host processes get on top of the minimal environment.
+	hostEnv []string
 }
 
 // A command annotated grammarsAnnotation: grammarsOnDemand loads the
@@ -129,6 +144,11 @@ conversation's existing container, or on the host when there is none.`,
 	pf.StringVar(&g.containerdAddress, "containerd-address", "", "containerd socket (default: $CONTAINERD_ADDRESS, else /run/containerd/containerd.sock, else dockerd's)")
 	pf.StringVar(&g.containerdFIFODir, "containerd-fifo-dir", "", "directory for containerd exec FIFOs; containerd must see it at the same path (default: containerd's /run/containerd/fifo)")
 	pf.StringVar(&g.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, for messages in node mode (default: $NODE_NAME)")
+	pf.StringVar(&g.hostPlacement, "host-placement", "", "whether runs may be placed on the host: off, explicit (only \"sandbox\":\"host\"), or fallback (also when auto finds no container); default: fallback for call and serve --mode local, off for serve --mode hosted unless --host-user is set, then explicit")
+	pf.StringSliceVar(&g.hostRoots, "host-root", nil, "directory under which host workspaces must lie (repeatable; default: anywhere for call and serve --mode local, nowhere for serve --mode hosted)")
+	pf.BoolVar(&g.allowUnlabelled, "allow-unlabelled", false, "let an explicit docker://, containerd:// or kube:// reference name a container not labelled with the run's conversation")
+	pf.StringVar(&g.hostUser, "host-user", "", "unprivileged user (name or uid) host processes run as; berth must run as root to use it")
+	pf.StringSliceVar(&g.hostEnv, "host-env", nil, "environment variable (NAME, taken from berth's environment, or NAME=VALUE) host processes get beyond PATH, HOME and LANG (repeatable)")
 	root.AddCommand(newServe(g), newCall(g), newTools(g), newASTGrep(), newASTEdit(), newVersion())
 	return root
 }
