@@ -38,7 +38,8 @@ func CheckOptions(opts []Option) error {
 
 // Check reports whether a fits card c. A question takes a skip, or choices
 // among its options (one unless multi_select), free text where allowed, or
-// both; a permission request takes a decision. The error wraps
+// both; a permission request takes a decision, and one whose call was too
+// large to show (TooLarge) only deny. The error wraps
 // ErrBadAnswer and says what would fit.
 func Check(c Card, a Answer) error {
 	bad := func(format string, args ...any) error {
@@ -49,7 +50,12 @@ func Check(c Card, a Answer) error {
 			return bad("card %d is a permission request: answer with {\"decision\": \"approve\" | \"deny\" | \"allow_run\"}", c.N)
 		}
 		switch a.Decision {
-		case Approve, Deny, AllowRun:
+		case Approve, AllowRun:
+			if c.TooLarge {
+				return bad("card %d's call is too large to show whole, and nothing is approved that was not shown: it can only be denied, send {\"decision\": \"deny\"}", c.N)
+			}
+			return nil
+		case Deny:
 			return nil
 		case "":
 			return bad("card %d is a permission request and the answer has no decision: send {\"decision\": \"approve\" | \"deny\" | \"allow_run\"}", c.N)

@@ -84,7 +84,7 @@ const (
 )
 
 // Card is one numbered card. Question cards use Question … MultiSelect;
-// permission cards use Tool … Summary.
+// permission cards use Tool … TooLarge.
 type Card struct {
 	N      int       `json:"n"`
 	Kind   Kind      `json:"kind"`
@@ -101,8 +101,15 @@ type Card struct {
 	Tool    string `json:"tool,omitempty"`
 	Level   string `json:"level,omitempty"`
 	Surface string `json:"surface,omitempty"`
-	// Summary is the call's arguments, bounded by the gate.
+	// Summary is a short headline of the call's arguments.
 	Summary string `json:"summary,omitempty"`
+	// Detail is the whole call as an operator reads it (the cell's code,
+	// the patch, the file's content …), written by the gate. It is the
+	// caller's text, so a page shows it as text, never as markup.
+	Detail string `json:"detail,omitempty"`
+	// TooLarge says the call was too large to show whole in Detail, so the
+	// card takes only a deny ([Check]).
+	TooLarge bool `json:"too_large,omitempty"`
 }
 
 // Answer answers a card: Choice, Text or Skip for a question, Decision for

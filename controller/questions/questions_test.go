@@ -15,6 +15,7 @@ func TestCheck(t *testing.T) {
 	free := q
 	free.AllowFreeText = true
 	perm := Card{N: 2, Kind: KindPermission, Tool: "write"}
+	huge := Card{N: 3, Kind: KindPermission, Tool: "eval", TooLarge: true}
 	tests := []struct {
 		name string
 		card Card
@@ -39,6 +40,9 @@ func TestCheck(t *testing.T) {
 		{"bad decision", perm, Answer{Decision: "maybe"}, false},
 		{"choice on a permission", perm, Answer{Choice: []string{"A"}}, false},
 		{"no decision", perm, Answer{}, false},
+		{"approve a call too large to show", huge, Answer{Decision: Approve}, false},
+		{"allow_run a call too large to show", huge, Answer{Decision: AllowRun}, false},
+		{"deny a call too large to show", huge, Answer{Decision: Deny}, true},
 	}
 	for _, tt := range tests {
 		err := Check(tt.card, tt.a)
@@ -171,5 +175,43 @@ func TestReplayIsBounded(t *testing.T) {
 	defer fresh.Close()
 	if evs, _ := fresh.Next(t.Context()); evs[0].ID != 11 {
 		t.Fatalf("fresh subscriber starts at %+v", evs[0])
+	}
+}
+
+// TestTooLargeCardTakesOnlyDeny: on a card whose call could not be shown
+// whole, approve and allow_run are refused and leave the card open; deny
+// closes it.
+func TestTooLargeCardTakesOnlyDeny(t *testing.T) {
+	p := New()
+	defer p.Close()
+	sub := p.Subscribe(0)
+	defer sub.Close()
+	type asked struct {
+		a   Answer
+		err error
+	}
+	done := make(chan asked, 1)
+	go func() {
+		_, a, err := p.Ask(t.Context(), Card{Kind: KindPermission, Tool: "eval", Detail: "this call is 300000 bytes and cannot be shown whole", TooLarge: true})
+		done <- asked{a, err}
+	}()
+	for len(p.Cards()) == 0 {
+		if _, err := sub.Next(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []Decision{Approve, AllowRun} {
+		if err := p.Answer(1, Answer{Decision: d}); !errors.Is(err, ErrBadAnswer) {
+			t.Errorf("%s on a too-large card: %v, want ErrBadAnswer", d, err)
+		}
+	}
+	if cards := p.Cards(); len(cards) != 1 || !cards[0].TooLarge {
+		t.Fatalf("after the refused answers the card should stay open: %+v", cards)
+	}
+	if err := p.Answer(1, Answer{Decision: Deny}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || r.a.Decision != Deny {
+		t.Errorf("Ask returned %+v", r)
 	}
 }

@@ -171,12 +171,15 @@ func (g *Gate) ask(ctx context.Context, s tools.Surface, t tools.Tool, args json
 	}
 	wctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
+	detail, tooLarge := Detail(t.Name, args)
 	card, a, err := g.port.Ask(wctx, questions.Card{
-		Kind:    questions.KindPermission,
-		Tool:    t.Name,
-		Level:   t.Level.String(),
-		Surface: string(s),
-		Summary: Summary(args),
+		Kind:     questions.KindPermission,
+		Tool:     t.Name,
+		Level:    t.Level.String(),
+		Surface:  string(s),
+		Summary:  Summary(args),
+		Detail:   detail,
+		TooLarge: tooLarge,
 	})
 	switch {
 	case errors.Is(err, questions.ErrNoSubscriber):
@@ -188,10 +191,13 @@ func (g *Gate) ask(ctx context.Context, s tools.Surface, t tools.Tool, args json
 	case err != nil:
 		return refused(t, err.Error()), nil
 	}
-	switch a.Decision {
-	case questions.Approve:
+	switch {
+	case tooLarge:
+		// The port refuses approve on such a card; never run what was not shown.
+		return refused(t, fmt.Sprintf("the call is too large to show whole on a permission card (%d bytes; a card shows at most %d KiB), so the operator could only deny it (permission card %d): split the work into smaller calls", len(args), MaxDetailBytes>>10, card.N)), nil
+	case a.Decision == questions.Approve:
 		return nil, nil
-	case questions.AllowRun:
+	case a.Decision == questions.AllowRun:
 		g.mu.Lock()
 		g.allowed[t.Name] = true
 		g.mu.Unlock()
@@ -204,8 +210,9 @@ func refused(t tools.Tool, why string) *tools.Result {
 	return tools.Errorf("permission: %s was not run: %s. Do not retry the same call; continue without it, or ask the user (ask_user) how to proceed.", t.Name, why)
 }
 
-// Summary renders a call's arguments for a permission card: compact JSON,
-// cut to MaxSummaryBytes.
+// Summary renders a call's arguments as a permission card's headline:
+// compact JSON, cut to MaxSummaryBytes. The whole call is the card's
+// [Detail].
 func Summary(args json.RawMessage) string {
 	s := string(args)
 	var buf bytes.Buffer
