@@ -24,13 +24,17 @@ type Publisher interface {
 	Publish(eventType string, data any)
 }
 
-// SpawnEvent is the data of EventSpawn.
+// SpawnEvent is the data of EventSpawn. WorkerToken is the worker's
+// secret: the platform sends it with WorkerID on each of the worker's tool
+// calls ("worker", "worker_token" of POST /v1/runs/{id}/tools/{name}), so
+// that berth runs them at most at Surface.
 type SpawnEvent struct {
-	WorkerID string `json:"worker_id"`
-	Label    string `json:"label"`
-	Tier     string `json:"tier"`
-	Surface  string `json:"surface"` // the worker's tools must stay within it (Job.Surface)
-	Brief    string `json:"brief"`
+	WorkerID    string `json:"worker_id"`
+	WorkerToken string `json:"worker_token"`
+	Label       string `json:"label"`
+	Tier        string `json:"tier"`
+	Surface     string `json:"surface"` // the worker's tools must stay within it (Job.Surface)
+	Brief       string `json:"brief"`
 }
 
 // SendEvent is the data of EventSend.
@@ -65,7 +69,7 @@ type platformRunner struct{ p Publisher }
 
 func (r *platformRunner) Run(ctx context.Context, job Job) (string, error) {
 	if job.Attempt <= 1 || len(job.Messages) == 0 {
-		r.p.Publish(EventSpawn, SpawnEvent{WorkerID: job.WorkerID, Label: job.Label, Tier: job.Tier, Surface: string(job.Surface), Brief: job.Brief})
+		r.p.Publish(EventSpawn, SpawnEvent{WorkerID: job.WorkerID, WorkerToken: job.Token, Label: job.Label, Tier: job.Tier, Surface: string(job.Surface), Brief: job.Brief})
 	} else {
 		r.p.Publish(EventSend, SendEvent{WorkerID: job.WorkerID, Attempt: job.Attempt, Surface: string(job.Surface), Messages: job.Messages, Prompt: job.Prompt()})
 	}

@@ -2,11 +2,14 @@ package vibe
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"berth.dev/berth/tools"
 )
 
 // fakePlatform is a hosting platform with its own agent loop, in process:
@@ -86,8 +89,12 @@ func TestPlatform(t *testing.T) {
 	}
 
 	f.ok("vibe_spawn", map[string]any{"brief": "port the tests", "label": "port", "tier": "good"}, "spawned w1")
-	if d := next(EventSpawn).data.(SpawnEvent); d != (SpawnEvent{WorkerID: "w1", Label: "port", Tier: TierGood, Surface: "default", Brief: "port the tests"}) {
-		t.Errorf("spawn event = %+v", d)
+	d1 := next(EventSpawn).data.(SpawnEvent)
+	if len(d1.WorkerToken) < 26 {
+		t.Errorf("spawn event's worker token %q is not a 128-bit secret", d1.WorkerToken)
+	}
+	if d1.WorkerToken = ""; d1 != (SpawnEvent{WorkerID: "w1", Label: "port", Tier: TierGood, Surface: "default", Brief: "port the tests"}) {
+		t.Errorf("spawn event = %+v", d1)
 	}
 	f.ok("vibe_wait", map[string]any{"worker_id": "w1"}, "done", "done: port the tests")
 	mu.Lock()
@@ -128,4 +135,55 @@ func TestPlatform(t *testing.T) {
 		t.Errorf("kill event = %+v", d)
 	}
 	f.ok("vibe_list", nil, "w1", "failed", "w2", "killed")
+}
+
+// TestWorkerToken: each worker gets its own secret, published only in its
+// spawn event; Authorize accepts it while the worker runs, at the surface
+// the worker was spawned from, and refuses a wrong token, another
+// worker's token, an unknown worker and an ended one.
+func TestWorkerToken(t *testing.T) {
+	p := &fakePlatform{events: make(chan event, 4)}
+	f := newFixture(t, func(*fixture) Runner { return Platform(p) }, Options{})
+	f.surface = tools.SurfacePlan
+	f.ok("vibe_spawn", map[string]any{"brief": "hang: plan it", "label": "planner"}, "spawned w1")
+	f.surface = tools.SurfaceDefault
+	f.ok("vibe_spawn", map[string]any{"brief": "hang: do it", "label": "doer"}, "spawned w2")
+	tokens := map[string]string{}
+	for range 2 {
+		ev := <-p.events
+		d := ev.data.(SpawnEvent)
+		tokens[d.WorkerID] = d.WorkerToken
+	}
+	if tokens["w1"] == "" || tokens["w1"] == tokens["w2"] {
+		t.Fatalf("worker tokens %q: want two different secrets", tokens)
+	}
+	for _, w := range f.sup.Workers() {
+		if b, _ := json.Marshal(w); strings.Contains(string(b), tokens[w.ID]) {
+			t.Errorf("worker info shows the token: %s", b)
+		}
+	}
+	if s, err := f.sup.Authorize("w1", tokens["w1"]); err != nil || s != tools.SurfacePlan {
+		t.Errorf("w1 with its token: %q, %v; want plan", s, err)
+	}
+	if s, err := f.sup.Authorize("w2", tokens["w2"]); err != nil || s != tools.SurfaceDefault {
+		t.Errorf("w2 with its token: %q, %v; want default", s, err)
+	}
+	for _, tt := range []struct {
+		id, token string
+		want      error
+	}{
+		{"w1", tokens["w2"], ErrWorkerToken},
+		{"w1", "", ErrWorkerToken},
+		{"w1", tokens["w1"] + "x", ErrWorkerToken},
+		{"w9", tokens["w1"], ErrNotFound},
+	} {
+		if _, err := f.sup.Authorize(tt.id, tt.token); !errors.Is(err, tt.want) {
+			t.Errorf("Authorize(%s, %q) = %v, want %v", tt.id, tt.token, err, tt.want)
+		}
+	}
+	f.ok("vibe_kill", map[string]any{"worker_id": "w1"}, "killed w1")
+	<-p.events // the kill
+	if _, err := f.sup.Authorize("w1", tokens["w1"]); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("killed w1 with its token: %v, want ErrNotRunning", err)
+	}
 }

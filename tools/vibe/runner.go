@@ -34,6 +34,11 @@ func (f RunnerFunc) Run(ctx context.Context, job Job) (string, error) { return f
 type Job struct {
 	// WorkerID is the worker's id ("w1"), Label the lead agent's label.
 	WorkerID, Label string
+	// Token is the worker's secret, the same for all its attempts: a tool
+	// call presenting it with WorkerID runs as this worker, at most at
+	// Surface ([Supervisor.Authorize]). [Platform] publishes it in
+	// EventSpawn and nowhere else; the other runners keep it to themselves.
+	Token string
 	// Tier is TierFast or TierGood.
 	Tier string
 	// Surface is the narrowest surface the lead agent spawned or sent to

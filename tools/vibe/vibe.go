@@ -24,6 +24,8 @@ package vibe
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"sort"
@@ -115,6 +117,7 @@ type Supervisor struct {
 // worker is one row of the table; its fields are guarded by Supervisor.mu.
 type worker struct {
 	id, label, tier string
+	token           string        // the worker's secret (Job.Token); never in WorkerInfo
 	surface         tools.Surface // the narrowest surface that spawned or sent to it
 	brief           string
 	messages        []string // follow-ups that have been run or are running
@@ -229,7 +232,7 @@ func (s *Supervisor) spawn(ctx context.Context, in SpawnInput) (*tools.Result, e
 		return tools.Errorf("vibe_spawn: this run already had %d workers, the most it may have: reuse one with vibe_send", MaxWorkers), nil
 	}
 	s.nextID++
-	w := &worker{id: fmt.Sprintf("w%d", s.nextID), label: label, tier: tier, brief: in.Brief, surface: tools.SurfaceOf(ctx), changed: make(chan struct{})}
+	w := &worker{id: fmt.Sprintf("w%d", s.nextID), label: label, tier: tier, token: rand.Text(), brief: in.Brief, surface: tools.SurfaceOf(ctx), changed: make(chan struct{})}
 	s.workers[w.id] = w
 	s.startLocked(w)
 	info := w.infoLocked(time.Now())
@@ -268,7 +271,7 @@ func (s *Supervisor) startLocked(w *worker) {
 	w.reports = make(chan Report, 1)
 	w.attemptDone = make(chan struct{})
 	job := Job{
-		WorkerID: w.id, Label: w.label, Tier: w.tier, Surface: w.surface, Attempt: w.attempt,
+		WorkerID: w.id, Token: w.token, Label: w.label, Tier: w.tier, Surface: w.surface, Attempt: w.attempt,
 		Brief: w.brief, Messages: append([]string(nil), w.messages...),
 		Previous: w.result, Reports: w.reports,
 	}
@@ -523,12 +526,37 @@ func (s *Supervisor) Report(workerID, status, result string) error {
 	return fmt.Errorf("vibe: report status %q: use %s, %s or %s", status, StatusRunning, StatusDone, StatusFailed)
 }
 
-// Report errors.
+// Authorize checks a worker identity presented with a tool call: the
+// worker's id and the secret token its runner was given (Job.Token). It
+// returns the surface the worker may call at — the narrowest its lead
+// spawned or sent to it from — so the caller runs the call at most there.
+// It fails with ErrNotFound for an unknown id, ErrWorkerToken for a wrong
+// token and ErrNotRunning when the worker has ended: an ended worker's
+// token calls nothing. Tokens are compared in constant time.
+func (s *Supervisor) Authorize(workerID, token string) (tools.Surface, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.workers[workerID]
+	if !ok {
+		return "", fmt.Errorf("vibe: no worker %q in this run: call as a worker only with the worker_id of its vibe.spawn event: %w", workerID, ErrNotFound)
+	}
+	if subtle.ConstantTimeCompare([]byte(token), []byte(w.token)) != 1 {
+		return "", fmt.Errorf("vibe: the worker_token is not worker %s's: send the worker_token of its vibe.spawn event: %w", workerID, ErrWorkerToken)
+	}
+	if w.status != StatusRunning {
+		return "", fmt.Errorf("vibe: worker %s is %s, not running, so it may not call tools; the lead can run it again with vibe_send: %w", workerID, w.status, ErrNotRunning)
+	}
+	return w.surface, nil
+}
+
+// Report and Authorize errors.
 var (
 	// ErrNotFound: no worker of that id in this run.
 	ErrNotFound = errors.New("no such worker")
 	// ErrNotRunning: the worker has ended.
 	ErrNotRunning = errors.New("worker not running")
+	// ErrWorkerToken: a call presented a worker id with the wrong token.
+	ErrWorkerToken = errors.New("wrong worker token")
 )
 
 // Close kills every running worker, waits for their attempts to end, and
