@@ -72,7 +72,8 @@ func (s *Sandbox) Start(ctx context.Context, cmd *sandbox.Cmd) (sandbox.Process,
 	if delay <= 0 {
 		delay = sandbox.DefaultWaitDelay
 	}
-	args := append([]string{"run", "--wait-delay=" + delay.String(), "--direct-stdout", "--"}, cmd.Args...)
+	args := append([]string{"run", "--wait-delay=" + delay.String(), "--direct-stdout"}, s.opts.RunFlags...)
+	args = append(append(args, "--"), cmd.Args...)
 	st, err := s.exec(ctx, ExecSpec{Env: cmd.Env, Dir: cmd.Dir, User: cmd.User}, args...)
 	if err != nil {
 		return nil, err

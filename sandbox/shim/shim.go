@@ -24,6 +24,9 @@ type Options struct {
 	// MaxFSSessions bounds how many file-server processes run at once for
 	// one FS; zero means 4.
 	MaxFSSessions int
+	// RunFlags are added to the agent's "run" mode for every process, for
+	// example "--user=UID:GID" and "--nproc=N" (see package agent).
+	RunFlags []string
 }
 
 // Sandbox runs processes, serves files and relays Dial streams inside a

@@ -3,7 +3,7 @@
 //
 // Modes, chosen by the first argument:
 //
-//	berth-shim run [--wait-delay=D] [--direct-stdout] -- PROGRAM ARGS...
+//	berth-shim run [--wait-delay=D] [--direct-stdout] [--user=UID:GID[:G1,G2...]] [--nproc=N] -- PROGRAM ARGS...
 //	berth-shim fs ROOT
 //	berth-shim dial tcp 127.0.0.1:PORT | dial unix /path/to/socket
 //	berth-shim version
@@ -11,7 +11,10 @@
 // "run" starts the program in a new process group and speaks the run
 // protocol on stdin and stdout; with --direct-stdout the program writes the
 // agent's stdout itself and the agent's frames go to its stderr, so that
-// output reaches berth without passing through the agent. "fs" serves
+// output reaches berth without passing through the agent. With --user the
+// program runs as that user and groups while the agent keeps its own (so
+// that the program can neither signal nor trace its supervisor), and with
+// --nproc it starts with RLIMIT_NPROC N. "fs" serves
 // files below ROOT; "dial" relays raw bytes between stdio and a
 // connection. The frame format is in frame.go.
 package agent
@@ -19,7 +22,9 @@ package agent
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -35,33 +40,16 @@ func Main(args []string) int {
 		fmt.Println(Version)
 		return 0
 	case "run":
-		delay := 2 * time.Second
-		direct := false
-		rest := args[1:]
-		for len(rest) > 0 && rest[0] != "--" {
-			if rest[0] == "--direct-stdout" {
-				direct = true
-				rest = rest[1:]
-				continue
-			}
-			v, ok := strings.CutPrefix(rest[0], "--wait-delay=")
-			if !ok {
-				fmt.Fprintf(os.Stderr, "berth-shim run: unknown flag %q\n", rest[0])
-				return 2
-			}
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				fmt.Fprintf(os.Stderr, "berth-shim run: bad --wait-delay %q\n", v)
-				return 2
-			}
-			delay = d
-			rest = rest[1:]
+		o, rest, err := parseRun(args[1:])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "berth-shim run: %v\n", err)
+			return 2
 		}
 		if len(rest) < 2 {
 			fmt.Fprintln(os.Stderr, "berth-shim run: want -- PROGRAM ARGS...")
 			return 2
 		}
-		return run(rest[1:], delay, direct)
+		return run(rest[1:], o)
 	case "fs":
 		if len(args) != 2 {
 			fmt.Fprintln(os.Stderr, "berth-shim fs: want ROOT")
@@ -78,4 +66,81 @@ func Main(args []string) int {
 		fmt.Fprintf(os.Stderr, "berth-shim: unknown mode %q\n", args[0])
 		return 2
 	}
+}
+
+// runOptions are the flags of "run".
+type runOptions struct {
+	delay  time.Duration
+	direct bool
+	// cred, when set, is the user and groups the program runs as.
+	cred *syscall.Credential
+	// nproc, when positive, is the program's RLIMIT_NPROC: how many
+	// processes its real user may have.
+	nproc uint64
+}
+
+// parseRun reads the flags of "run" up to "--" and returns the rest,
+// starting at "--".
+func parseRun(args []string) (runOptions, []string, error) {
+	o := runOptions{delay: 2 * time.Second}
+	rest := args
+	for ; len(rest) > 0 && rest[0] != "--"; rest = rest[1:] {
+		flag, val, _ := strings.Cut(rest[0], "=")
+		switch flag {
+		case "--direct-stdout":
+			o.direct = true
+		case "--wait-delay":
+			d, err := time.ParseDuration(val)
+			if err != nil || d <= 0 {
+				return o, nil, fmt.Errorf("bad --wait-delay %q", val)
+			}
+			o.delay = d
+		case "--user":
+			c, err := parseCredential(val)
+			if err != nil {
+				return o, nil, fmt.Errorf("bad --user %q: %v; want UID:GID or UID:GID:G1,G2,...", val, err)
+			}
+			o.cred = c
+		case "--nproc":
+			n, err := strconv.ParseUint(val, 10, 64)
+			if err != nil || n == 0 {
+				return o, nil, fmt.Errorf("bad --nproc %q: want a positive number of processes", val)
+			}
+			o.nproc = n
+		default:
+			return o, nil, fmt.Errorf("unknown flag %q", rest[0])
+		}
+	}
+	return o, rest, nil
+}
+
+// parseCredential reads UID:GID[:G1,G2,...].
+func parseCredential(s string) (*syscall.Credential, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return nil, fmt.Errorf("want two or three fields")
+	}
+	id := func(v string) (uint32, error) {
+		n, err := strconv.ParseUint(v, 10, 32)
+		return uint32(n), err
+	}
+	uid, err := id(parts[0])
+	if err != nil {
+		return nil, err
+	}
+	gid, err := id(parts[1])
+	if err != nil {
+		return nil, err
+	}
+	c := &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}
+	if len(parts) == 3 && parts[2] != "" {
+		for _, g := range strings.Split(parts[2], ",") {
+			n, err := id(g)
+			if err != nil {
+				return nil, err
+			}
+			c.Groups = append(c.Groups, n)
+		}
+	}
+	return c, nil
 }

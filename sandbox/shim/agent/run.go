@@ -16,6 +16,10 @@ import (
 	"time"
 )
 
+// rlimitNproc is RLIMIT_NPROC on Linux, which package syscall does not
+// name.
+const rlimitNproc = 6
+
 // termGrace is how long the agent waits between SIGTERM and SIGKILL when
 // berth went away.
 const termGrace = time.Second
@@ -77,7 +81,8 @@ func (s *supervisor) lost() { s.once.Do(func() { close(s.fail) }) }
 // to the agent's stdout and the frames go to the agent's stderr; otherwise
 // the agent relays stdout in frames on its stdout, as agents before
 // berth-shim/2 did.
-func run(args []string, delay time.Duration, direct bool) int {
+func run(args []string, o runOptions) int {
+	delay, direct := o.delay, o.direct
 	// The agent only relays: one P lets the goroutine that the poller wakes
 	// for a frame or for the child's output do the whole relay on the
 	// thread that woke, instead of waking further threads to steal it.
@@ -136,9 +141,20 @@ func run(args []string, delay time.Duration, direct bool) int {
 		}
 		s.outDev, s.outIno = st.Dev, st.Ino
 	}
+	if o.nproc > 0 {
+		// Rlimits are inherited: the agent's own limit becomes the
+		// child's. The agent is not held to it when it runs as root.
+		lim := syscall.Rlimit{Cur: o.nproc, Max: o.nproc}
+		if err := syscall.Setrlimit(rlimitNproc, &lim); err != nil {
+			s.send(TypeStartFail, []byte(fmt.Sprintf("set RLIMIT_NPROC to %d: %v", o.nproc, err)))
+			return 0
+		}
+	}
 	proc, err := os.StartProcess(prog, args, &os.ProcAttr{
 		Files: []*os.File{inR, childOut, errW},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		// Empty Groups with a Credential drops the agent's supplementary
+		// groups: the child has exactly the ones it was given.
+		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: o.cred},
 	})
 	inR.Close()
 	errW.Close()
