@@ -25,16 +25,57 @@ import (
 
 // Options configure the host sandbox.
 type Options struct {
-	// Env is the base environment of every process; nil means os.Environ().
+	// Env is added to the base environment of every process (BaseEnv:
+	// PATH, HOME, LANG), KEY=VALUE, a later entry overriding an earlier
+	// one; a command's own Cmd.Env comes after it. Nothing of berth's
+	// environment is inherited beyond BaseEnv: nil means BaseEnv alone.
 	Env []string
+	// User, when set, runs every process as that unprivileged user (see
+	// LookupUser) while the agent supervising it stays berth's user, so
+	// that the process can neither signal nor trace its supervisor. Files
+	// are still read and written by berth itself (dirfs), so they get
+	// berth's user as owner, and the workspace must be readable and
+	// writable by User for its processes. Nil runs them as berth's user.
+	User *User
+	// PidsMax bounds the processes of User: RLIMIT_NPROC, which counts
+	// every process of that user on the machine. Zero means
+	// DefaultPidsMax, negative means no limit. Without User no process
+	// limit is applied (RLIMIT_NPROC of berth's own user would count
+	// berth and everything else that user runs).
+	PidsMax int
 	// Binary is the agent; nil means shim.Locate.
 	Binary *shim.Binary
+}
+
+// pidsMax is the RLIMIT_NPROC o applies, zero for none.
+func (o Options) pidsMax() int {
+	switch {
+	case o.User == nil || o.PidsMax < 0:
+		return 0
+	case o.PidsMax == 0:
+		return DefaultPidsMax
+	}
+	return o.PidsMax
+}
+
+// Limits says in one line which limits processes started with o get, and
+// which could not be applied, for a log line at start.
+func (o Options) Limits() string {
+	mem := "memory is not limited (berth sets no memory limit on host processes)"
+	if n := o.pidsMax(); n > 0 {
+		return fmt.Sprintf("host processes run as %s (uid %d), at most %d processes of that user in all (RLIMIT_NPROC); %s", o.User.Name, o.User.Uid, n, mem)
+	}
+	if o.User != nil {
+		return fmt.Sprintf("host processes run as %s (uid %d) with no process limit (PidsMax < 0); %s", o.User.Name, o.User.Uid, mem)
+	}
+	return "host processes run as berth's own user with no process limit (set a host user to limit them); " + mem
 }
 
 // Sandbox is the host. It is safe for concurrent use.
 type Sandbox struct {
 	*shim.Sandbox
 
+	user   *User
 	mu     sync.Mutex
 	closed bool
 	fss    []io.Closer
@@ -42,12 +83,19 @@ type Sandbox struct {
 
 // New returns the host sandbox.
 func New(opts Options) *Sandbox {
-	env := opts.Env
-	if env == nil {
-		env = os.Environ()
-	}
+	env := append(BaseEnv(opts.User), opts.Env...)
 	t := &transport{env: env}
-	return &Sandbox{Sandbox: shim.New(t, shim.Options{Name: "host", Binary: opts.Binary})}
+	var flags []string
+	if opts.User != nil {
+		flags = append(flags, opts.User.credentialFlag())
+	}
+	if n := opts.pidsMax(); n > 0 {
+		flags = append(flags, fmt.Sprintf("--nproc=%d", n))
+	}
+	return &Sandbox{
+		Sandbox: shim.New(t, shim.Options{Name: "host", Binary: opts.Binary, RunFlags: flags}),
+		user:    opts.User,
+	}
 }
 
 // Ref returns "host".
@@ -56,10 +104,10 @@ func (s *Sandbox) Ref() string { return "host" }
 // Check reports nil: the host is always there.
 func (s *Sandbox) Check(ctx context.Context) error { return nil }
 
-// Start starts cmd under the agent. cmd.User must be empty or the user berth
-// runs as.
+// Start starts cmd under the agent. cmd.User must be empty or the user
+// processes run as: Options.User, else the user berth runs as.
 func (s *Sandbox) Start(ctx context.Context, cmd *sandbox.Cmd) (sandbox.Process, error) {
-	if err := checkUser(cmd.User); err != nil {
+	if err := checkUser(cmd.User, s.user); err != nil {
 		return nil, err
 	}
 	c := *cmd
@@ -67,10 +115,19 @@ func (s *Sandbox) Start(ctx context.Context, cmd *sandbox.Cmd) (sandbox.Process,
 	return s.Sandbox.Start(ctx, &c)
 }
 
-// checkUser accepts only the current user, by name, uid or uid:gid.
-func checkUser(u string) error {
+// checkUser accepts only the user processes run as (hu, else the current
+// user), by name, uid or uid:gid.
+func checkUser(u string, hu *User) error {
 	if u == "" {
 		return nil
+	}
+	if hu != nil {
+		uid, gid := fmt.Sprint(hu.Uid), fmt.Sprint(hu.Gid)
+		switch u {
+		case hu.Name, uid, uid + ":" + gid:
+			return nil
+		}
+		return fmt.Errorf("host: cannot run as user %q: this host sandbox runs processes only as its host user %q (uid %s); leave Cmd.User empty: %w", u, hu.Name, uid, sandbox.ErrUnsupported)
 	}
 	cur, err := user.Current()
 	if err != nil {
@@ -165,7 +222,7 @@ var _ sandbox.Provider = (*Provider)(nil)
 
 // transport runs the agent on this machine with os/exec.
 type transport struct {
-	env []string
+	env []string // the agent's whole environment, before ExecSpec.Env
 }
 
 func (t *transport) Place(ctx context.Context, bin *shim.Binary) (string, error) {
@@ -173,8 +230,10 @@ func (t *transport) Place(ctx context.Context, bin *shim.Binary) (string, error)
 }
 
 func (t *transport) Exec(ctx context.Context, spec shim.ExecSpec) (shim.Stream, error) {
-	if err := checkUser(spec.User); err != nil {
-		return nil, err
+	if spec.User != "" {
+		// Sandbox.Start clears Cmd.User; the host user goes to the
+		// agent as --user.
+		return nil, fmt.Errorf("host: exec as user %q: the host transport runs the agent as berth's user; set Options.User instead: %w", spec.User, sandbox.ErrUnsupported)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -1,0 +1,245 @@
+package host_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"berth.dev/berth/sandbox"
+	"berth.dev/berth/sandbox/host"
+)
+
+// run starts args in sb and returns its stdout and stderr once it ended.
+func run(t *testing.T, sb sandbox.Sandbox, args ...string) (stdout, stderr string, st sandbox.ExitStatus) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	p, err := sb.Start(ctx, &sandbox.Cmd{Args: args, Dir: "/", Stdout: &out, Stderr: &errOut})
+	if err != nil {
+		t.Fatalf("start %q: %v", args, err)
+	}
+	st, err = p.Wait()
+	if err != nil {
+		t.Fatalf("wait %q: %v", args, err)
+	}
+	return out.String(), errOut.String(), st
+}
+
+// TestEnvHasNoCredential: a host process sees PATH, HOME, LANG and what
+// the operator configured, never berth's own environment.
+func TestEnvHasNoCredential(t *testing.T) {
+	const secret = "berth-test-token-7f3a9c"
+	t.Setenv("BERTH_TOKEN", secret)
+	t.Setenv("BERTH_OTHER_SETTING", secret+"-other")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret+"-aws")
+	sb := host.New(host.Options{Env: []string{"OPERATOR_SET=configured"}})
+	defer sb.Close()
+	// The process's environment, the kernel's copy of it, and that of its
+	// parent, the agent.
+	out, errOut, st := run(t, sb, "/bin/sh", "-c",
+		`env; echo "--- self"; tr '\0' '\n' < /proc/self/environ; echo "--- agent"; tr '\0' '\n' < /proc/$PPID/environ`)
+	if !st.Success() {
+		t.Fatalf("exit %v: %s", st, errOut)
+	}
+	if strings.Contains(out, secret) || strings.Contains(out, "BERTH_") {
+		t.Fatalf("a host process saw berth's environment:\n%s", out)
+	}
+	home := os.Getenv("HOME")
+	for _, want := range []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "LANG=", "OPERATOR_SET=configured"} {
+		if strings.Count(out, "\n"+want)+btoi(strings.HasPrefix(out, want)) < 3 {
+			t.Errorf("%q is not in the process's, /proc/self's and the agent's environment:\n%s", want, out)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// nobody returns the host user "nobody", skipping unless the test runs as
+// root.
+func nobody(t *testing.T) *host.User {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("running processes as another user needs root")
+	}
+	u, err := host.LookupUser("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	return u
+}
+
+func TestLookupUserRefuses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		_, err := host.LookupUser("nobody")
+		if err == nil || !strings.Contains(err.Error(), "not root") {
+			t.Fatalf("LookupUser as uid %d = %v, want a refusal saying berth is not root", os.Geteuid(), err)
+		}
+		return
+	}
+	for _, name := range []string{"root", "0", "berth-no-such-user"} {
+		if u, err := host.LookupUser(name); err == nil {
+			t.Errorf("LookupUser(%q) = %+v, want a refusal", name, u)
+		}
+	}
+}
+
+// TestHostUser: with a host user, processes run as that user, with its
+// home, cannot read a root-only token file and cannot kill their agent.
+func TestHostUser(t *testing.T) {
+	u := nobody(t)
+	dir := reachableDir(t) // only the file's mode protects it
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("berth-test-token-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	public := filepath.Join(dir, "public")
+	if err := os.WriteFile(public, []byte("public-ok\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `id -u; id -g; echo "HOME=$HOME"; cat ` + public + `; cat ` + token + ` && echo READ; kill -9 $PPID && echo KILLED; echo end`
+
+	// As berth's own user the same read succeeds.
+	own := host.New(host.Options{})
+	defer own.Close()
+	if out, _, _ := run(t, own, "/bin/sh", "-c", "cat "+token+" && echo READ"); !strings.Contains(out, "READ") {
+		t.Fatalf("the control run as berth's user did not read the token file:\n%s", out)
+	}
+
+	sb := host.New(host.Options{User: u})
+	defer sb.Close()
+	out, errOut, _ := run(t, sb, "/bin/sh", "-c", script)
+	lines := strings.Split(out, "\n")
+	if len(lines) < 3 || lines[0] != fmt.Sprint(u.Uid) || lines[1] != fmt.Sprint(u.Gid) {
+		t.Fatalf("uid and gid = %q, want %d and %d (stderr %s)", lines, u.Uid, u.Gid, errOut)
+	}
+	if lines[2] != "HOME="+u.Home {
+		t.Errorf("%s, want HOME=%s", lines[2], u.Home)
+	}
+	if !strings.Contains(out, "public-ok") {
+		t.Errorf("the host user could not read a public file beside the token (the test proves nothing):\n%s", out)
+	}
+	if strings.Contains(out, "berth-test-token-file") || strings.Contains(out, "READ") {
+		t.Errorf("the host user read a 0600 root file:\n%s", out)
+	}
+	if strings.Contains(out, "KILLED") || !strings.Contains(out, "end") {
+		t.Errorf("the host user killed its agent:\n%s", out)
+	}
+	if !strings.Contains(errOut, "ermission denied") {
+		t.Errorf("stderr %q, want the refused read", errOut)
+	}
+	if _, err := sb.Start(context.Background(), &sandbox.Cmd{Args: []string{"true"}, User: "root"}); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("Cmd.User root in a host-user sandbox: %v, want ErrUnsupported", err)
+	}
+}
+
+// lineBuffer is a buffer that output is copied into while the test reads it.
+type lineBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lineBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lineBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestForkBomb: a process that forks until it cannot stops at the host
+// user's process limit; berth's own processes still start meanwhile, and
+// Close leaves none of the bomb's processes behind.
+func TestForkBomb(t *testing.T) {
+	u := nobody(t)
+	const pidsMax = 48
+	const bound = 1000 // the loop ends here even without a limit
+	sb := host.New(host.Options{User: u, PidsMax: pidsMax})
+	defer sb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The loop runs in a subshell, which exits when a fork fails; its
+	// parent then holds the limit with everything it forked still alive.
+	script := fmt.Sprintf(`(i=0; while [ $i -lt %d ]; do sleep 120 & echo "pid $!"; i=$((i+1)); done); echo forking-stopped; exec sleep 120`, bound)
+	var out, errOut lineBuffer
+	p, err := sb.Start(ctx, &sandbox.Cmd{Args: []string{"/bin/sh", "-c", script}, Dir: "/", Stdout: &out, Stderr: &errOut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(out.String(), "forking-stopped") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the fork loop did not stop: %d forks so far; stderr %s", strings.Count(out.String(), "pid "), errOut.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	var pids []int
+	for _, l := range strings.Split(out.String(), "\n") {
+		if v, ok := strings.CutPrefix(l, "pid "); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("line %q", l)
+			}
+			pids = append(pids, n)
+		}
+	}
+	t.Logf("forked %d processes before the limit of %d; stderr: %s", len(pids), pidsMax, strings.TrimSpace(errOut.String()))
+	if len(pids) >= pidsMax {
+		t.Fatalf("forked %d processes, beyond the limit of %d", len(pids), pidsMax)
+	}
+	if !strings.Contains(errOut.String(), "fork") {
+		t.Errorf("stderr %q, want the shell's fork failure", errOut.String())
+	}
+	// The machine keeps working: berth starts a process in another sandbox.
+	other := host.New(host.Options{})
+	defer other.Close()
+	if out, _, st := run(t, other, "echo", "alive"); !st.Success() || out != "alive\n" {
+		t.Fatalf("another sandbox while the bomb holds its limit: %v %q", st, out)
+	}
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(); err != nil && !strings.Contains(err.Error(), "closed") {
+		t.Logf("bomb wait after Close: %v", err)
+	}
+	for _, pid := range pids {
+		if uid, ok := procUid(pid); ok && uid == u.Uid {
+			t.Errorf("process %d of the bomb is still there after Close", pid)
+		}
+	}
+}
+
+// procUid returns the real uid of pid, false when it is gone.
+func procUid(pid int) (uint32, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Uid:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, err := strconv.ParseUint(f[0], 10, 32)
+				return uint32(n), err == nil
+			}
+		}
+	}
+	return 0, false
+}
