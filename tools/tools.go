@@ -297,3 +297,60 @@ func (r *Registry) Call(ctx context.Context, s Surface, name string, args json.R
 	}
 	return res, err
 }
+
+// Step is a program that a tool of a lower level would run and that does
+// more than the tool's level says: a read-level project check whose checker
+// executes the project's own code (cargo check runs build scripts and proc
+// macros). Such a step is asked for as if it were a call of Level.
+type Step struct {
+	// Tool is the tool running the step ("lsp").
+	Tool string
+	// Level is the step's own level, normally LevelExec.
+	Level Level
+	// Command is the exact command line that would run (environment
+	// assignments, the program and its arguments, and the directory); a
+	// permission card shows it verbatim.
+	Command string
+	// Why says what in the step executes project code, for the card and
+	// for the refusal.
+	Why string
+}
+
+// ErrStepRefused is wrapped by every refusal of [ApproveStep].
+var ErrStepRefused = errors.New("step refused")
+
+// StepApprover decides a [Step] for the call whose context carries it: nil
+// means it may run.
+type StepApprover func(ctx context.Context, step Step) error
+
+type stepApproverKey struct{}
+
+// WithStepApprover returns ctx carrying a, for the handler of one call. The
+// permission gate installs it (tools/permission's Gate.Wrap); nothing else
+// should.
+func WithStepApprover(ctx context.Context, a StepApprover) context.Context {
+	return context.WithValue(ctx, stepApproverKey{}, a)
+}
+
+// ApproveStep asks the permission gate of the current call whether a step
+// inside a lower-level tool may run. It refuses, with an error wrapping
+// ErrStepRefused that says why and what to do instead, when the call's
+// surface (SurfaceOf) does not allow the step's level (plan and readonly
+// runs), when no gate is in ctx (fail closed), or when the gate's policy or
+// the operator refuses it. A nil error means the step may run now.
+func ApproveStep(ctx context.Context, step Step) error {
+	if step.Level < LevelRead || step.Level > LevelExec {
+		return fmt.Errorf("tools: step %q of %s has no level: %w", step.Command, step.Tool, ErrStepRefused)
+	}
+	s := SurfaceOf(ctx)
+	if step.Level > s.MaxLevel() {
+		return fmt.Errorf("tools: %s did not run %q: %s; it is a %s-level step and the %s surface allows only %s, so a plan or readonly run cannot run project code: %w",
+			step.Tool, step.Command, step.Why, step.Level, s, s.MaxLevel(), ErrStepRefused)
+	}
+	a, _ := ctx.Value(stepApproverKey{}).(StepApprover)
+	if a == nil {
+		return fmt.Errorf("tools: %s did not run %q: %s; this call has no permission gate to approve a %s-level step: %w",
+			step.Tool, step.Command, step.Why, step.Level, ErrStepRefused)
+	}
+	return a(ctx, step)
+}

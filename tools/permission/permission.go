@@ -144,6 +144,7 @@ var _ tools.Middleware = (*Gate)(nil).Wrap
 func (g *Gate) Wrap(t tools.Tool, next tools.Handler) tools.Handler {
 	return func(ctx context.Context, args json.RawMessage) (*tools.Result, error) {
 		s := tools.SurfaceOf(ctx)
+		ctx = tools.WithStepApprover(ctx, func(ctx context.Context, step tools.Step) error { return g.ApproveStep(ctx, s, step) })
 		switch g.policy.Decide(s, t) {
 		case Allow:
 			return next(ctx, args)
@@ -227,4 +228,75 @@ func Summary(args json.RawMessage) string {
 		cut--
 	}
 	return s[:cut] + fmt.Sprintf("… (%d bytes in all)", len(s))
+}
+
+// ApproveStep decides a step inside a call made on surface s (see
+// [tools.ApproveStep], through which tools reach it): refused when s does
+// not allow the step's level; else the policy decides it as a call of
+// step.Tool at step.Level — Allow runs it, Deny refuses it, Ask draws a
+// permission card whose summary is the step's exact command line and why it
+// needs approval. "Allow for this run" on such a card allows that same
+// command (not the tool) for the rest of the run. Every refusal wraps
+// tools.ErrStepRefused and says what to do instead.
+func (g *Gate) ApproveStep(ctx context.Context, s tools.Surface, step tools.Step) error {
+	if step.Level > s.MaxLevel() {
+		return fmt.Errorf("permission: %s did not run %q: %s; it is a %s-level step and the %s surface allows only %s, so a plan or readonly run cannot run project code: %w",
+			step.Tool, step.Command, step.Why, step.Level, s, s.MaxLevel(), tools.ErrStepRefused)
+	}
+	t := tools.Tool{Name: step.Tool, Level: step.Level}
+	refuse := func(why string) error {
+		return fmt.Errorf("permission: %s did not run %q (%s): %s; do not retry it unchanged, ask the operator to allow %s-level steps or run the check in a container: %w",
+			step.Tool, step.Command, step.Why, why, step.Level, tools.ErrStepRefused)
+	}
+	switch g.policy.Decide(s, t) {
+	case Allow:
+		return nil
+	case Deny:
+		return refuse(fmt.Sprintf("the operator's policy forbids %s-level steps of %s on the %s surface", step.Level, step.Tool, s))
+	}
+	key := "step " + step.Tool + ": " + step.Command
+	g.mu.Lock()
+	ok := g.allowed[key]
+	g.mu.Unlock()
+	if ok {
+		return nil
+	}
+	if g.port == nil {
+		return refuse("no approver can be reached in this run")
+	}
+	wctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	card, a, err := g.port.Ask(wctx, questions.Card{
+		Kind:    questions.KindPermission,
+		Tool:    step.Tool,
+		Level:   step.Level.String(),
+		Surface: string(s),
+		Summary: StepSummary(step),
+	})
+	switch {
+	case errors.Is(err, questions.ErrNoSubscriber):
+		return refuse("no approver is connected to this run")
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("permission: %s stopped waiting for approval of %q: %w", step.Tool, step.Command, ctx.Err())
+	case errors.Is(err, context.DeadlineExceeded):
+		return refuse(fmt.Sprintf("permission card %d got no decision within %v", card.N, g.timeout.Round(time.Second)))
+	case err != nil:
+		return refuse(err.Error())
+	}
+	switch a.Decision {
+	case questions.Approve:
+		return nil
+	case questions.AllowRun:
+		g.mu.Lock()
+		g.allowed[key] = true
+		g.mu.Unlock()
+		return nil
+	}
+	return refuse(fmt.Sprintf("the operator denied it (permission card %d)", card.N))
+}
+
+// StepSummary is a step's permission card summary: the whole command line,
+// never cut, and why it needs approval.
+func StepSummary(step tools.Step) string {
+	return fmt.Sprintf("step of %s: %s\nwhy: %s", step.Tool, step.Command, step.Why)
 }
