@@ -147,14 +147,27 @@ function renderCard(c) {
   };
   const deadline = c.deadline ? el("div", { class: "small" }, "times out at " + new Date(c.deadline).toLocaleTimeString()) : null;
   if (c.kind === "permission") {
+    // The detail is the whole call, written by the caller: it goes in as
+    // text (textContent), never as markup, in a box that scrolls.
+    let shown = null;
+    if (c.detail || c.summary) {
+      shown = el("pre", { class: c.detail ? "detail" : "summary", tabindex: "0" });
+      shown.textContent = c.detail || c.summary;
+    }
+    const deny = el("button", { type: "button", class: "decision deny", dataset: { decision: "deny" }, onclick: () => answer({ decision: "deny" }) }, "Deny");
+    // A call too large to show whole can only be denied: nothing is
+    // approved that was not shown.
+    const actions = c.too_large ? el("div", { class: "actions" }, deny,
+      el("span", { class: "small too-large" }, "too large to show whole: it can only be denied"))
+      : el("div", { class: "actions" },
+        el("button", { type: "button", class: "decision", dataset: { decision: "approve" }, onclick: () => answer({ decision: "approve" }) }, "Approve"),
+        deny,
+        el("button", { type: "button", class: "decision", dataset: { decision: "allow_run" }, onclick: () => answer({ decision: "allow_run" }) }, "Allow " + c.tool + " for this run"));
     add(card,
       el("div", { class: "question" }, "May " + c.tool + " (" + c.level + ") run?"),
-      c.summary ? el("pre", {}, c.summary) : null,
+      shown,
       deadline,
-      el("div", { class: "actions" },
-        el("button", { type: "button", class: "decision", dataset: { decision: "approve" }, onclick: () => answer({ decision: "approve" }) }, "Approve"),
-        el("button", { type: "button", class: "decision deny", dataset: { decision: "deny" }, onclick: () => answer({ decision: "deny" }) }, "Deny"),
-        el("button", { type: "button", class: "decision", dataset: { decision: "allow_run" }, onclick: () => answer({ decision: "allow_run" }) }, "Allow " + c.tool + " for this run")),
+      actions,
       err);
     return card;
   }
