@@ -115,6 +115,16 @@ func hardLinks(fi fs.FileInfo) uint64 {
 	return 1
 }
 
+// singleLink refuses a file with more than one hard link: another name for
+// it may lie outside the workspace, where the tools must not reach. not
+// says what the tool does not do with it ("changed in place", "read").
+func singleLink(name string, fi fs.FileInfo, not string) error {
+	if n := hardLinks(fi); n > 1 {
+		return errorf("%s has %d hard links, which may reach outside the workspace, so it is not %s: copy it first (cp %s %s.tmp && mv %s.tmp %s) and retry", name, n, not, name, name, name, name)
+	}
+	return nil
+}
+
 // readText reads the regular text file name for a tool that changes it:
 // missing files, symbolic links, non-regular files, binary files and files
 // with more than one hard link (which may reach outside the workspace) are
@@ -130,8 +140,8 @@ func (w *workspace) readText(ctx context.Context, name string) ([]byte, fs.FileI
 	if err := w.changeable(ctx, name, fi); err != nil {
 		return nil, nil, err
 	}
-	if n := hardLinks(fi); n > 1 {
-		return nil, nil, errorf("%s has %d hard links, which may reach outside the workspace, so it is not changed in place: copy it first (cp %s %s.tmp && mv %s.tmp %s) and retry", name, n, name, name, name, name)
+	if err := singleLink(name, fi, "changed in place"); err != nil {
+		return nil, nil, err
 	}
 	data, err := w.fs.ReadFile(ctx, name)
 	if err != nil {

@@ -427,6 +427,26 @@ func TestEditHardlink(t *testing.T) {
 	assertSame(t, before, snapshot(t, e.base))
 }
 
+// TestReadHardlink: read refuses a hard link to a file outside the
+// workspace (both under one t.TempDir, so on one file system), as the
+// editors do, also when reached through a symbolic link inside; the
+// outside file's content never shows.
+func TestReadHardlink(t *testing.T) {
+	e := newEnv(t)
+	if err := os.Link(e.outside, filepath.Join(e.ws, "hard")); err != nil {
+		t.Skipf("no hard links here: %v", err)
+	}
+	must(t, os.Symlink("hard", filepath.Join(e.ws, "to-hard")))
+	for _, p := range []string{"hard", "to-hard", filepath.Join(e.ws, "hard")} {
+		res := e.call(t, "read", map[string]any{"path": p})
+		wantError(t, res, "has 2 hard links, which may reach outside the workspace, so it is not read", "copy it first")
+		if strings.Contains(res.AllText(), "secret") {
+			t.Errorf("read %s showed the outside file: %s", p, res.AllText())
+		}
+	}
+	wantOK(t, e.call(t, "read", map[string]any{"path": "a.txt"}), "alpha")
+}
+
 func TestApplyPatch(t *testing.T) {
 	tests := []struct {
 		name    string

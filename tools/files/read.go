@@ -47,6 +47,9 @@ func (w *workspace) doRead(ctx context.Context, in ReadInput) (*tools.Result, er
 	if !fi.Mode().IsRegular() {
 		return nil, errorf("%s is not a regular file (%s) and cannot be read", name, fi.Mode().Type())
 	}
+	if err := singleLink(name, fi, "read"); err != nil {
+		return nil, err
+	}
 	data, err := w.fs.ReadFile(ctx, name)
 	if err != nil {
 		return nil, w.fsError(name, err)
