@@ -185,7 +185,11 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		pctx, cancel := context.WithCancel(s.runCtx)
 		absRoot := path.Join(s.root, in.key.root)
 		args := append([]string{g.binary}, in.spec.Args...)
-		stream, err := sandbox.Pipe(pctx, s.sb, &sandbox.Cmd{Args: args, Dir: absRoot, Stderr: g.stderr, WaitDelay: waitDelay})
+		var env []string
+		if s.opts.Host {
+			env = []string{proc.HostEnv} // gopls runs go list: no toolchain switch on the host
+		}
+		stream, err := sandbox.Pipe(pctx, s.sb, &sandbox.Cmd{Args: args, Env: env, Dir: absRoot, Stderr: g.stderr, WaitDelay: waitDelay})
 		if err != nil {
 			cancel()
 			return fmt.Errorf("starting %s in %s failed: %w", strings.Join(args, " "), absRoot, err)

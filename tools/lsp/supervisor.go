@@ -85,8 +85,12 @@ type Options struct {
 	// StartWait, QueryWait, DiagnosticsWait and Settle override the
 	// defaults of the same names.
 	StartWait, QueryWait, DiagnosticsWait, Settle time.Duration
-	// Host says the sandbox is the host: project-local binaries
-	// (.venv/bin, node_modules/.bin) are not run there.
+	// Host says the sandbox is the host (also implied by a sandbox whose
+	// Ref is "host"): no program of the workspace runs there — neither
+	// project-local binaries (.venv/bin, node_modules/.bin) nor a PATH
+	// program that resolves into the workspace — servers and go commands
+	// get GOTOOLCHAIN=local, and a project check that executes project code
+	// needs an approved exec-level step.
 	Host bool
 }
 
@@ -151,6 +155,9 @@ func showRoot(r string) string {
 // closes.
 func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options) *Supervisor {
 	opts.fill()
+	if sb.Ref() == "host" {
+		opts.Host = true
+	}
 	s := &Supervisor{
 		sb: sb, ws: ws, root: path.Clean(ws.Root()), runCtx: runCtx, opts: opts,
 		cold:    make(chan struct{}, opts.MaxColdStarts),
@@ -296,6 +303,11 @@ func (s *Supervisor) discover(ctx context.Context, dir, ext string, probeAlways 
 		var allowed []string
 		for _, f := range found {
 			if !s.inWorkspace(f) {
+				if s.opts.Host {
+					if real, inside := proc.HostProgram(s.root, f); real == "" || inside {
+						continue // a link from outside into the workspace
+					}
+				}
 				allowed = append(allowed, f)
 				continue
 			}

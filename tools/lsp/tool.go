@@ -1188,9 +1188,12 @@ func (s *Supervisor) reloadAction(ctx context.Context, in Input) (*tools.Result,
 
 // projectCheck runs the project's own checks (diagnostics "*"): one
 // checker per language whose marker is at the workspace root and whose
-// program resolves in the sandbox.
+// program resolves in the sandbox. On the host no program of the workspace
+// is chosen, and a check that executes project code runs only as an
+// approved exec-level step (projectcheck.Run asks); a refused one is
+// reported and the others still run.
 func (s *Supervisor) projectCheck(ctx context.Context) (*tools.Result, error) {
-	apps, missing, err := projectcheck.Find(ctx, s.sb, s.root, s.root)
+	apps, missing, err := projectcheck.Find(ctx, s.sb, s.root, s.root, projectcheck.Options{Host: s.opts.Host})
 	if err != nil {
 		return nil, err
 	}
@@ -1204,13 +1207,30 @@ func (s *Supervisor) projectCheck(ctx context.Context) (*tools.Result, error) {
 	var b strings.Builder
 	var all []Diag
 	var results []*projectcheck.Result
+	var refused []string
 	sl := &sourceLines{s: s}
+	for _, m := range missing {
+		if len(m.Skipped) > 0 {
+			fmt.Fprintf(&b, "%s: not checked: %s\n", m.Language, strings.TrimPrefix(m.Reason, "binary missing: "))
+		}
+	}
 	for _, a := range apps {
 		r, err := projectcheck.Run(ctx, s.sb, a)
+		if errors.Is(err, tools.ErrStepRefused) {
+			refused = append(refused, err.Error())
+			fmt.Fprintf(&b, "%s: not run: %v\n", a.Checker, err)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
 		results = append(results, r)
+		for _, why := range r.Skipped {
+			fmt.Fprintf(&b, "%s: skipped %s\n", a.Checker, why)
+		}
+		if r.Interpreter != "" {
+			fmt.Fprintf(&b, "%s: interpreter %s\n", a.Checker, r.Interpreter)
+		}
 		fmt.Fprintf(&b, "%s (%s, %s): ", a.Checker, a.Command, r.Status)
 		switch {
 		case r.Total == 0 && r.Status.Success():
@@ -1257,7 +1277,10 @@ func (s *Supervisor) projectCheck(ctx context.Context) (*tools.Result, error) {
 			}
 		}
 	}
+	if len(results) == 0 {
+		return nil, errorf("no project check ran at the workspace root: %s. Ask for one file's diagnostics instead (lsp diagnostics with file)", strings.TrimRight(b.String(), "\n"))
+	}
 	res := tools.Text(strings.TrimRight(b.String(), "\n"))
-	res.StructuredContent = map[string]any{"diagnostics": nonNil(all), "checks": results}
+	res.StructuredContent = map[string]any{"diagnostics": nonNil(all), "checks": results, "refused": refused}
 	return res, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools/internal/proc"
 )
 
 // probeScript reports, for the project root $PC_ROOT in workspace $PC_WS:
@@ -22,9 +23,13 @@ import (
 //	bin PATH            a program named in $PC_NAMES in a PATH directory outside the workspace, in PATH order
 //	py PY<TAB>MODS      the python modules of $PC_MODULES that PY can import (only with a python marker, $PC_PYMARKERS)
 //	cargows DIR         the nearest directory from the root up to the workspace whose Cargo.toml has [workspace]
+//	mypyplugins FILE    a mypy configuration file of the root that names plugins (mypy then imports them)
+//	dartplugins         analysis_options.yaml names analyzer plugins (dart analyze then runs them)
 //
 // It uses shell builtins only, and starts no program inside the workspace
-// but the project's own .venv/bin/python.
+// but the project's own .venv/bin/python — and with PC_HOST set (the
+// sandbox is the host) no python at all: the host's pythons are checked
+// with modsScript once [Find] has resolved them.
 const probeScript = `cd "$PC_ROOT" 2>/dev/null || { echo noroot; exit 0; }
 inws() { [ "$PC_WS" = / ] && return 0; case "$1" in "$PC_WS"|"$PC_WS"/*) return 0 ;; esac; return 1; }
 set -f
@@ -34,7 +39,7 @@ haspy=
 for m in $PC_PYMARKERS; do [ -f "$m" ] && haspy=1; done
 printf 'path %s\n' "$PATH"
 mods() {
-  [ -n "$haspy" ] || return 0
+  [ -n "$haspy" ] && [ -z "$PC_HOST" ] || return 0
   printf 'py %s\t%s\n' "$1" "$("$1" -c 'import sys, importlib.util as u; print(" ".join(m for m in sys.argv[1:] if u.find_spec(m)))' $PC_MODULES 2>/dev/null)"
 }
 if [ -f .venv/bin/python ] && [ -x .venv/bin/python ]; then
@@ -60,6 +65,27 @@ hasws() {
   done < "$1"
   return 1
 }
+mypyplug() {
+  sec=
+  while IFS= read -r l || [ -n "$l" ]; do
+    l=${l#"${l%%[![:space:]]*}"}
+    case "$l" in
+      '['*) sec=$l ;;
+      *mypy.plugins*) return 0 ;;
+      plugins*|'"plugins"'*|"'plugins'"*) case "$sec" in *mypy*) return 0 ;; esac ;;
+    esac
+  done < "$1"
+  return 1
+}
+for f in mypy.ini .mypy.ini setup.cfg pyproject.toml; do
+  [ -f "$f" ] && mypyplug "$f" 2>/dev/null && echo "mypyplugins $f"
+done
+if [ -f analysis_options.yaml ]; then
+  while IFS= read -r l || [ -n "$l" ]; do
+    l=${l#"${l%%[![:space:]]*}"}
+    case "$l" in plugins:*|'"plugins":'*) echo dartplugins; break ;; esac
+  done < analysis_options.yaml
+fi
 if [ -f Cargo.toml ]; then
   d=$PC_ROOT
   while :; do
@@ -70,8 +96,17 @@ if [ -f Cargo.toml ]; then
 fi
 `
 
+// modsScript prints, for each python given as an argument, "py
+// PY<TAB>MODS": the modules of $PC_MODULES it can import. On the host it
+// runs only pythons [Find] resolved outside the workspace.
+const modsScript = `for py in "$@"; do
+  printf 'py %s\t%s\n' "$py" "$("$py" -c 'import sys, importlib.util as u; print(" ".join(m for m in sys.argv[1:] if u.find_spec(m)))' $PC_MODULES 2>/dev/null)"
+done
+`
+
 // probe is what the probe found.
 type probe struct {
+	host           bool // the sandbox is the host: nothing from the workspace runs
 	noRoot         bool
 	markers        map[string]bool
 	locals         map[string]bool     // root-relative programs
@@ -81,6 +116,13 @@ type probe struct {
 	pythons        []string            // pythons whose modules were checked, venv first
 	modules        map[string][]string // python → importable modules
 	cargoWorkspace string
+	mypyPlugins    string // the mypy configuration file that names plugins
+	dartPlugins    bool
+
+	// On the host only:
+	venvReal string            // what venvPython resolves to, outside the workspace
+	venvSkip string            // why the venv's python is not used
+	binSkip  map[string]string // program name → why a PATH program of that name was not used
 }
 
 // probeNames are the programs looked up on PATH.
@@ -128,28 +170,125 @@ func probeEnv(workspace, root string) []string {
 	}
 }
 
-// runProbe runs probeScript in the sandbox.
-func runProbe(ctx context.Context, sb sandbox.Sandbox, workspace, root string) (*probe, error) {
+// maxHostPythons bounds the pythons on the host's PATH whose modules are
+// checked.
+const maxHostPythons = 4
+
+// runProbe runs probeScript in the sandbox. On the host it then resolves
+// every program the probe found (no program of the workspace, nor one
+// that resolves into it, is kept) and only then asks the remaining
+// pythons for their modules.
+func runProbe(ctx context.Context, sb sandbox.Sandbox, workspace, root string, host bool) (*probe, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
+	env := probeEnv(workspace, root)
+	if host {
+		env = append(env, "PC_HOST=1")
+	}
+	out, err := runScript(ctx, sb, probeScript, env)
+	if err != nil {
+		return nil, err
+	}
+	pr := parseProbe(out, workspace, root)
+	if !host || pr.noRoot {
+		return pr, nil
+	}
+	pr.trustHost(workspace, root)
+	var pys []string
+	if pr.venvPython != "" {
+		pys = append(pys, pr.venvPython)
+	}
+	for _, b := range pr.bins {
+		if path.Base(b) == "python3" && len(pys) < maxHostPythons+1 {
+			pys = append(pys, b)
+		}
+	}
+	if len(pys) == 0 || !pr.pythonProject() {
+		return pr, nil
+	}
+	out, err = runScript(ctx, sb, modsScript, env, pys...)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, "py "); ok {
+			py, mods, _ := strings.Cut(rest, "\t")
+			if slices.Contains(pys, py) {
+				pr.pythons = append(pr.pythons, py)
+				pr.modules[py] = strings.Fields(mods)
+			}
+		}
+	}
+	return pr, nil
+}
+
+// runScript runs a probe script with args in the sandbox and returns its
+// stdout.
+func runScript(ctx context.Context, sb sandbox.Sandbox, script string, env []string, args ...string) (string, error) {
 	var out, errb bytes.Buffer
 	p, err := sb.Start(ctx, &sandbox.Cmd{
-		Args:   []string{"/bin/sh", "-c", probeScript, "berth-projectcheck-probe"},
-		Env:    probeEnv(workspace, root),
+		Args:   append([]string{"/bin/sh", "-c", script, "berth-projectcheck-probe"}, args...),
+		Env:    env,
 		Stdout: &out,
 		Stderr: &errb,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("projectcheck: cannot look for checkers in the sandbox: %w", err)
+		return "", fmt.Errorf("projectcheck: cannot look for checkers in the sandbox: %w", err)
 	}
 	st, err := p.Wait()
 	if err != nil {
-		return nil, fmt.Errorf("projectcheck: looking for checkers in the sandbox failed: %w", err)
+		return "", fmt.Errorf("projectcheck: looking for checkers in the sandbox failed: %w", err)
 	}
 	if !st.Success() {
-		return nil, fmt.Errorf("projectcheck: looking for checkers in the sandbox failed (%v; the sandbox needs a POSIX /bin/sh): %s", st, clip(errb.String(), 400))
+		return "", fmt.Errorf("projectcheck: looking for checkers in the sandbox failed (%v; the sandbox needs a POSIX /bin/sh): %s", st, clip(errb.String(), 400))
 	}
-	return parseProbe(out.String(), workspace, root), nil
+	return out.String(), nil
+}
+
+// pythonProject reports whether a python root marker is in the root.
+func (pr *probe) pythonProject() bool {
+	for _, l := range table {
+		if l.lang == "python" {
+			return slices.ContainsFunc(l.markers, func(m string) bool { return pr.markers[m] })
+		}
+	}
+	return false
+}
+
+// trustHost applies the host's rule to what the probe found: a program on
+// PATH that resolves into the workspace is dropped, and the venv's python
+// is kept only when it resolves to an interpreter outside the workspace.
+// Nothing is executed to find out.
+func (pr *probe) trustHost(workspace, root string) {
+	pr.host = true
+	pr.binSkip = map[string]string{}
+	kept := pr.bins[:0]
+	for _, b := range pr.bins {
+		real, inside := proc.HostProgram(workspace, b)
+		if real != "" && !inside {
+			kept = append(kept, b)
+			continue
+		}
+		if _, ok := pr.binSkip[path.Base(b)]; !ok {
+			pr.binSkip[path.Base(b)] = fmt.Sprintf("%s on PATH resolves to %s, inside the workspace; on the host berth runs only programs from outside the workspace", b, real)
+		}
+	}
+	pr.bins = kept
+	if pr.venvPython == "" {
+		return
+	}
+	rel := strings.TrimPrefix(strings.TrimPrefix(pr.venvPython, root), "/")
+	real, inside := proc.HostProgram(workspace, pr.venvPython)
+	switch {
+	case real == "":
+		pr.venvSkip = rel + " does not resolve to a program"
+		pr.venvPython = ""
+	case inside:
+		pr.venvSkip = fmt.Sprintf("%s is the workspace's own program (it resolves to %s); on the host berth runs only interpreters from outside the workspace: make the venv with a python from outside it (python3 -m venv .venv links bin/python to it) or use a container", rel, real)
+		pr.venvPython = ""
+	default:
+		pr.venvReal = real
+	}
 }
 
 // parseProbe reads the probe's output. Programs inside the workspace are
@@ -186,6 +325,10 @@ func parseProbe(out, workspace, root string) *probe {
 			pr.modules[py] = strings.Fields(mods)
 		case "cargows":
 			pr.cargoWorkspace = rest
+		case "mypyplugins":
+			pr.mypyPlugins = rest
+		case "dartplugins":
+			pr.dartPlugins = true
 		}
 	}
 	return pr

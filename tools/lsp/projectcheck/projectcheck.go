@@ -10,10 +10,19 @@
 // apply, which of the two is missing. [Run] runs one applicable checker,
 // bounded by [CheckTimeout] and the caller's context.
 //
-// Programs come from the sandbox's PATH, outside the workspace, or from
-// the project's own tool directories (node_modules/.bin, .venv/bin); no
-// other program inside the workspace is ever started, not even by the
-// probe.
+// Programs come from the sandbox's PATH, outside the workspace, or — in a
+// container, where the sandbox is the boundary — from the project's own
+// tool directories (node_modules/.bin, .venv/bin); no other program inside
+// the workspace is ever started, not even by the probe.
+//
+// On the host ([Options].Host) nothing from the workspace runs: no
+// project-local program, no PATH program that resolves into the workspace,
+// and the project's .venv/bin/python only when it resolves (symbolic links
+// followed, nothing executed) to an interpreter outside the workspace, which
+// the result then names. go runs with GOTOOLCHAIN=local. A check that
+// executes the project's own code there (cargo check's build scripts and
+// proc macros, mypy plugins, dart analyzer plugins) is an exec-level step:
+// [Run] asks the call's permission gate first ([tools.ApproveStep]).
 package projectcheck
 
 import (
@@ -25,6 +34,7 @@ import (
 	"time"
 
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
 )
 
 // Bounds.
@@ -121,6 +131,16 @@ type Applicable struct {
 	Binary string `json:"binary"`
 	// Command is what runs, as a person would write it.
 	Command string `json:"command"`
+	// Interpreter names the project's venv python and what it resolves to
+	// (".venv/bin/python → /usr/bin/python3.11") when the check uses it
+	// on the host.
+	Interpreter string `json:"interpreter,omitempty"`
+	// Skipped says which programs of the workspace were passed over on the
+	// host, and how to get one from outside it.
+	Skipped []string `json:"skipped,omitempty"`
+	// ExecWhy is set on the host when the check executes the project's own
+	// code; [Run] then runs it only as an approved exec-level step.
+	ExecWhy string `json:"exec_why,omitempty"`
 
 	args  []string
 	env   []string
@@ -134,6 +154,9 @@ type Missing struct {
 	// Reason starts with "marker missing:" or "binary missing:" and says
 	// what would fix it.
 	Reason string `json:"reason"`
+	// Skipped are the workspace's own programs passed over on the host
+	// (the reason says so too).
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 // Result is what one checker's run found.
@@ -142,6 +165,9 @@ type Result struct {
 	Checker  string `json:"checker"`
 	Root     string `json:"root"`
 	Command  string `json:"command"`
+	// Interpreter and Skipped are the Applicable's.
+	Interpreter string   `json:"interpreter,omitempty"`
+	Skipped     []string `json:"skipped,omitempty"`
 	// Status is how the checker exited. Most checkers exit non-zero when
 	// they find errors; that is data, not a failure of the check.
 	Status sandbox.ExitStatus `json:"status"`
@@ -162,15 +188,25 @@ type Result struct {
 	Unparsed string `json:"unparsed,omitempty"`
 }
 
+// Options configure [Find].
+type Options struct {
+	// Host says the sandbox is the host berth runs on: no program from the
+	// workspace is chosen (see the package doc).
+	Host bool
+}
+
 // Find reports which checkers apply to root, an absolute directory in the
 // sandbox inside workspace (also absolute): those whose marker is in root
 // and whose program resolves, at most one per language. Every other
 // language is in the Missing list with the reason. Programs under
-// workspace are used only from root's node_modules/.bin and .venv/bin.
+// workspace are used only from root's node_modules/.bin and .venv/bin, and
+// never on the host.
 //
-// Find runs one short probe in the sandbox, bounded by ctx and 20 seconds.
-// An error means the probe itself failed.
-func Find(ctx context.Context, sb sandbox.Sandbox, workspace, root string) ([]Applicable, []Missing, error) {
+// Find runs one short probe in the sandbox (on the host, two: the pythons
+// are asked for their modules only once they are known to come from
+// outside the workspace), bounded by ctx and 20 seconds. An error means the
+// probe itself failed.
+func Find(ctx context.Context, sb sandbox.Sandbox, workspace, root string, opts Options) ([]Applicable, []Missing, error) {
 	if !path.IsAbs(workspace) || !path.IsAbs(root) {
 		return nil, nil, fmt.Errorf("projectcheck: workspace %q and root %q must be absolute paths in the sandbox", workspace, root)
 	}
@@ -178,7 +214,7 @@ func Find(ctx context.Context, sb sandbox.Sandbox, workspace, root string) ([]Ap
 	if !within(workspace, root) {
 		return nil, nil, fmt.Errorf("projectcheck: root %s is outside the workspace %s; check a directory of the workspace", root, workspace)
 	}
-	pr, err := runProbe(ctx, sb, workspace, root)
+	pr, err := runProbe(ctx, sb, workspace, root, opts.Host)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -189,13 +225,24 @@ func Find(ctx context.Context, sb sandbox.Sandbox, workspace, root string) ([]Ap
 	return app, miss, nil
 }
 
+// StepTool is the tool named on the permission card of a check that needs
+// approval.
+const StepTool = "lsp"
+
 // Run runs one checker from [Find] in its root and parses its output.
 // The run is bounded by ctx and CheckTimeout; when CheckTimeout ends it,
 // the result has TimedOut set. An error means the checker could not be
-// started or ctx ended; a checker that ran and failed is a Result.
+// started, was not approved (an error wrapping tools.ErrStepRefused, for a
+// check with ExecWhy set that ctx's permission gate refused), or ctx
+// ended; a checker that ran and failed is a Result.
 func Run(ctx context.Context, sb sandbox.Sandbox, a Applicable) (*Result, error) {
 	if a.parse == nil || len(a.args) == 0 {
 		return nil, fmt.Errorf("projectcheck: run needs a checker that Find returned, got %q", a.Checker)
+	}
+	if a.ExecWhy != "" {
+		if err := tools.ApproveStep(ctx, tools.Step{Tool: StepTool, Level: tools.LevelExec, Command: a.CommandLine(), Why: a.ExecWhy}); err != nil {
+			return nil, fmt.Errorf("projectcheck: %s was not run: %w", a.Checker, err)
+		}
 	}
 	runCtx, cancel := context.WithTimeout(ctx, CheckTimeout)
 	defer cancel()
@@ -215,21 +262,44 @@ func Run(ctx context.Context, sb sandbox.Sandbox, a Applicable) (*Result, error)
 	diags, unparsed := a.parse(parseInput{root: a.Root, base: a.base, source: a.Checker, stdout: out, stderr: errOut})
 	diags = tidy(diags)
 	res := &Result{
-		Language:  a.Language,
-		Checker:   a.Checker,
-		Root:      a.Root,
-		Command:   a.Command,
-		Status:    st,
-		TimedOut:  runCtx.Err() != nil,
-		Total:     len(diags),
-		Truncated: stdout.dropped() || stderr.dropped(),
-		Unparsed:  tail(unparsed),
+		Language:    a.Language,
+		Checker:     a.Checker,
+		Root:        a.Root,
+		Command:     a.Command,
+		Interpreter: a.Interpreter,
+		Skipped:     a.Skipped,
+		Status:      st,
+		TimedOut:    runCtx.Err() != nil,
+		Total:       len(diags),
+		Truncated:   stdout.dropped() || stderr.dropped(),
+		Unparsed:    tail(unparsed),
 	}
 	if len(diags) > MaxDiagnostics {
 		diags = diags[:MaxDiagnostics]
 	}
 	res.Diagnostics = diags
 	return res, nil
+}
+
+// CommandLine is exactly what Run starts, as a shell would read it: the
+// directory, the environment added, the program and its arguments.
+func (a Applicable) CommandLine() string {
+	parts := []string{"cd", shellQuote(a.Root), "&&"}
+	for _, kv := range a.env {
+		parts = append(parts, shellQuote(kv))
+	}
+	for _, arg := range a.args {
+		parts = append(parts, shellQuote(arg))
+	}
+	return strings.Join(parts, " ")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=:,+@%-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // within reports whether p is dir or below it.

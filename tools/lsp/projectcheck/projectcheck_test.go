@@ -16,6 +16,9 @@ import (
 // installed; the python3 first on PATH may be another build without it.
 const debianPython = "/usr/bin/python3"
 
+// onHost is Find's options for a host sandbox.
+var onHost = Options{Host: true}
+
 // unavailable skips, or fails when CI=true.
 func unavailable(t *testing.T, format string, args ...any) {
 	t.Helper()
@@ -147,7 +150,7 @@ func F() int {
 	})
 	sb := hostSandbox(t, "")
 	ctx := ctxFor(t)
-	app, miss, err := Find(ctx, sb, dir, dir)
+	app, miss, err := Find(ctx, sb, dir, dir, onHost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +185,7 @@ func F() int {
 func TestGoModWithoutGo(t *testing.T) {
 	dir := project(t, map[string]string{"go.mod": "module example.com/x\n\ngo 1.22\n", "x.go": "package x\n"})
 	sb := hostSandbox(t, t.TempDir())
-	app, miss, err := Find(ctxFor(t), sb, dir, dir)
+	app, miss, err := Find(ctxFor(t), sb, dir, dir, onHost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +212,7 @@ func TestWorkspaceProgramsNeverRun(t *testing.T) {
 		"bin/go":         spy, "bin/python3": spy, "bin/pyflakes3": spy, "bin/find": spy, "bin/cargo": spy, "bin/mypy": spy,
 	})
 	sb := hostSandbox(t, filepath.Join(dir, "bin")+":"+t.TempDir())
-	app, miss, err := Find(ctxFor(t), sb, dir, dir)
+	app, miss, err := Find(ctxFor(t), sb, dir, dir, onHost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +286,7 @@ func TestPython(t *testing.T) {
 			dir := project(t, files)
 			sb := hostSandbox(t, bin)
 			ctx := ctxFor(t)
-			app, miss, err := Find(ctx, sb, dir, dir)
+			app, miss, err := Find(ctx, sb, dir, dir, onHost)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -321,7 +324,7 @@ func TestFindErrors(t *testing.T) {
 		{dir, filepath.Dir(dir), "outside the workspace"},
 		{dir, filepath.Join(dir, "nope"), "is not a directory"},
 	} {
-		if _, _, err := Find(ctxFor(t), sb, tc.ws, tc.root); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := Find(ctxFor(t), sb, tc.ws, tc.root, onHost); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Find(%s, %s) = %v; want an error containing %q", tc.ws, tc.root, err, tc.want)
 		}
 	}
@@ -350,7 +353,7 @@ func TestCargoMember(t *testing.T) {
 	root := filepath.Join(dir, "app")
 	sb := hostSandbox(t, "")
 	ctx := ctxFor(t)
-	app, miss, err := Find(ctx, sb, dir, root)
+	app, miss, err := Find(ctx, sb, dir, root, Options{}) // the container rule: cargo check runs unasked
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,245 @@
+package lsp_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/sandbox/host"
+	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/files"
+	"berth.dev/berth/tools/lsp"
+	"berth.dev/berth/tools/permission"
+)
+
+// gatedHostRun is a host run whose registry has a permission gate with
+// policy and port (nil: no approver), as the controller installs it.
+func gatedHostRun(t *testing.T, dir string, env []string, policy permission.Policy, port *questions.Port) *tools.Registry {
+	t.Helper()
+	sb := host.New(host.Options{Env: env})
+	ws, err := sb.FS(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	reg := tools.NewRegistry()
+	files.Register(reg, ws)
+	sup := lsp.Register(reg, sb, ws, runCtx, lsp.Options{}) // Host comes from sb.Ref()
+	reg.Use(permission.New(policy, port, permission.Options{}).Wrap)
+	t.Cleanup(func() {
+		sup.Close()
+		cancel()
+		sb.Close()
+	})
+	return reg
+}
+
+func projectCheck(t *testing.T, reg *tools.Registry, s tools.Surface) *tools.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	res, err := reg.Call(ctx, s, "lsp", json.RawMessage(`{"action":"diagnostics","file":"*"}`))
+	if err != nil {
+		t.Fatalf("lsp diagnostics *: call error %v", err)
+	}
+	return res
+}
+
+// writeTree writes files under dir; content starting with "#!" is made
+// executable.
+func writeTree(t *testing.T, dir string, tree map[string]string) {
+	t.Helper()
+	for name, content := range tree {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mode := os.FileMode(0o644)
+		if strings.HasPrefix(content, "#!") {
+			mode = 0o755
+		}
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// spy is a program that leaves a file named after itself in marks, outside
+// the workspace, and succeeds.
+func spy(marks string) string {
+	return "#!/bin/sh\ntouch \"" + marks + "/ran-$(basename \"$(dirname \"$(dirname \"$0\")\")\")-$(basename \"$0\")\"\nexit 0\n"
+}
+
+func noMarks(t *testing.T, marks string) {
+	t.Helper()
+	if ran, _ := filepath.Glob(filepath.Join(marks, "ran-*")); len(ran) > 0 {
+		t.Errorf("workspace programs were run on the host: %q", ran)
+	}
+}
+
+// envWithPath is berth's environment with PATH replaced.
+func envWithPath(p string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "PATH="+p)
+}
+
+// TestProjectCheckRunsNoWorkspaceProgramOnHost plants node_modules/.bin/tsc,
+// .venv/bin/pyright, .venv/bin/mypy, .venv/bin/pyflakes, .venv/bin/python
+// and venv/bin/python, and a python3 on PATH that links into the workspace:
+// diagnostics "*" on the host runs none of them and says what it skipped.
+func TestProjectCheckRunsNoWorkspaceProgramOnHost(t *testing.T) {
+	find, err := exec.LookPath("find")
+	if err != nil {
+		t.Skipf("no find: %v", err)
+	}
+	dir, marks, bin := t.TempDir(), t.TempDir(), t.TempDir()
+	s := spy(marks)
+	writeTree(t, dir, map[string]string{
+		"tsconfig.json": "{}\n", "index.ts": "let x: number = 1;\n",
+		"pyproject.toml": "[project]\nname = \"x\"\n", "app.py": "import os\n",
+		"node_modules/.bin/tsc": s, ".venv/bin/pyright": s, ".venv/bin/mypy": s, ".venv/bin/pyflakes": s,
+		".venv/bin/python": s, "venv/bin/python": s,
+	})
+	for name, target := range map[string]string{"find": find, "python3": filepath.Join(dir, ".venv/bin/python")} {
+		if err := os.Symlink(target, filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := gatedHostRun(t, dir, envWithPath(bin), permission.DefaultPolicy(permission.ModeLocal), nil)
+	res := projectCheck(t, reg, tools.SurfacePlan)
+	noMarks(t, marks)
+	text := res.AllText()
+	t.Log(text)
+	if !res.IsError {
+		t.Errorf("a check ran: %s", text)
+	}
+	for _, want := range []string{
+		"node_modules/.bin/tsc is the workspace's own program; on the host berth runs only programs from outside the workspace: install typescript globally",
+		".venv/bin/pyright is the workspace's own program",
+		".venv/bin/mypy is the workspace's own program",
+		".venv/bin/python is the workspace's own program",
+		filepath.Join(bin, "python3") + " on PATH resolves to " + filepath.Join(dir, ".venv/bin/python") + ", inside the workspace",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the result does not say %q", want)
+		}
+	}
+}
+
+// TestProjectCheckUsesVenvLinkedOutsideOnHost: a .venv/bin/python that
+// links to the system's python3 is used on the host, and named.
+func TestProjectCheckUsesVenvLinkedOutsideOnHost(t *testing.T) {
+	const system = "/usr/bin/python3" // Debian's, with python3-pyflakes
+	if exec.Command(system, "-c", "import pyflakes").Run() != nil {
+		t.Skip("/usr/bin/python3 cannot import pyflakes: apt-get install python3-pyflakes to run this test")
+	}
+	if exec.Command(system, "-c", "import mypy").Run() == nil {
+		t.Skip("/usr/bin/python3 has mypy, which this test does not expect")
+	}
+	find, err := exec.LookPath("find")
+	if err != nil {
+		t.Skipf("no find: %v", err)
+	}
+	dir, bin := t.TempDir(), t.TempDir()
+	writeTree(t, dir, map[string]string{"pyproject.toml": "[project]\nname = \"x\"\n", "app.py": "import os\n"})
+	os.MkdirAll(filepath.Join(dir, ".venv/bin"), 0o755)
+	if err := os.Symlink(system, filepath.Join(dir, ".venv/bin/python")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(find, filepath.Join(bin, "find")); err != nil {
+		t.Fatal(err)
+	}
+	reg := gatedHostRun(t, dir, envWithPath(bin), permission.DefaultPolicy(permission.ModeLocal), nil)
+	res := projectCheck(t, reg, tools.SurfacePlan)
+	text := res.AllText()
+	t.Log(text)
+	real, _ := filepath.EvalSymlinks(system)
+	if res.IsError || !strings.Contains(text, "interpreter .venv/bin/python → "+real) || !strings.Contains(text, "'os' imported but unused") {
+		t.Errorf("want pyflakes run by .venv/bin/python → %s, named, finding the unused import; got %s", real, text)
+	}
+}
+
+// TestCargoBuildScriptNeedsApprovalOnHost: a crate whose build.rs writes a
+// marker. A plan call refuses without running cargo (no marker, no
+// Cargo.lock, no target/); a default call under the hosted policy with no
+// approver refuses and names the command; with an approver who approves
+// the card (which shows the command), cargo runs.
+func TestCargoBuildScriptNeedsApprovalOnHost(t *testing.T) {
+	if _, err := exec.LookPath("cargo"); err != nil {
+		t.Skipf("no cargo on PATH (%v): the refusals need none, but this test checks the approved run too", err)
+	}
+	dir, marks := t.TempDir(), t.TempDir()
+	marker := filepath.Join(marks, "build-rs-ran")
+	writeTree(t, dir, map[string]string{
+		"Cargo.toml":  "[package]\nname = \"trap\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+		"build.rs":    "fn main() { std::fs::write(" + strconvQuote(marker) + ", b\"ran\").unwrap(); }\n",
+		"src/main.rs": "fn main() { let unused = 1; }\n",
+	})
+	untouched := func(t *testing.T) {
+		t.Helper()
+		for _, p := range []string{marker, filepath.Join(dir, "Cargo.lock"), filepath.Join(dir, "target")} {
+			if _, err := os.Stat(p); err == nil {
+				t.Errorf("%s exists: cargo ran", p)
+			}
+		}
+	}
+	hosted := permission.DefaultPolicy(permission.ModeHosted)
+
+	t.Run("plan surface", func(t *testing.T) {
+		res := projectCheck(t, gatedHostRun(t, dir, nil, permission.DefaultPolicy(permission.ModeLocal), nil), tools.SurfacePlan)
+		untouched(t)
+		text := res.AllText()
+		if !res.IsError || !strings.Contains(text, "build scripts") || !strings.Contains(text, "plan surface") || !strings.Contains(text, "cargo check --all-targets") {
+			t.Errorf("want a refusal naming the command and why; got %s", text)
+		}
+	})
+	t.Run("hosted, no approver", func(t *testing.T) {
+		res := projectCheck(t, gatedHostRun(t, dir, nil, hosted, nil), tools.SurfaceDefault)
+		untouched(t)
+		text := res.AllText()
+		if !res.IsError || !strings.Contains(text, "no approver") || !strings.Contains(text, "cd "+dir+" && CARGO_TERM_COLOR=never ") || !strings.Contains(text, "cargo check --all-targets") {
+			t.Errorf("want a refusal naming the command; got %s", text)
+		}
+	})
+	t.Run("hosted, approved", func(t *testing.T) {
+		port := questions.New()
+		defer port.Close()
+		reg := gatedHostRun(t, dir, nil, hosted, port)
+		sub := port.Subscribe(0)
+		defer sub.Close()
+		go func() {
+			for {
+				if _, err := sub.Next(t.Context()); err != nil {
+					return
+				}
+				for _, c := range port.Cards() {
+					if c.Kind == questions.KindPermission && strings.Contains(c.Summary, "cargo check --all-targets") && c.Level == "exec" {
+						port.Answer(c.N, questions.Answer{Decision: questions.Approve})
+					}
+				}
+			}
+		}()
+		res := projectCheck(t, reg, tools.SurfaceDefault)
+		text := res.AllText()
+		t.Log(text)
+		if res.IsError || !strings.Contains(text, "unused") {
+			t.Errorf("want cargo's findings after approval; got %s", text)
+		}
+		if _, err := os.Stat(marker); err != nil {
+			t.Errorf("build.rs did not run after approval: %v", err)
+		}
+	})
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
