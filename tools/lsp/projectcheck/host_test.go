@@ -74,9 +74,9 @@ func TestPlanOnHost(t *testing.T) {
 	const path = "path /usr/local/bin:/usr/bin:/bin\n"
 	for _, tc := range []struct {
 		name, probe, lang string
-		args             []string // nil: missing
-		execWhy          bool
-		want             string // in the reason or Skipped
+		args              []string // nil: missing
+		execWhy           bool
+		want              string // in the reason or Skipped
 	}{
 		{"tsc from node_modules is skipped for PATH's", "marker tsconfig.json\nlocal node_modules/.bin/tsc\n" + path + "bin /usr/bin/tsc\n", "typescript",
 			[]string{"/usr/bin/tsc", "--noEmit", "--pretty", "false"}, false, "node_modules/.bin/tsc is the workspace's own program"},
