@@ -1,0 +1,560 @@
+package load
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	// callTimeout bounds one HTTP request or docker command, so that a hang
+	// fails the test instead of stalling it; it asserts nothing about speed.
+	callTimeout = 2 * time.Minute
+	// buildTimeout bounds one go build (a cold cache compiles the C grammars).
+	buildTimeout = 10 * time.Minute
+	// startTimeout bounds how long berth serve takes to say where it listens.
+	startTimeout = 30 * time.Second
+	// stopTimeout bounds berth's graceful shutdown on SIGTERM (its own grace
+	// is 10 s) before the test kills it.
+	stopTimeout = 20 * time.Second
+	// pollEvery is the interval of every bounded poll below.
+	pollEvery = 250 * time.Millisecond
+	// maxIdlePerHost lets the load client keep one connection per worker
+	// alive, so that the drive does not churn connections.
+	maxIdlePerHost = 32
+	// serveLogTail is how much of berth's stderr a failure shows.
+	serveLogTail = 4 << 10
+)
+
+// unavailable skips the test, or fails it when CI=true.
+func unavailable(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// docker runs the docker command line with stdin (may be nil).
+func docker(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker", args...)
+	cmd.Stdin = stdin
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// buildBerth builds berth and berth-shim side by side into a temporary
+// directory (berth finds the shim next to its executable).
+func buildBerth(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, b := range []struct{ out, pkg, cgo string }{
+		{"berth", "berth.dev/berth/cmd/berth", "1"},                        // the bundled grammars are C
+		{"berth-shim", "berth.dev/berth/sandbox/shim/cmd/berth-shim", "0"}, // static, for any container
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), buildTimeout)
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return filepath.Join(dir, "berth")
+}
+
+// server is a running `berth serve` process.
+type server struct {
+	cmd    *exec.Cmd
+	url    string
+	token  string
+	log    string        // berth's stderr
+	waited chan struct{} // closed when Wait returned
+	werr   error         // Wait's error, after waited
+}
+
+// startServer runs `berth serve --addr 127.0.0.1:0 --mode local` with
+// BERTH_TOKEN set and reads the address it listens on from its stderr.
+// The test's cleanup stops it if the test did not.
+func startServer(t *testing.T, bin string) *server {
+	t.Helper()
+	s := &server{token: randomHex(t, 16), log: filepath.Join(t.TempDir(), "serve.log"), waited: make(chan struct{})}
+	logf, err := os.Create(s.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd = exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--mode", "local")
+	s.cmd.Env = append(os.Environ(), "BERTH_TOKEN="+s.token)
+	s.cmd.Stdout = logf
+	s.cmd.Stderr = logf
+	err = s.cmd.Start()
+	logf.Close() // the child holds its own copy
+	if err != nil {
+		t.Fatalf("start berth serve: %v", err)
+	}
+	go func() { // owned by s: ends when the process exits, which stop ensures
+		s.werr = s.cmd.Wait()
+		close(s.waited)
+	}()
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			t.Errorf("berth serve: %v\n%s", err, s.logTail())
+		}
+	})
+	const prefix = "berth: serving on "
+	for deadline := time.Now().Add(startTimeout); s.url == ""; {
+		b, _ := os.ReadFile(s.log)
+		for _, l := range strings.Split(string(b), "\n") {
+			if u, ok := strings.CutPrefix(l, prefix); ok {
+				s.url = strings.TrimSpace(u)
+			}
+		}
+		if s.url != "" {
+			break
+		}
+		select {
+		case <-s.waited:
+			t.Fatalf("berth serve exited at start: %v\n%s", s.werr, s.logTail())
+		case <-time.After(pollEvery):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("berth serve did not say where it listens within %s:\n%s", startTimeout, s.logTail())
+		}
+	}
+	return s
+}
+
+// stop sends SIGTERM, waits for berth to close its runs and exit, and
+// kills it after stopTimeout. It returns an error unless berth exited 0.
+// Calling it again returns the first outcome.
+func (s *server) stop() error {
+	select {
+	case <-s.waited:
+		return s.werr
+	default:
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("SIGTERM: %w", err)
+	}
+	select {
+	case <-s.waited:
+		return s.werr
+	case <-time.After(stopTimeout):
+		s.cmd.Process.Kill()
+		<-s.waited
+		return fmt.Errorf("did not exit within %s of SIGTERM; killed", stopTimeout)
+	}
+}
+
+func (s *server) logTail() string {
+	b, _ := os.ReadFile(s.log)
+	if len(b) > serveLogTail {
+		b = b[len(b)-serveLogTail:]
+	}
+	return string(b)
+}
+
+// client speaks berth's HTTP API with the server's token.
+type client struct {
+	s  *server
+	hc *http.Client
+}
+
+func newClient(s *server, keepAlive bool) *client {
+	tr := &http.Transport{MaxIdleConnsPerHost: maxIdlePerHost, DisableKeepAlives: !keepAlive}
+	return &client{s: s, hc: &http.Client{Transport: tr}}
+}
+
+// closeIdle drops the client's idle keep-alive connections, so that they
+// do not count as berth's descriptors and goroutines.
+func (c *client) closeIdle() { c.hc.CloseIdleConnections() }
+
+func (c *client) do(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.s.url+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.s.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, b, fmt.Errorf("%s %s: reading the body: %w", method, path, err)
+	}
+	return resp.StatusCode, b, nil
+}
+
+// openRun opens a run for the conversation with sandbox auto and returns
+// its id and the sandbox it was placed in.
+func (c *client) openRun(ctx context.Context, conv, workspace string) (string, string, error) {
+	st, b, err := c.do(ctx, "POST", "/v1/runs", map[string]any{
+		"conversation_id": conv, "workspace": workspace, "sandbox": "auto", "mode": "default",
+	})
+	if err != nil {
+		return "", "", err
+	}
+	if st != http.StatusCreated {
+		return "", "", fmt.Errorf("open run for %s: %d %s", conv, st, b)
+	}
+	var info struct{ ID, Sandbox string }
+	if err := json.Unmarshal(b, &info); err != nil {
+		return "", "", fmt.Errorf("open run: %v: %s", err, b)
+	}
+	return info.ID, info.Sandbox, nil
+}
+
+func (c *client) closeRun(ctx context.Context, id string) error {
+	st, b, err := c.do(ctx, "DELETE", "/v1/runs/"+id, nil)
+	if err != nil {
+		return err
+	}
+	if st != http.StatusNoContent {
+		return fmt.Errorf("close run %s: %d %s", id, st, b)
+	}
+	return nil
+}
+
+// toolReply is a tool result as the API returns it.
+type toolReply struct {
+	Content []struct {
+		Type, Text string
+	}
+	IsError           bool
+	StructuredContent json.RawMessage
+}
+
+func (r toolReply) text() string {
+	var s []string
+	for _, c := range r.Content {
+		if c.Type == "text" {
+			s = append(s, c.Text)
+		}
+	}
+	return strings.Join(s, "\n")
+}
+
+// call calls a tool on the default surface and wants a 200 result that is
+// not an error and contains every want.
+func (c *client) call(ctx context.Context, run, tool string, args map[string]any, wants ...string) (toolReply, error) {
+	var res toolReply
+	st, b, err := c.do(ctx, "POST", "/v1/runs/"+run+"/tools/"+tool, map[string]any{"args": args, "surface": "default"})
+	if err != nil {
+		return res, err
+	}
+	if st != http.StatusOK {
+		return res, fmt.Errorf("%s %v: %d %s", tool, args, st, b)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		return res, fmt.Errorf("%s: %v: %s", tool, err, b)
+	}
+	if res.IsError {
+		return res, fmt.Errorf("%s %v: error result: %s", tool, args, res.text())
+	}
+	for _, w := range wants {
+		if !strings.Contains(res.text(), w) {
+			return res, fmt.Errorf("%s %v: result lacks %q:\n%s", tool, args, w, res.text())
+		}
+	}
+	return res, nil
+}
+
+// gauges are the process metrics the leak check compares.
+type gauges struct {
+	goroutines, fds, runs int
+}
+
+func (g gauges) String() string {
+	return fmt.Sprintf("%d goroutines, %d fds, %d runs open", g.goroutines, g.fds, g.runs)
+}
+
+// metrics reads go_goroutines, process_open_fds and berth_runs_open from
+// GET /metrics.
+func (c *client) metrics(ctx context.Context) (gauges, error) {
+	st, b, err := c.do(ctx, "GET", "/metrics", nil)
+	if err != nil {
+		return gauges{}, err
+	}
+	if st != http.StatusOK {
+		return gauges{}, fmt.Errorf("GET /metrics: %d %s", st, b)
+	}
+	var g gauges
+	found := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		var dst *int
+		switch name {
+		case "go_goroutines":
+			dst = &g.goroutines
+		case "process_open_fds":
+			dst = &g.fds
+		case "berth_runs_open":
+			dst = &g.runs
+		default:
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			return g, fmt.Errorf("metric %s: %v", name, err)
+		}
+		*dst = int(math.Round(f))
+		found[name] = true
+	}
+	for _, n := range []string{"go_goroutines", "process_open_fds"} {
+		if !found[n] {
+			return g, fmt.Errorf("GET /metrics has no %s:\n%s", n, b)
+		}
+	}
+	return g, sc.Err()
+}
+
+// zombies walks berth's descendants through /proc/PID/task/*/children and
+// returns those in state Z, as "PID (comm)", and how many it saw in all.
+func zombies(pid int) (zs []string, seen int) {
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", p))
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			for _, c := range strings.Fields(string(b)) {
+				cp, err := strconv.Atoi(c)
+				if err != nil {
+					continue
+				}
+				seen++
+				queue = append(queue, cp)
+				stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cp))
+				if err != nil {
+					continue // gone meanwhile
+				}
+				// "pid (comm) S ...": the state follows the last ')'.
+				s := string(stat)
+				if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) && s[i+2] == 'Z' {
+					zs = append(zs, fmt.Sprintf("%d %s", cp, s[strings.IndexByte(s, '('):i+1]))
+				}
+			}
+		}
+	}
+	return zs, seen
+}
+
+// container is a conversation's sandbox the test started.
+type container struct {
+	id, conv string
+}
+
+// startContainers starts n containers from image with no network and the
+// conversation label, each with the project in /workspace. They are
+// removed at the end of the test, whatever happens.
+func startContainers(t *testing.T, image, labelKey string, n int, files map[string]string) []*container {
+	t.Helper()
+	tarball := tarOf(t, files)
+	prefix := "berth-load-" + randomHex(t, 4)
+	var cs []*container
+	for i := range n {
+		c := &container{conv: fmt.Sprintf("%s-%02d", prefix, i)}
+		out, err := docker(t.Context(), nil, "run", "-d", "--network", "none", "--label", labelKey+"="+c.conv,
+			"--name", c.conv, image, "sleep", "infinity")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.id = strings.TrimSpace(out)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			defer cancel()
+			if _, err := docker(ctx, nil, "rm", "-f", c.id); err != nil {
+				t.Errorf("remove container %s: %v", c.conv, err)
+			}
+		})
+		if _, err := docker(t.Context(), bytes.NewReader(tarball), "cp", "-", c.id+":/"); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// tarOf archives files (paths relative to /) with their directories.
+func tarOf(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	names := slices.Sorted(maps.Keys(files))
+	for _, name := range names {
+		for d := filepath.Dir(name); d != "." && !dirs[d]; d = filepath.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	for _, d := range slices.Sorted(maps.Keys(dirs)) {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range names {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(files[name]))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(tw, files[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// processes lists the container's processes ("PID ARGS") with the test's
+// own `docker exec ps`, leaving out the listing itself.
+func (c *container) processes(ctx context.Context) ([]string, error) {
+	out, err := docker(ctx, nil, "exec", c.id, "ps", "-eo", "pid=,args=")
+	if err != nil {
+		return nil, err
+	}
+	var procs []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		l = strings.TrimSpace(l)
+		if f := strings.Fields(l); len(f) < 2 || f[1] == "ps" {
+			continue
+		}
+		procs = append(procs, l)
+	}
+	return procs, nil
+}
+
+// strangers are the container's processes other than PID 1.
+func (c *container) strangers(ctx context.Context) ([]string, error) {
+	procs, err := c.processes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var left []string
+	for _, p := range procs {
+		if pid, _, _ := strings.Cut(p, " "); pid != "1" {
+			left = append(left, p)
+		}
+	}
+	return left, nil
+}
+
+// settle polls cond until it reports done or timeout passes, and returns
+// its last detail.
+func settle(ctx context.Context, timeout time.Duration, cond func() (bool, string, error)) (bool, string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		done, detail, err := cond()
+		if err != nil || done || time.Now().After(deadline) {
+			return done, detail, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, detail, ctx.Err()
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// latencies records call durations by name, safe for concurrent use.
+type latencies struct {
+	mu sync.Mutex
+	d  map[string][]time.Duration
+}
+
+func (l *latencies) add(name string, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.d == nil {
+		l.d = map[string][]time.Duration{}
+	}
+	l.d[name] = append(l.d[name], d)
+}
+
+// stat is one name's count and percentiles.
+type stat struct {
+	name          string
+	n             int
+	p50, p99, max time.Duration
+}
+
+func (l *latencies) stats() []stat {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []stat
+	for name, ds := range l.d {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		out = append(out, stat{name: name, n: len(s), p50: percentile(s, 50), p99: percentile(s, 99), max: s[len(s)-1]})
+	}
+	slices.SortFunc(out, func(a, b stat) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// percentile is the nearest-rank percentile of sorted s.
+func percentile(s []time.Duration, p int) time.Duration {
+	i := int(math.Ceil(float64(p)/100*float64(len(s)))) - 1
+	return s[max(i, 0)]
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+}
