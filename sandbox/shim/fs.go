@@ -80,7 +80,8 @@ func (f *fsys) get(ctx context.Context) (*fsSession, error) {
 		return ss, nil
 	}
 	f.mu.Unlock()
-	st, err := f.s.exec(ctx, ExecSpec{User: f.s.opts.FSUser}, "fs", f.root)
+	args := append(append([]string{"fs"}, f.s.opts.FSFlags...), f.root)
+	st, err := f.s.exec(ctx, ExecSpec{User: f.s.opts.FSUser}, args...)
 	if err != nil {
 		<-f.sem
 		return nil, err

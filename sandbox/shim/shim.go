@@ -27,6 +27,9 @@ type Options struct {
 	// RunFlags are added to the agent's "run" mode for every process, for
 	// example "--user=UID:GID" and "--nproc=N" (see package agent).
 	RunFlags []string
+	// FSFlags are added to the agent's "fs" mode, for example
+	// "--user=UID:GID" for a file server that drops to that user.
+	FSFlags []string
 }
 
 // Sandbox runs processes, serves files and relays Dial streams inside a

@@ -4,7 +4,7 @@
 // Modes, chosen by the first argument:
 //
 //	berth-shim run [--wait-delay=D] [--direct-stdout] [--user=UID:GID[:G1,G2...]] [--nproc=N] -- PROGRAM ARGS...
-//	berth-shim fs ROOT
+//	berth-shim fs [--user=UID:GID[:G1,G2...]] ROOT
 //	berth-shim dial tcp 127.0.0.1:PORT | dial unix /path/to/socket
 //	berth-shim version
 //
@@ -15,7 +15,8 @@
 // program runs as that user and groups while the agent keeps its own (so
 // that the program can neither signal nor trace its supervisor), and with
 // --nproc it starts with RLIMIT_NPROC N. "fs" serves
-// files below ROOT; "dial" relays raw bytes between stdio and a
+// files below ROOT, with --user as that user and groups (so that the
+// kernel checks every access as theirs and new files are theirs); "dial" relays raw bytes between stdio and a
 // connection. The frame format is in frame.go.
 package agent
 
@@ -51,11 +52,29 @@ func Main(args []string) int {
 		}
 		return run(rest[1:], o)
 	case "fs":
-		if len(args) != 2 {
-			fmt.Fprintln(os.Stderr, "berth-shim fs: want ROOT")
+		rest := args[1:]
+		if len(rest) == 2 {
+			v, ok := strings.CutPrefix(rest[0], "--user=")
+			if !ok {
+				fmt.Fprintf(os.Stderr, "berth-shim fs: unknown flag %q\n", rest[0])
+				return 2
+			}
+			c, err := parseCredential(v)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "berth-shim fs: bad --user %q: %v; want UID:GID or UID:GID:G1,G2,...\n", v, err)
+				return 2
+			}
+			if err := becomeUser(c); err != nil {
+				fmt.Fprintf(os.Stderr, "berth-shim fs: %v\n", err)
+				return 1
+			}
+			rest = rest[1:]
+		}
+		if len(rest) != 1 {
+			fmt.Fprintln(os.Stderr, "berth-shim fs: want [--user=UID:GID[:GROUPS]] ROOT")
 			return 2
 		}
-		return serveFS(args[1], os.Stdin, os.Stdout)
+		return serveFS(rest[0], os.Stdin, os.Stdout)
 	case "dial":
 		if len(args) != 3 {
 			fmt.Fprintln(os.Stderr, "berth-shim dial: want NETWORK ADDRESS")
@@ -143,4 +162,23 @@ func parseCredential(s string) (*syscall.Credential, error) {
 		}
 	}
 	return c, nil
+}
+
+// becomeUser sets the process's groups, gid and uid to c's, for good
+// (real, effective and saved), on every thread.
+func becomeUser(c *syscall.Credential) error {
+	groups := make([]int, len(c.Groups))
+	for i, g := range c.Groups {
+		groups[i] = int(g)
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("set groups %v: %w", c.Groups, err)
+	}
+	if err := syscall.Setgid(int(c.Gid)); err != nil {
+		return fmt.Errorf("set gid %d: %w", c.Gid, err)
+	}
+	if err := syscall.Setuid(int(c.Uid)); err != nil {
+		return fmt.Errorf("set uid %d: %w", c.Uid, err)
+	}
+	return nil
 }

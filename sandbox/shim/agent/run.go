@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -150,12 +151,22 @@ func run(args []string, o runOptions) int {
 			return 0
 		}
 	}
-	proc, err := os.StartProcess(prog, args, &os.ProcAttr{
+	attr := &os.ProcAttr{
 		Files: []*os.File{inR, childOut, errW},
 		// Empty Groups with a Credential drops the agent's supplementary
 		// groups: the child has exactly the ones it was given.
 		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: o.cred},
-	})
+	}
+	proc, err := os.StartProcess(prog, args, attr)
+	if o.cred != nil && err != nil && errors.Is(err, fs.ErrPermission) && !strings.Contains(args[0], "/") {
+		// LookPath judged by the agent's user; like execvp, go on along
+		// PATH past what the child's user may not execute.
+		for _, next := range pathCandidates(args[0], prog) {
+			if proc, err = os.StartProcess(next, args, attr); err == nil || !errors.Is(err, fs.ErrPermission) {
+				break
+			}
+		}
+	}
 	inR.Close()
 	errW.Close()
 	if !direct {
@@ -284,6 +295,27 @@ func releaseStdout() {
 	}
 	syscall.Dup3(null, 1, 0)
 	syscall.Close(null)
+}
+
+// pathCandidates lists the executables named name in $PATH that come after
+// first, the one exec.LookPath found.
+func pathCandidates(name, first string) []string {
+	var out []string
+	seen := false
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if !seen {
+			seen = p == first
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // startError phrases why a program could not start.
