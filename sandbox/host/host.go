@@ -32,10 +32,11 @@ type Options struct {
 	Env []string
 	// User, when set, runs every process as that unprivileged user (see
 	// LookupUser) while the agent supervising it stays berth's user, so
-	// that the process can neither signal nor trace its supervisor. Files
-	// are still read and written by berth itself (dirfs), so they get
-	// berth's user as owner, and the workspace must be readable and
-	// writable by User for its processes. Nil runs them as berth's user.
+	// that the process can neither signal nor trace its supervisor. FS is
+	// then served by the agent running as User: the kernel checks each
+	// read and write as User's, files written get User as owner, and the
+	// workspace must be readable and writable by User. Nil runs
+	// processes as berth's user and serves files from berth's process.
 	User *User
 	// PidsMax bounds the processes of User: RLIMIT_NPROC, which counts
 	// every process of that user on the machine. Zero means
@@ -85,15 +86,16 @@ type Sandbox struct {
 func New(opts Options) *Sandbox {
 	env := append(BaseEnv(opts.User), opts.Env...)
 	t := &transport{env: env}
-	var flags []string
+	so := shim.Options{Name: "host", Binary: opts.Binary}
 	if opts.User != nil {
-		flags = append(flags, opts.User.credentialFlag())
+		so.RunFlags = append(so.RunFlags, opts.User.credentialFlag())
+		so.FSFlags = append(so.FSFlags, opts.User.credentialFlag())
 	}
 	if n := opts.pidsMax(); n > 0 {
-		flags = append(flags, fmt.Sprintf("--nproc=%d", n))
+		so.RunFlags = append(so.RunFlags, fmt.Sprintf("--nproc=%d", n))
 	}
 	return &Sandbox{
-		Sandbox: shim.New(t, shim.Options{Name: "host", Binary: opts.Binary, RunFlags: flags}),
+		Sandbox: shim.New(t, so),
 		user:    opts.User,
 	}
 }
@@ -140,8 +142,14 @@ func checkUser(u string, hu *User) error {
 	return fmt.Errorf("host: cannot run as user %q: the host backend runs processes only as berth's own user %q (uid %s); leave Cmd.User empty: %w", u, cur.Username, cur.Uid, sandbox.ErrUnsupported)
 }
 
-// FS returns the host directory root, which must be absolute.
+// FS returns the host directory root, which must be absolute. Without a
+// host user berth serves it itself (dirfs); with one, the agent's file
+// server does, running as that user, so that the kernel checks every
+// read and write as the host user's and new files are the host user's.
 func (s *Sandbox) FS(ctx context.Context, root string) (sandbox.FS, error) {
+	if s.user != nil {
+		return s.Sandbox.FS(ctx, root)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

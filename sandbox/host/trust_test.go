@@ -10,11 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/host"
+	"berth.dev/berth/sandbox/sandboxtest"
 )
 
 // run starts args in sb and returns its stdout and stderr once it ended.
@@ -97,6 +99,19 @@ func TestLookupUserRefuses(t *testing.T) {
 	}
 }
 
+// TestConformanceHostUser runs the suite with processes and files as the
+// host user.
+func TestConformanceHostUser(t *testing.T) {
+	u := nobody(t)
+	sandboxtest.Run(t, func(t *testing.T) (sandbox.Sandbox, sandboxtest.Config) {
+		dir := reachableDir(t)
+		if err := os.Chown(dir, int(u.Uid), int(u.Gid)); err != nil {
+			t.Fatal(err)
+		}
+		return host.New(host.Options{User: u}), sandboxtest.Config{Scratch: dir}
+	})
+}
+
 // TestHostUser: with a host user, processes run as that user, with its
 // home, cannot read a root-only token file and cannot kill their agent.
 func TestHostUser(t *testing.T) {
@@ -140,6 +155,35 @@ func TestHostUser(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "ermission denied") {
 		t.Errorf("stderr %q, want the refused read", errOut)
+	}
+	// Files are served as the host user: the kernel refuses the token,
+	// and what is written belongs to the host user.
+	ctx := context.Background()
+	fsys, err := sb.FS(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := fsys.ReadFile(ctx, "public"); err != nil || string(b) != "public-ok\n" {
+		t.Errorf("FS read of a public file: %q %v", b, err)
+	}
+	if b, err := fsys.ReadFile(ctx, "token"); err == nil {
+		t.Errorf("FS read the 0600 root token as the host user: %q", b)
+	}
+	if err := fsys.WriteFile(ctx, "new", []byte("x"), 0o644); err == nil {
+		t.Errorf("FS wrote into a root directory the host user may not write")
+	}
+	sub := filepath.Join(dir, "ws")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(sub, int(u.Uid), int(u.Gid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsys.WriteFile(ctx, "ws/new", []byte("x"), 0o644); err != nil {
+		t.Fatalf("FS write into the host user's directory: %v", err)
+	}
+	if uid, ok := fileUid(filepath.Join(sub, "new")); !ok || uid != u.Uid {
+		t.Errorf("a written file belongs to uid %d, want the host user's %d", uid, u.Uid)
 	}
 	if _, err := sb.Start(context.Background(), &sandbox.Cmd{Args: []string{"true"}, User: "root"}); !errors.Is(err, sandbox.ErrUnsupported) {
 		t.Errorf("Cmd.User root in a host-user sandbox: %v, want ErrUnsupported", err)
@@ -242,4 +286,38 @@ func procUid(pid int) (uint32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// fileUid returns the owner of the file at p.
+func fileUid(p string) (uint32, bool) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return st.Uid, true
+}
+
+// TestHostUserPath: a program is looked up in PATH as the host user would
+// (the agent's own user may enter directories the host user may not).
+func TestHostUserPath(t *testing.T) {
+	u := nobody(t)
+	dir := reachableDir(t)
+	priv, pub := filepath.Join(dir, "private"), filepath.Join(dir, "public")
+	for d, mode := range map[string]os.FileMode{priv: 0o700, pub: 0o755} {
+		if err := os.Mkdir(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "berth-probe"), []byte("#!/bin/sh\necho "+filepath.Base(d)+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb := host.New(host.Options{User: u, Env: []string{"PATH=" + priv + ":" + pub + ":/usr/bin:/bin"}})
+	defer sb.Close()
+	if out, errOut, st := run(t, sb, "berth-probe"); !st.Success() || out != "public\n" {
+		t.Fatalf("berth-probe as the host user: %v %q %q, want the public one", st, out, errOut)
+	}
 }
