@@ -82,6 +82,7 @@ resources and pending cards, and answers them; it asks for the token.`,
 // serve answers HTTP on ln until ctx is done, then closes every run and
 // waits for requests in flight. It closes ln.
 func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, stderr io.Writer, log *slog.Logger) error {
+	protectProcess(log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b, err := newBackends(g)

@@ -13,7 +13,6 @@ import (
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/containerd"
 	"berth.dev/berth/sandbox/docker"
-	"berth.dev/berth/sandbox/host"
 	"berth.dev/berth/tools/permission"
 )
 
@@ -80,7 +79,12 @@ func newBackends(g *globalFlags) (*backends, error) {
 	default:
 		b.providers = append(b.providers, kp)
 	}
-	b.providers = append(b.providers, &host.Provider{})
+	hp, err := newHostProvider(g)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.providers = append(b.providers, hp)
 	return b, nil
 }
 
