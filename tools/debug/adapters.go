@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -82,20 +83,29 @@ type Availability struct {
 	Binary string `json:"binary,omitempty"`
 	// Reason says why the adapter is not usable, and what would fix it.
 	Reason string `json:"reason,omitempty"`
+	// Interpreter names the project venv's python and the interpreter
+	// outside the workspace it resolves to (".venv/bin/python →
+	// /usr/bin/python3.11") when debugpy uses it on the host.
+	Interpreter string `json:"interpreter,omitempty"`
+	// Skipped says which of the workspace's own programs were passed over
+	// on the host, where none is ever run.
+	Skipped []string `json:"skipped,omitempty"`
 
 	absRoot string
 }
 
 // probe is what one discovery run in the sandbox found.
 type probe struct {
-	bins   map[string]string // adapter id → chosen binary
-	python pythonProbe
+	bins    map[string]string // adapter id → chosen binary
+	python  pythonProbe
+	skipped []string // on the host: the workspace's programs passed over
 }
 
 type pythonProbe struct {
 	path     string // the python chosen by DBG-4 preference, "" when none
 	venv     bool   // path is a project venv's python
 	importOK bool
+	real     string // on the host: what a venv path resolves to
 }
 
 // probeScript lists the adapter binaries on PATH, in PATH order, one
@@ -110,8 +120,21 @@ for d in $PATH; do
   done
 done
 unset IFS
+[ -n "$BERTH_PROBE_NO_PYTHON" ] && exit 0
 for py in "$@" "$(command -v python3 2>/dev/null)"; do
   [ -n "$py" ] || continue
+  if [ -f "$py" ] && [ -x "$py" ]; then
+    if "$py" -c 'import debugpy' >/dev/null 2>&1; then echo "py ok $py"; else echo "py nomod $py"; fi
+    exit 0
+  fi
+done
+echo "py none"
+`
+
+// hostPyScript checks the pythons given as arguments, and only those, as
+// probeScript does: on the host they are the ones [Supervisor.discover]
+// resolved outside the workspace, and nothing else is executed.
+const hostPyScript = `for py in "$@"; do
   if [ -f "$py" ] && [ -x "$py" ]; then
     if "$py" -c 'import debugpy' >/dev/null 2>&1; then echo "py ok $py"; else echo "py nomod $py"; fi
     exit 0
@@ -129,25 +152,98 @@ var venvPythons = []string{".venv/bin/python", "venv/bin/python"}
 func (s *Supervisor) runProbe(ctx context.Context, venvRoots []string) (probe, error) {
 	ctx, cancel := context.WithTimeout(ctx, discoverTimeout)
 	defer cancel()
-	args := []string{"/bin/sh", "-c", probeScript, "berth-debug-probe"}
+	var venvs []string
 	for _, r := range venvRoots {
 		for _, v := range venvPythons {
-			args = append(args, path.Join(r, v))
+			venvs = append(venvs, path.Join(r, v))
 		}
 	}
-	var out, errb bytes.Buffer
-	p, err := s.sb.Start(ctx, &sandbox.Cmd{Args: args, Stdout: &out, Stderr: &errb})
+	if s.opts.Host {
+		return s.runHostProbe(ctx, venvs)
+	}
+	out, err := s.script(ctx, probeScript, nil, venvs)
 	if err != nil {
-		return probe{}, fmt.Errorf("debug: cannot look for debug adapters in the sandbox: %w", err)
+		return probe{}, err
+	}
+	return s.parseProbe(out), nil
+}
+
+// runHostProbe is discovery on the host, where no program of the
+// workspace runs: the adapters on PATH are listed without running any
+// python, every program found (and every venv candidate) is resolved, and
+// only a python that resolves outside the workspace is then asked whether
+// it imports debugpy.
+func (s *Supervisor) runHostProbe(ctx context.Context, venvs []string) (probe, error) {
+	out, err := s.script(ctx, probeScript, []string{"BERTH_PROBE_NO_PYTHON=1"}, nil)
+	if err != nil {
+		return probe{}, err
+	}
+	var skipped, bins []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		b, ok := strings.CutPrefix(sc.Text(), "bin ")
+		if !ok || s.inWorkspace(b) {
+			continue
+		}
+		if real, inside := proc.HostProgram(s.root, b); real == "" || inside {
+			skipped = append(skipped, fmt.Sprintf("%s on PATH resolves to %s, inside the workspace; on the host berth runs only programs from outside the workspace", b, real))
+			continue
+		}
+		bins = append(bins, b)
+	}
+	var pys []string
+	resolved := map[string]string{}
+	for _, v := range venvs {
+		rel := strings.TrimPrefix(strings.TrimPrefix(v, s.root), "/")
+		if _, err := os.Lstat(v); err != nil {
+			continue
+		}
+		real, inside := proc.HostProgram(s.root, v)
+		switch {
+		case real == "":
+			skipped = append(skipped, rel+" does not resolve to a program")
+		case inside:
+			skipped = append(skipped, fmt.Sprintf("%s is the workspace's own program (it resolves to %s); on the host berth runs only interpreters from outside the workspace: make the venv with a python from outside it (python3 -m venv links bin/python to it) or use a container", rel, real))
+		default:
+			pys = append(pys, v)
+			resolved[v] = real
+		}
+	}
+	if py := proc.PickBinary(bins, []string{"python3"}); py != "" {
+		pys = append(pys, py)
+	}
+	out, err = s.script(ctx, hostPyScript, nil, pys)
+	if err != nil {
+		return probe{}, err
+	}
+	var lines []string
+	for _, b := range bins {
+		lines = append(lines, "bin "+b)
+	}
+	pr := s.parseProbe(strings.Join(lines, "\n") + "\n" + out)
+	pr.skipped = skipped
+	if pr.python.venv {
+		pr.python.real = resolved[pr.python.path]
+	}
+	return pr, nil
+}
+
+// script runs a discovery script with args in the sandbox and returns its
+// stdout.
+func (s *Supervisor) script(ctx context.Context, script string, env, args []string) (string, error) {
+	var out, errb bytes.Buffer
+	p, err := s.sb.Start(ctx, &sandbox.Cmd{Args: append([]string{"/bin/sh", "-c", script, "berth-debug-probe"}, args...), Env: env, Stdout: &out, Stderr: &errb})
+	if err != nil {
+		return "", fmt.Errorf("debug: cannot look for debug adapters in the sandbox: %w", err)
 	}
 	st, err := p.Wait()
 	if err != nil {
-		return probe{}, fmt.Errorf("debug: looking for debug adapters in the sandbox failed: %w", err)
+		return "", fmt.Errorf("debug: looking for debug adapters in the sandbox failed: %w", err)
 	}
 	if !st.Success() {
-		return probe{}, fmt.Errorf("debug: looking for debug adapters in the sandbox failed (%v): %s", st, proc.Clip(errb.String(), 400))
+		return "", fmt.Errorf("debug: looking for debug adapters in the sandbox failed (%v): %s", st, proc.Clip(errb.String(), 400))
 	}
-	return s.parseProbe(out.String()), nil
+	return out.String(), nil
 }
 
 // parseProbe picks one binary per adapter from the script's output.
@@ -247,6 +343,9 @@ func (s *Supervisor) discover(ctx context.Context, dir string) ([]Availability, 
 		a, _ := specFor(av.Adapter)
 		if a.id == AdapterDebugpy {
 			av.Binary = pr.python.path
+			if pr.python.real != "" {
+				av.Interpreter = strings.TrimPrefix(strings.TrimPrefix(pr.python.path, s.root), "/") + " → " + pr.python.real
+			}
 		} else {
 			av.Binary = pr.bins[a.id]
 		}
@@ -267,10 +366,16 @@ func (s *Supervisor) discover(ctx context.Context, dir string) ([]Availability, 
 		case a.id != AdapterDebugpy && av.Binary == "":
 			why = append(why, fmt.Sprintf("binary missing: no %s on the sandbox's PATH", a.binary))
 		}
+		for _, sk := range pr.skipped {
+			if a.id == AdapterDebugpy && (strings.Contains(sk, "python") || strings.Contains(sk, "venv")) ||
+				a.id != AdapterDebugpy && slices.ContainsFunc(a.names, func(n string) bool { return strings.Contains(sk, "/"+strings.TrimSuffix(n, "*")) }) {
+				av.Skipped = append(av.Skipped, sk)
+			}
+		}
 		if len(why) == 0 {
 			av.Usable = true
 		} else {
-			av.Reason = strings.Join(why, "; ")
+			av.Reason = strings.Join(append(why, av.Skipped...), "; ")
 		}
 	}
 	return out, nil

@@ -57,6 +57,12 @@ type Options struct {
 	// Wait bounds waiting for a stop after launch, continue, step or pause
 	// (default DefaultWait).
 	Wait time.Duration
+	// Host says the sandbox is the host (also implied by a sandbox whose
+	// Ref is "host"): no program of the workspace runs, not even to probe
+	// it — a venv's python only when it resolves to an interpreter outside
+	// the workspace, which the adapters list then names — and adapters
+	// run with GOTOOLCHAIN=local.
+	Host bool
 }
 
 // Supervisor owns the debug session of one run.
@@ -84,6 +90,9 @@ func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options
 	}
 	if opts.Wait <= 0 {
 		opts.Wait = DefaultWait
+	}
+	if sb.Ref() == "host" {
+		opts.Host = true
 	}
 	return &Supervisor{sb: sb, ws: ws, root: path.Clean(ws.Root()), runCtx: runCtx, opts: opts, bps: map[string][]dap.Breakpoint{}}
 }
@@ -266,16 +275,20 @@ type adapterProc struct {
 func (s *Supervisor) startAdapter(ctx context.Context, av Availability) (*adapterProc, error) {
 	pctx, cancel := context.WithCancel(s.runCtx)
 	stderr := proc.NewTail(stderrKeep)
-	env := []string{"PYDEVD_DISABLE_FILE_VALIDATION=1"}
+	var env []string
+	if s.opts.Host {
+		env = append(env, proc.HostEnv) // dlv builds with go: no toolchain switch on the host
+	}
 	switch av.Adapter {
 	case AdapterDelve:
-		return s.startDelve(ctx, pctx, cancel, av, stderr)
+		return s.startDelve(ctx, pctx, cancel, av, env, stderr)
 	case AdapterDebugpy:
+		env = append(env, "PYDEVD_DISABLE_FILE_VALIDATION=1")
 		return s.startPipe(pctx, cancel, &sandbox.Cmd{Args: []string{av.Binary, "-m", "debugpy.adapter"}, Env: env, Dir: av.absRoot, Stderr: stderr}, stderr)
 	case AdapterDart:
-		return s.startPipe(pctx, cancel, &sandbox.Cmd{Args: []string{av.Binary, "debug_adapter"}, Dir: av.absRoot, Stderr: stderr}, stderr)
+		return s.startPipe(pctx, cancel, &sandbox.Cmd{Args: []string{av.Binary, "debug_adapter"}, Env: env, Dir: av.absRoot, Stderr: stderr}, stderr)
 	default:
-		return s.startPipe(pctx, cancel, &sandbox.Cmd{Args: []string{av.Binary}, Dir: av.absRoot, Stderr: stderr}, stderr)
+		return s.startPipe(pctx, cancel, &sandbox.Cmd{Args: []string{av.Binary}, Env: env, Dir: av.absRoot, Stderr: stderr}, stderr)
 	}
 }
 
@@ -293,10 +306,11 @@ var listenLine = regexp.MustCompile(`DAP server listening at: (\S+)`)
 // startDelve starts `dlv dap --listen 127.0.0.1:0` and connects to the port
 // it prints through the sandbox's Dial: the port is never reachable from
 // outside the sandbox. dlv serves one client and exits after it.
-func (s *Supervisor) startDelve(ctx, pctx context.Context, cancel context.CancelFunc, av Availability, stderr *proc.Tail) (*adapterProc, error) {
+func (s *Supervisor) startDelve(ctx, pctx context.Context, cancel context.CancelFunc, av Availability, env []string, stderr *proc.Tail) (*adapterProc, error) {
 	outR, outW := io.Pipe()
 	p, err := s.sb.Start(pctx, &sandbox.Cmd{
 		Args:   []string{av.Binary, "dap", "--listen", "127.0.0.1:0"},
+		Env:    env,
 		Dir:    av.absRoot,
 		Stdout: outW,
 		Stderr: stderr,

@@ -275,6 +275,15 @@ func TestDiscovery(t *testing.T) {
 	// A bin directory inside the workspace on PATH must never supply an
 	// adapter; a dlv there is ignored.
 	fakeDlv := "#!/bin/sh\necho fake\n"
+	// marks is outside every workspace: a spy that ran leaves a file there.
+	marks := t.TempDir()
+	spy := "#!/bin/sh\ntouch \"" + marks + "/ran-$$\"\nexit 0\n"
+	noDebugpy := filepath.Join(marks, "python-without-debugpy")
+	if err := os.WriteFile(noDebugpy, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// linkDir holds python3, a link to WS/tools/python3: made per case.
+	linkDir := filepath.Join(t.TempDir(), "bin")
 	tests := []struct {
 		name    string
 		files   map[string]string
@@ -304,6 +313,11 @@ func TestDiscovery(t *testing.T) {
 				if !av.Usable || av.Binary != filepath.Join(f.dir, ".venv/bin/python") || av.Root != "." || av.Marker != "requirements.txt" {
 					t.Errorf("debugpy = %+v, want usable with the workspace's .venv python", av)
 				}
+				// On the host it is used because it resolves outside the
+				// workspace, and the result names what it resolves to.
+				if real, _ := filepath.EvalSymlinks(debianPython); av.Interpreter != ".venv/bin/python → "+real {
+					t.Errorf("debugpy interpreter %q; want .venv/bin/python → %s", av.Interpreter, real)
+				}
 			},
 		},
 		{
@@ -319,11 +333,40 @@ func TestDiscovery(t *testing.T) {
 		},
 		{
 			name:  "python without debugpy",
-			files: map[string]string{"setup.py": "", "main.py": "print(1)\n", ".venv/bin/python": "#!/bin/sh\nexit 1\n"},
+			files: map[string]string{"setup.py": "", "main.py": "print(1)\n", ".venv/bin/python": "symlink:" + noDebugpy},
 			check: func(t *testing.T, f *fixture, avs map[string]Availability) {
 				av := avs[AdapterDebugpy]
 				if av.Usable || !strings.Contains(av.Reason, "module missing") || !strings.Contains(av.Reason, ".venv/bin/python") {
 					t.Errorf("debugpy = %+v, want module missing for the venv python", av)
+				}
+			},
+		},
+		{
+			name:  "the workspace's own pythons never run on the host",
+			files: map[string]string{"setup.py": "", "main.py": "print(1)\n", ".venv/bin/python": spy, "venv/bin/python": spy},
+			path:  "/nonexistent",
+			check: func(t *testing.T, f *fixture, avs map[string]Availability) {
+				if ran, _ := filepath.Glob(filepath.Join(marks, "ran-*")); len(ran) > 0 {
+					t.Errorf("workspace pythons were run: %q", ran)
+				}
+				av := avs[AdapterDebugpy]
+				for _, want := range []string{".venv/bin/python is the workspace's own program", "venv/bin/python is the workspace's own program", "binary missing"} {
+					if av.Usable || !strings.Contains(av.Reason, want) {
+						t.Errorf("debugpy reason %q; want %q", av.Reason, want)
+					}
+				}
+			},
+		},
+		{
+			name:  "a PATH python3 linking into the workspace is not run",
+			files: map[string]string{"setup.py": "", "main.py": "print(1)\n", "tools/python3": spy},
+			path:  linkDir,
+			check: func(t *testing.T, f *fixture, avs map[string]Availability) {
+				if ran, _ := filepath.Glob(filepath.Join(marks, "ran-*")); len(ran) > 0 {
+					t.Errorf("workspace pythons were run: %q", ran)
+				}
+				if av := avs[AdapterDebugpy]; av.Usable || !strings.Contains(av.Reason, "inside the workspace") {
+					t.Errorf("debugpy = %+v; want the linked python3 skipped", av)
 				}
 			},
 		},
@@ -353,6 +396,13 @@ func TestDiscovery(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixturePath(t, tt.files, Options{}, tt.path)
+			if tt.path == linkDir {
+				os.RemoveAll(linkDir)
+				os.MkdirAll(linkDir, 0o755)
+				if err := os.Symlink(filepath.Join(f.dir, "tools/python3"), filepath.Join(linkDir, "python3")); err != nil {
+					t.Fatal(err)
+				}
+			}
 			args := map[string]any{"op": "adapters"}
 			if tt.program != "" {
 				args["program"] = tt.program

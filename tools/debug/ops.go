@@ -219,7 +219,14 @@ func (s *Supervisor) adapters(ctx context.Context, in Input) (reply, error) {
 	var b strings.Builder
 	for _, av := range avs {
 		if av.Usable {
-			fmt.Fprintf(&b, "%s: usable (%s; project root %s, marker %s)\n", av.Adapter, av.Binary, av.Root, av.Marker)
+			bin := av.Binary
+			if av.Interpreter != "" {
+				bin = av.Interpreter
+			}
+			fmt.Fprintf(&b, "%s: usable (%s; project root %s, marker %s)\n", av.Adapter, bin, av.Root, av.Marker)
+			for _, sk := range av.Skipped {
+				fmt.Fprintf(&b, "%s: skipped %s\n", av.Adapter, sk)
+			}
 		} else {
 			fmt.Fprintf(&b, "%s: not usable: %s\n", av.Adapter, av.Reason)
 		}
