@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -85,6 +86,13 @@ type Options struct {
 	InterruptWait time.Duration
 	// StartTimeout overrides DefaultStartTimeout.
 	StartTimeout time.Duration
+	// Host says the sandbox is the host (also implied by a sandbox whose
+	// Ref is "host"): no interpreter from the workspace runs there, not
+	// even to probe it. A project .venv/bin/python or venv/bin/python is
+	// used only when it resolves (symbolic links followed, nothing
+	// executed) to an interpreter outside the workspace, and the result
+	// then names it.
+	Host bool
 }
 
 // Supervisor owns the kernels of one run.
@@ -112,6 +120,9 @@ func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, reg *tools.R
 	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = DefaultStartTimeout
+	}
+	if sb.Ref() == "host" {
+		opts.Host = true
 	}
 	return &Supervisor{sb: sb, ws: ws, root: path.Clean(ws.Root()), runCtx: runCtx, opts: opts, reg: reg,
 		kernels: map[string]*kern{}, notes: map[string][]string{}}
@@ -154,7 +165,8 @@ type kern struct {
 	exited    chan struct{}
 	stderr    *proc.Tail
 	started   time.Time
-	interrupt string // "signal" or "message"
+	interrupt string   // "signal" or "message"
+	notes     []string // what choosing the interpreter skipped or resolved, shown with the first result
 	cells     int
 	sb        sandbox.Sandbox
 }
@@ -218,6 +230,7 @@ type probe struct {
 	ipykernel bool
 	node      string
 	dir       string
+	notes     []string // on the host: interpreters skipped, and what a venv python resolves to
 }
 
 // probeScript finds the python (project venv first) and whether it imports
@@ -235,9 +248,106 @@ d=$(mktemp -d /tmp/berth-kernel.XXXXXX) && echo "dir $d"
 exit 0
 `
 
+// hostProbeScript is probeScript for the host: it runs no interpreter. It
+// drops the workspace's directories from PATH, then reports every python3
+// and node in PATH order ("cand python3 P", "cand node N") and makes the
+// kernel's private directory; [Supervisor.hostProbe] resolves what it
+// found.
+const hostProbeScript = `ws=$1
+p=; oldifs=$IFS; IFS=:
+for d in $PATH; do
+  case "$d" in "$ws"|"$ws"/*|"") continue ;; /*) ;; *) continue ;; esac
+  p=${p:+$p:}$d
+  for n in python3 node nodejs; do
+    [ -f "$d/$n" ] && [ -x "$d/$n" ] && echo "cand $n $d/$n"
+  done
+done
+IFS=$oldifs; PATH=$p
+umask 077
+d=$(mktemp -d /tmp/berth-kernel.XXXXXX) && echo "dir $d"
+exit 0
+`
+
+// ipykernelScript reports whether the python $1 imports ipykernel.
+const ipykernelScript = `if "$1" -c 'import ipykernel' >/dev/null 2>&1; then echo "py ipykernel $1"; else echo "py plain $1"; fi`
+
+// hostProbe is discovery on the host: nothing from the workspace runs.
+// The project's venv pythons are resolved here without running them and
+// kept only when they resolve outside the workspace; python3 and node from
+// PATH likewise; only then is the chosen python asked about ipykernel.
+func (s *Supervisor) hostProbe(ctx context.Context) (probe, error) {
+	var out, errb bytes.Buffer
+	p, err := s.sb.Start(ctx, &sandbox.Cmd{Args: []string{"/bin/sh", "-c", hostProbeScript, "berth-eval-probe", s.root}, Stdout: &out, Stderr: &errb})
+	if err != nil {
+		return probe{}, fmt.Errorf("eval: cannot look for interpreters in the sandbox: %w", err)
+	}
+	if st, err := p.Wait(); err != nil || !st.Success() {
+		return probe{}, fmt.Errorf("eval: looking for interpreters in the sandbox failed (%v %v): %s", st, err, proc.Clip(errb.String(), 400))
+	}
+	var pr probe
+	for _, rel := range []string{".venv/bin/python", "venv/bin/python"} {
+		v := path.Join(s.root, rel)
+		if _, err := os.Lstat(v); err != nil {
+			continue
+		}
+		switch real, inside := proc.HostProgram(s.root, v); {
+		case real == "":
+			pr.notes = append(pr.notes, "skipped "+rel+": it does not resolve to a program")
+		case inside:
+			pr.notes = append(pr.notes, fmt.Sprintf("skipped %s: it is the workspace's own program (it resolves to %s), and on the host berth runs only interpreters from outside the workspace; make the venv with a python from outside it (python3 -m venv links bin/python to it) or use a container", rel, real))
+		case pr.python == "":
+			pr.python = v
+			pr.notes = append(pr.notes, fmt.Sprintf("python: %s → %s", rel, real))
+		}
+	}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		kind, rest, _ := strings.Cut(sc.Text(), " ")
+		switch kind {
+		case "cand":
+			name, prog, _ := strings.Cut(rest, " ")
+			isPy := name == "python3"
+			if isPy && pr.python != "" || !isPy && pr.node != "" {
+				continue
+			}
+			if real, inside := proc.HostProgram(s.root, prog); real == "" || inside {
+				pr.notes = append(pr.notes, fmt.Sprintf("skipped %s on PATH: it resolves to %s, inside the workspace, and on the host berth runs only interpreters from outside it", prog, real))
+				continue
+			}
+			if isPy {
+				pr.python = prog
+			} else {
+				pr.node = prog
+			}
+		case "dir":
+			pr.dir = rest
+		}
+	}
+	if pr.dir == "" {
+		return probe{}, fmt.Errorf("eval: cannot make a private directory under /tmp in the sandbox: %s", proc.Clip(errb.String(), 400))
+	}
+	if pr.python == "" {
+		return pr, nil
+	}
+	out.Reset()
+	errb.Reset()
+	p, err = s.sb.Start(ctx, &sandbox.Cmd{Args: []string{"/bin/sh", "-c", ipykernelScript, "berth-eval-probe", pr.python}, Stdout: &out, Stderr: &errb})
+	if err != nil {
+		return probe{}, fmt.Errorf("eval: cannot ask %s about ipykernel: %w", pr.python, err)
+	}
+	if st, err := p.Wait(); err != nil || !st.Success() {
+		return probe{}, fmt.Errorf("eval: asking %s about ipykernel failed (%v %v): %s", pr.python, st, err, proc.Clip(errb.String(), 400))
+	}
+	pr.ipykernel = strings.HasPrefix(out.String(), "py ipykernel ")
+	return pr, nil
+}
+
 func (s *Supervisor) probe(ctx context.Context) (probe, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
+	if s.opts.Host {
+		return s.hostProbe(ctx)
+	}
 	var out, errb bytes.Buffer
 	p, err := s.sb.Start(ctx, &sandbox.Cmd{Args: []string{"/bin/sh", "-c", probeScript, "berth-eval-probe", s.root}, Stdout: &out, Stderr: &errb})
 	if err != nil {
@@ -296,6 +406,7 @@ func (s *Supervisor) kernelFor(ctx context.Context, lang string, reset bool) (*k
 		if err != nil {
 			return nil, notes, err
 		}
+		notes = append(notes, k.notes...)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
@@ -315,6 +426,9 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 		return nil, err
 	}
 	k := &kern{lang: lang, dir: pr.dir, stderr: proc.NewTail(8192), exited: make(chan struct{}), sb: s.sb, interrupt: "message"}
+	if lang == Python {
+		k.notes = pr.notes
+	}
 	cleanup := func() {
 		if p, err := s.sb.Start(context.WithoutCancel(ctx), &sandbox.Cmd{Args: []string{"rm", "-rf", "--", pr.dir}}); err == nil {
 			p.Wait()
@@ -344,7 +458,11 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 	switch {
 	case lang == Python && pr.python == "":
 		cleanup()
-		return nil, errors.New("eval: no Python in the sandbox: no .venv/bin/python or venv/bin/python in the workspace and no python3 on PATH. Install python3 in the sandbox, or use language javascript")
+		msg := "eval: no Python in the sandbox: no .venv/bin/python or venv/bin/python in the workspace and no python3 on PATH. Install python3 in the sandbox, or use language javascript"
+		if len(pr.notes) > 0 {
+			msg = "eval: no Python in the sandbox that berth may run: " + strings.Join(pr.notes, "; ") + ". Install python3 outside the workspace, or use language javascript"
+		}
+		return nil, errors.New(msg)
 	case lang == Python && pr.ipykernel:
 		k.kind, k.binary, k.interrupt = "ipykernel", pr.python, "signal"
 		args = []string{pr.python, "-m", "ipykernel_launcher", "-f", connPath}
