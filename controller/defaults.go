@@ -58,6 +58,7 @@ func EvalTools(ctx context.Context, r *tools.Registry, env *Env) error {
 // wall limit).
 func EvalToolsWith(opts eval.Options) Binder {
 	return func(ctx context.Context, r *tools.Registry, env *Env) error {
+		opts.Host = opts.Host || env.Sandbox.Ref() == "host" // no workspace interpreter runs on the host
 		sup := eval.Register(r, env.Sandbox, env.Workspace, env.Context, opts)
 		env.OnClose(sup.Close)
 		env.AddResources(sup.Resources)
@@ -98,7 +99,7 @@ func DebugTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	if env.Spec.ConversationID == "" {
 		return nil
 	}
-	sup := debug.Register(r, env.Sandbox, env.Workspace, env.Context, debug.Options{})
+	sup := debug.Register(r, env.Sandbox, env.Workspace, env.Context, debug.Options{Host: env.Sandbox.Ref() == "host"})
 	env.OnClose(sup.Close)
 	env.AddResources(sup.Resources)
 	return nil
