@@ -3,7 +3,7 @@
 //
 // Modes, chosen by the first argument:
 //
-//	berth-shim run [--wait-delay=D] [--direct-stdout] [--user=UID:GID[:G1,G2...]] [--nproc=N] -- PROGRAM ARGS...
+//	berth-shim run [--wait-delay=D] [--direct-stdout] [--user=UID:GID[:G1,G2...]] [--nproc=N] [--cgroup=DIR]... -- PROGRAM ARGS...
 //	berth-shim fs [--user=UID:GID[:G1,G2...]] ROOT
 //	berth-shim dial tcp 127.0.0.1:PORT | dial unix /path/to/socket
 //	berth-shim version
@@ -14,7 +14,9 @@
 // output reaches berth without passing through the agent. With --user the
 // program runs as that user and groups while the agent keeps its own (so
 // that the program can neither signal nor trace its supervisor), and with
-// --nproc it starts with RLIMIT_NPROC N. "fs" serves
+// --nproc it starts with RLIMIT_NPROC N; with --cgroup the agent first
+// moves itself into that control group (v1 or v2; once per hierarchy), so
+// the program and all its descendants are in it. "fs" serves
 // files below ROOT, with --user as that user and groups (so that the
 // kernel checks every access as theirs and new files are theirs); "dial" relays raw bytes between stdio and a
 // connection. The frame format is in frame.go.
@@ -96,6 +98,9 @@ type runOptions struct {
 	// nproc, when positive, is the program's RLIMIT_NPROC: how many
 	// processes its real user may have.
 	nproc uint64
+	// cgroups are control group directories the agent moves itself into
+	// before it starts the program, so that every descendant is counted.
+	cgroups []string
 }
 
 // parseRun reads the flags of "run" up to "--" and returns the rest,
@@ -120,6 +125,11 @@ func parseRun(args []string) (runOptions, []string, error) {
 				return o, nil, fmt.Errorf("bad --user %q: %v; want UID:GID or UID:GID:G1,G2,...", val, err)
 			}
 			o.cred = c
+		case "--cgroup":
+			if !strings.HasPrefix(val, "/") {
+				return o, nil, fmt.Errorf("bad --cgroup %q: want an absolute directory", val)
+			}
+			o.cgroups = append(o.cgroups, val)
 		case "--nproc":
 			n, err := strconv.ParseUint(val, 10, 64)
 			if err != nil || n == 0 {

@@ -142,6 +142,12 @@ func run(args []string, o runOptions) int {
 		}
 		s.outDev, s.outIno = st.Dev, st.Ino
 	}
+	for _, dir := range o.cgroups {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			s.send(TypeStartFail, []byte(fmt.Sprintf("join the control group %s: %v", dir, err)))
+			return 0
+		}
+	}
 	if o.nproc > 0 {
 		// Rlimits are inherited: the agent's own limit becomes the
 		// child's. The agent is not held to it when it runs as root.
