@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -38,38 +40,43 @@ type Options struct {
 	// workspace must be readable and writable by User. Nil runs
 	// processes as berth's user and serves files from berth's process.
 	User *User
-	// PidsMax bounds the processes of User: RLIMIT_NPROC, which counts
-	// every process of that user on the machine. Zero means
-	// DefaultPidsMax, negative means no limit. Without User no process
-	// limit is applied (RLIMIT_NPROC of berth's own user would count
-	// berth and everything else that user runs).
+	// PidsMax bounds the processes of each sandbox: pids.max of a control
+	// group of its own where berth may create one (root, a writable cgroup
+	// v2 with the pids and memory controllers, or cgroup v1 pids and memory
+	// hierarchies), else, with User, RLIMIT_NPROC, which counts every
+	// process of User on the machine. Zero means DefaultPidsMax, negative
+	// means no limit.
 	PidsMax int
+	// MemoryMax bounds the memory of each sandbox's processes together, in
+	// bytes (memory.max, or memory.limit_in_bytes on cgroup v1); only with
+	// a control group. Zero means DefaultMemoryMax, negative no limit.
+	MemoryMax int64
+	// Logger, when set, is told when a sandbox's limits could not be
+	// applied as configured.
+	Logger *slog.Logger
 	// Binary is the agent; nil means shim.Locate.
 	Binary *shim.Binary
 }
 
-// pidsMax is the RLIMIT_NPROC o applies, zero for none.
-func (o Options) pidsMax() int {
-	switch {
-	case o.User == nil || o.PidsMax < 0:
-		return 0
-	case o.PidsMax == 0:
-		return DefaultPidsMax
+// limits are the pids and memory limits of o, zero for none.
+func (o Options) limits() (pids int, mem int64) {
+	pids, mem = o.PidsMax, o.MemoryMax
+	if pids == 0 {
+		pids = DefaultPidsMax
 	}
-	return o.PidsMax
+	if mem == 0 {
+		mem = DefaultMemoryMax
+	}
+	return max(pids, 0), max(mem, 0)
 }
 
-// Limits says in one line which limits processes started with o get, and
-// which could not be applied, for a log line at start.
+// Limits says in one line which limits a sandbox opened with o gets on
+// this machine, and which could not be applied and why, for a log line at
+// start. It creates and removes a control group to find out.
 func (o Options) Limits() string {
-	mem := "memory is not limited (berth sets no memory limit on host processes)"
-	if n := o.pidsMax(); n > 0 {
-		return fmt.Sprintf("host processes run as %s (uid %d), at most %d processes of that user in all (RLIMIT_NPROC); %s", o.User.Name, o.User.Uid, n, mem)
-	}
-	if o.User != nil {
-		return fmt.Sprintf("host processes run as %s (uid %d) with no process limit (PidsMax < 0); %s", o.User.Name, o.User.Uid, mem)
-	}
-	return "host processes run as berth's own user with no process limit (set a host user to limit them); " + mem
+	s := New(o)
+	defer s.Close()
+	return s.Limits()
 }
 
 // Sandbox is the host. It is safe for concurrent use.
@@ -77,28 +84,80 @@ type Sandbox struct {
 	*shim.Sandbox
 
 	user   *User
+	limits string // what Limits says
+
 	mu     sync.Mutex
 	closed bool
 	fss    []io.Closer
+	cg     *cgroup // nil without a control group, or once closed
 }
 
-// New returns the host sandbox.
-func New(opts Options) *Sandbox {
+// New returns the host sandbox. Its processes go into a control group of
+// its own when the machine allows it (see Options.PidsMax); Limits says
+// what applies.
+func New(opts Options) *Sandbox { return newSandbox(opts, true) }
+
+// newSandbox is New; without useCgroup it applies only the limits
+// possible without a control group.
+func newSandbox(opts Options, useCgroup bool) *Sandbox {
 	env := append(BaseEnv(opts.User), opts.Env...)
 	t := &transport{env: env}
 	so := shim.Options{Name: "host", Binary: opts.Binary}
+	who := "berth's own user"
 	if opts.User != nil {
 		so.RunFlags = append(so.RunFlags, opts.User.credentialFlag())
 		so.FSFlags = append(so.FSFlags, opts.User.credentialFlag())
+		who = fmt.Sprintf("%s (uid %d)", opts.User.Name, opts.User.Uid)
 	}
-	if n := opts.pidsMax(); n > 0 {
-		so.RunFlags = append(so.RunFlags, fmt.Sprintf("--nproc=%d", n))
+	pids, mem := opts.limits()
+	var cg *cgroup
+	var limits string
+	if pids > 0 || mem > 0 {
+		err := errors.New("not used")
+		if useCgroup {
+			cg, err = newCgroup(pids, mem)
+		}
+		switch {
+		case err == nil:
+			for _, d := range cg.dirs {
+				so.RunFlags = append(so.RunFlags, "--cgroup="+d)
+			}
+			limits = fmt.Sprintf("host processes run as %s in control group %s: %s", who, strings.Join(cg.dirs, " and "), limitWords(pids, mem))
+		case opts.User != nil && pids > 0:
+			so.RunFlags = append(so.RunFlags, fmt.Sprintf("--nproc=%d", pids))
+			limits = fmt.Sprintf("host processes run as %s with at most %d processes of that user in all (RLIMIT_NPROC) and no memory limit: no control group (%v)", who, pids, err)
+		default:
+			limits = fmt.Sprintf("host processes run as %s with no process or memory limit: no control group (%v), and RLIMIT_NPROC only applies with a host user", who, err)
+		}
+		if cg == nil && opts.Logger != nil {
+			opts.Logger.Warn("host sandbox limits not fully applied", "limits", limits)
+		}
+	} else {
+		limits = fmt.Sprintf("host processes run as %s with no process or memory limit (PidsMax and MemoryMax negative)", who)
 	}
 	return &Sandbox{
 		Sandbox: shim.New(t, so),
 		user:    opts.User,
+		cg:      cg,
+		limits:  limits,
 	}
 }
+
+// limitWords describes pids.max and the memory limit.
+func limitWords(pids int, mem int64) string {
+	p, m := "no process limit", "no memory limit"
+	if pids > 0 {
+		p = fmt.Sprintf("at most %d processes", pids)
+	}
+	if mem > 0 {
+		m = fmt.Sprintf("at most %d MiB of memory", mem>>20)
+	}
+	return p + ", " + m
+}
+
+// Limits says which limits the sandbox's processes run with, and which
+// could not be applied and why.
+func (s *Sandbox) Limits() string { return s.limits }
 
 // Ref returns "host".
 func (s *Sandbox) Ref() string { return "host" }
@@ -193,10 +252,17 @@ func (s *Sandbox) Close() error {
 	s.closed = true
 	fss := s.fss
 	s.fss = nil
+	cg := s.cg
+	s.cg = nil
 	s.mu.Unlock()
 	err := s.Sandbox.Close()
 	for _, c := range fss {
 		c.Close()
+	}
+	if cg != nil {
+		// The agents killed their trees; the group's own kill catches what
+		// escaped them.
+		err = errors.Join(err, cg.close())
 	}
 	return err
 }

@@ -208,15 +208,73 @@ func (b *lineBuffer) String() string {
 	return b.buf.String()
 }
 
-// TestForkBomb: a process that forks until it cannot stops at the host
-// user's process limit; berth's own processes still start meanwhile, and
-// Close leaves none of the bomb's processes behind.
-func TestForkBomb(t *testing.T) {
+// cgroupSandbox returns a host sandbox with its own control group,
+// skipping where the machine gives none.
+func cgroupSandbox(t *testing.T, opts host.Options) *host.Sandbox {
+	t.Helper()
+	sb := host.New(opts)
+	if len(sb.CgroupDirs()) == 0 {
+		sb.Close()
+		t.Skipf("no control group on this machine: %s", sb.Limits())
+	}
+	return sb
+}
+
+// TestForkBombCgroup: in a sandbox with its own control group (berth's own
+// user, root), a fork bomb stops at pids.max; the group is gone after
+// Close.
+func TestForkBombCgroup(t *testing.T) {
+	const pidsMax = 48
+	sb := cgroupSandbox(t, host.Options{PidsMax: pidsMax})
+	defer sb.Close()
+	dirs := sb.CgroupDirs()
+	t.Logf("limits: %s", sb.Limits())
+	pids := forkBomb(t, sb, pidsMax, func() {
+		for _, d := range dirs {
+			if b, err := os.ReadFile(filepath.Join(d, "pids.current")); err == nil {
+				if n, _ := strconv.Atoi(strings.TrimSpace(string(b))); n > pidsMax {
+					t.Errorf("pids.current %d > pids.max %d", n, pidsMax)
+				}
+			}
+		}
+	})
+	for _, pid := range pids {
+		if _, ok := procUid(pid); ok {
+			t.Errorf("process %d of the bomb is still there after Close", pid)
+		}
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("control group %s still there after Close: %v", d, err)
+		}
+	}
+}
+
+// TestForkBombRlimit: without a control group, a host user's fork bomb
+// stops at RLIMIT_NPROC.
+func TestForkBombRlimit(t *testing.T) {
 	u := nobody(t)
 	const pidsMax = 48
-	const bound = 1000 // the loop ends here even without a limit
-	sb := host.New(host.Options{User: u, PidsMax: pidsMax})
+	sb := host.NewWithoutCgroup(host.Options{User: u, PidsMax: pidsMax})
 	defer sb.Close()
+	if !strings.Contains(sb.Limits(), "RLIMIT_NPROC") {
+		t.Fatalf("limits %q, want RLIMIT_NPROC", sb.Limits())
+	}
+	pids := forkBomb(t, sb, pidsMax, func() {})
+	for _, pid := range pids {
+		if uid, ok := procUid(pid); ok && uid == u.Uid {
+			t.Errorf("process %d of the bomb is still there after Close", pid)
+		}
+	}
+}
+
+// forkBomb runs a process in sb that forks until it cannot, checks that
+// it stopped below pidsMax and that berth still starts processes in
+// another sandbox meanwhile, calls during while the bomb holds its limit,
+// closes sb and returns the bomb's pids.
+func forkBomb(t *testing.T, sb *host.Sandbox, pidsMax int, during func()) []int {
+	t.Helper()
+	const bound = 1000 // the loop ends here even without a limit
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// The loop runs in a subshell, which exits when a fork fails; its
@@ -251,6 +309,7 @@ func TestForkBomb(t *testing.T) {
 	if !strings.Contains(errOut.String(), "fork") {
 		t.Errorf("stderr %q, want the shell's fork failure", errOut.String())
 	}
+	during()
 	// The machine keeps working: berth starts a process in another sandbox.
 	other := host.New(host.Options{})
 	defer other.Close()
@@ -260,13 +319,25 @@ func TestForkBomb(t *testing.T) {
 	if err := sb.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Wait(); err != nil && !strings.Contains(err.Error(), "closed") {
-		t.Logf("bomb wait after Close: %v", err)
+	p.Wait()
+	return pids
+}
+
+// TestMemoryMax: a process that takes more memory than the sandbox's
+// limit is killed; the same one without the limit is not.
+func TestMemoryMax(t *testing.T) {
+	const limit = 32 << 20
+	// tail keeps a line without newline whole: 200 MB of zeros.
+	script := `head -c 200000000 /dev/zero | tail -n 1 >/dev/null; echo "tail $?"`
+	sb := cgroupSandbox(t, host.Options{MemoryMax: limit})
+	defer sb.Close()
+	if out, errOut, _ := run(t, sb, "/bin/sh", "-c", script); out != "tail 137\n" {
+		t.Fatalf("with a %d MiB limit: %q (stderr %q), want tail killed (137)", limit>>20, out, errOut)
 	}
-	for _, pid := range pids {
-		if uid, ok := procUid(pid); ok && uid == u.Uid {
-			t.Errorf("process %d of the bomb is still there after Close", pid)
-		}
+	free := host.New(host.Options{MemoryMax: -1})
+	defer free.Close()
+	if out, errOut, _ := run(t, free, "/bin/sh", "-c", script); out != "tail 0\n" {
+		t.Fatalf("without a memory limit: %q (stderr %q), want tail 0", out, errOut)
 	}
 }
 
