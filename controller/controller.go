@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -160,6 +159,20 @@ type Config struct {
 	// events, and every permission "ask" is refused (no approver). For
 	// one-shot commands with nobody to show a card to.
 	NoQuestions bool
+
+	// MaxRunsPerTenant caps the runs one tenant (RunSpec.Tenant) may have
+	// open; 0 means DefaultMaxRunsPerTenant, negative unlimited. Opening
+	// one more fails with ErrTooMany.
+	MaxRunsPerTenant int
+	// MaxCallsPerTenant caps one tenant's tool calls in flight over all
+	// its runs; 0 means DefaultMaxCallsPerTenant, negative unlimited. A
+	// call beyond it fails with ErrTooMany without starting.
+	MaxCallsPerTenant int
+	// IdleExpiry closes a run nobody used for this long (no call started
+	// or ended, no call in flight, nobody on its event stream); 0 means
+	// DefaultIdleExpiry, negative never. Its id then answers
+	// ErrRunExpired.
+	IdleExpiry time.Duration
 }
 
 // RunSpec says where and how to open a run.
@@ -180,6 +193,10 @@ type RunSpec struct {
 	Mode tools.Surface `json:"mode,omitempty"`
 	// Vibe enables the vibe_* worker tools where they are wired.
 	Vibe bool `json:"vibe,omitempty"`
+	// Tenant owns the run: only it (and AllTenants) finds the run with
+	// Lookup and ListFor, and the run counts against its caps. It is set
+	// by the API from the caller's credential, never from the body.
+	Tenant string `json:"-"`
 }
 
 // RunInfo describes an open run.
@@ -190,6 +207,7 @@ type RunInfo struct {
 	ConversationID string        `json:"conversation_id,omitempty"`
 	Mode           tools.Surface `json:"mode"`
 	Vibe           bool          `json:"vibe,omitempty"`
+	Tenant         string        `json:"tenant,omitempty"`
 	Opened         time.Time     `json:"opened"`
 	// Placement says how the sandbox was chosen, for a human: for example
 	// "docker: container labelled berth.conversation=c-42" or
@@ -205,9 +223,18 @@ type Controller struct {
 	log       *slog.Logger
 	m         *metrics
 
-	mu     sync.Mutex
-	runs   map[string]*Run
-	closed bool
+	mu      sync.Mutex
+	runs    map[string]*Run
+	closed  bool
+	tenants map[string]*tenantUse // tenants holding runs or calls
+	// expired remembers the last MaxExpiredRemembered expired runs;
+	// expiredOrder is a ring of their ids, oldest at expiredNext once full.
+	expired      map[string]expiredRun
+	expiredOrder []string
+	expiredNext  int
+
+	stopJanitor chan struct{} // closed by Close; nil without expiry
+	janitorDone chan struct{}
 }
 
 // New returns a controller. It fails when two providers share a scheme or
@@ -222,6 +249,15 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.CloseGrace <= 0 {
 		cfg.CloseGrace = DefaultCloseGrace
 	}
+	if cfg.MaxRunsPerTenant == 0 {
+		cfg.MaxRunsPerTenant = DefaultMaxRunsPerTenant
+	}
+	if cfg.MaxCallsPerTenant == 0 {
+		cfg.MaxCallsPerTenant = DefaultMaxCallsPerTenant
+	}
+	if cfg.IdleExpiry == 0 {
+		cfg.IdleExpiry = DefaultIdleExpiry
+	}
 	mode, err := permission.ParseMode(string(cfg.Mode))
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
@@ -235,7 +271,8 @@ func New(cfg Config) (*Controller, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Controller{cfg: cfg, providers: map[string]sandbox.Provider{}, log: log, runs: map[string]*Run{}}
+	c := &Controller{cfg: cfg, providers: map[string]sandbox.Provider{}, log: log, runs: map[string]*Run{},
+		tenants: map[string]*tenantUse{}, expired: map[string]expiredRun{}}
 	for _, p := range cfg.Providers {
 		s := p.Scheme()
 		if _, dup := c.providers[s]; dup {
@@ -249,6 +286,10 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c.m = m
+	if cfg.IdleExpiry > 0 {
+		c.stopJanitor, c.janitorDone = make(chan struct{}), make(chan struct{})
+		go c.janitor(c.stopJanitor, c.janitorDone)
+	}
 	return c, nil
 }
 
@@ -264,12 +305,15 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 	if spec.Sandbox == "" {
 		spec.Sandbox = AutoSandbox
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("controller: %w: berth is shutting down", ErrClosed)
+	if err := c.reserveRun(spec.Tenant); err != nil {
+		return nil, err
 	}
+	reserved := true // until the run is registered, which takes the slot over
+	defer func() {
+		if reserved {
+			c.releaseRun(spec.Tenant)
+		}
+	}()
 
 	sb, placement, err := c.place(ctx, spec)
 	if err != nil {
@@ -304,9 +348,10 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 		log:    c.log.With("run", id, "sandbox", ref),
 		info: RunInfo{
 			ID: id, Sandbox: ref, Workspace: ws, ConversationID: spec.ConversationID,
-			Mode: spec.Mode, Vibe: spec.Vibe, Opened: time.Now(), Placement: placement,
+			Mode: spec.Mode, Vibe: spec.Vibe, Tenant: spec.Tenant, Opened: time.Now(), Placement: placement,
 		},
 	}
+	r.lastUsed = r.info.Opened
 	env := &Env{RunID: id, Spec: spec, Sandbox: sb, Workspace: fsys, Context: runCtx, Logger: r.log, closers: &r.closers, reporters: &r.reporters}
 	if !c.cfg.NoQuestions {
 		r.questions = questions.New()
@@ -330,6 +375,7 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 		return nil, fmt.Errorf("controller: %w: berth is shutting down", ErrClosed)
 	}
 	c.runs[id] = r
+	reserved = false
 	c.mu.Unlock()
 	c.m.runsOpen.Inc()
 	c.m.runsOpened.WithLabelValues(scheme(ref)).Inc()
@@ -453,39 +499,29 @@ func scheme(ref string) string {
 	return ref
 }
 
-// Get returns the open run with this id.
-func (c *Controller) Get(id string) (*Run, error) {
-	c.mu.Lock()
-	r, ok := c.runs[id]
-	c.mu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("controller: %w %q: open a run with POST /v1/runs (it may have been closed)", ErrUnknownRun, id)
-	}
-	return r, nil
-}
+// Get returns the open run with this id, whatever its tenant: Lookup
+// with AllTenants. It answers ErrRunExpired for a run that expired.
+func (c *Controller) Get(id string) (*Run, error) { return c.Lookup(AllTenants, id) }
 
-// List returns the open runs, oldest first.
-func (c *Controller) List() []RunInfo {
-	c.mu.Lock()
-	out := make([]RunInfo, 0, len(c.runs))
-	for _, r := range c.runs {
-		out = append(out, r.Info())
-	}
-	c.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].Opened.Equal(out[j].Opened) {
-			return out[i].Opened.Before(out[j].Opened)
-		}
-		return out[i].ID < out[j].ID
-	})
-	return out
-}
+// List returns every tenant's open runs, oldest first: ListFor with
+// AllTenants.
+func (c *Controller) List() []RunInfo { return c.ListFor(AllTenants) }
 
 // Close closes every run and refuses new ones. It returns the errors of
 // the runs that did not close cleanly.
 func (c *Controller) Close() error {
 	c.mu.Lock()
+	stop := c.stopJanitor
+	if c.closed {
+		stop = nil // already stopped
+	}
 	c.closed = true
+	c.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-c.janitorDone
+	}
+	c.mu.Lock()
 	runs := make([]*Run, 0, len(c.runs))
 	for _, r := range c.runs {
 		runs = append(runs, r)
@@ -502,8 +538,14 @@ func (c *Controller) Close() error {
 
 func (c *Controller) remove(id string) {
 	c.mu.Lock()
-	_, ok := c.runs[id]
+	r, ok := c.runs[id]
 	delete(c.runs, id)
+	if ok {
+		if u := c.tenants[r.info.Tenant]; u != nil {
+			u.runs--
+			c.dropIdleLocked(r.info.Tenant)
+		}
+	}
 	c.mu.Unlock()
 	if ok {
 		c.m.runsOpen.Dec()
@@ -538,9 +580,12 @@ type Run struct {
 
 	calls sync.WaitGroup // in-flight calls
 
-	mu      sync.Mutex
-	closing bool  // Close has begun: new calls are refused
-	gone    error // set once the sandbox was found gone
+	mu       sync.Mutex
+	closing  bool          // Close has begun: new calls are refused
+	gone     error         // set once the sandbox was found gone
+	inflight int           // calls in flight (what calls counts)
+	lastUsed time.Time     // when a call last started or ended
+	expired  time.Duration // the idle time after which the janitor closed the run; 0: not expired
 
 	closeMu  sync.Mutex // serialises Close
 	done     bool
@@ -621,9 +666,18 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		return nil, err
 	}
 
+	if err := r.c.acquireCall(r.info.Tenant, r.id, name); err != nil {
+		return nil, err
+	}
+	defer r.c.releaseCall(r.info.Tenant)
+
 	r.mu.Lock()
 	if r.closing {
+		expired := r.expired
 		r.mu.Unlock()
+		if expired > 0 {
+			return nil, expiredError(r.id, expired)
+		}
 		return nil, fmt.Errorf("controller: run %s is closed: %w; open a new run", r.id, ErrUnknownRun)
 	}
 	if r.gone != nil {
@@ -632,8 +686,16 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		return nil, gone
 	}
 	r.calls.Add(1)
+	r.inflight++
+	r.lastUsed = time.Now()
 	r.mu.Unlock()
-	defer r.calls.Done()
+	defer func() {
+		r.mu.Lock()
+		r.inflight--
+		r.lastUsed = time.Now()
+		r.mu.Unlock()
+		r.calls.Done()
+	}()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -18,14 +18,16 @@ const (
 	OutcomeBadInput    = "bad_input"    // *tools.InputError
 	OutcomeUnknown     = "unknown"      // tools.ErrUnknownTool or an unknown run
 	OutcomeSandboxGone = "sandbox_gone" // sandbox.ErrGone
+	OutcomeTooMany     = "too_many"     // ErrTooMany: the tenant's cap on calls in flight
 	OutcomeError       = "error"        // anything else (cancelled, internal)
 )
 
 type metrics struct {
-	runsOpen   prometheus.Gauge
-	runsOpened *prometheus.CounterVec
-	calls      *prometheus.CounterVec
-	latency    *prometheus.HistogramVec
+	runsOpen    prometheus.Gauge
+	runsOpened  *prometheus.CounterVec
+	runsExpired prometheus.Counter
+	calls       *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -38,9 +40,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "berth_runs_opened_total",
 			Help: "Runs opened, by sandbox scheme (host, docker, …).",
 		}, []string{"scheme"}),
+		runsExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "berth_runs_expired_total",
+			Help: "Runs closed by the controller after being idle for the idle expiry.",
+		}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "berth_tool_calls_total",
-			Help: "Tool calls by tool and outcome (ok, tool_error, denied, bad_input, unknown, sandbox_gone, error). Unknown tool names are counted as _unknown.",
+			Help: "Tool calls by tool and outcome (ok, tool_error, denied, bad_input, unknown, sandbox_gone, too_many, error). Unknown tool names are counted as _unknown.",
 		}, []string{"tool", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "berth_tool_call_duration_seconds",
@@ -51,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.runsOpen, m.runsOpened, m.calls, m.latency} {
+	for _, c := range []prometheus.Collector{m.runsOpen, m.runsOpened, m.runsExpired, m.calls, m.latency} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("controller: register metrics: %w", err)
 		}
@@ -70,7 +76,9 @@ func outcome(res *tools.Result, err error) string {
 		return OutcomeDenied
 	case errors.As(err, &in):
 		return OutcomeBadInput
-	case errors.Is(err, tools.ErrUnknownTool), errors.Is(err, ErrUnknownRun):
+	case errors.Is(err, ErrTooMany):
+		return OutcomeTooMany
+	case errors.Is(err, tools.ErrUnknownTool), errors.Is(err, ErrUnknownRun), errors.Is(err, ErrRunExpired):
 		return OutcomeUnknown
 	case errors.Is(err, sandbox.ErrGone):
 		return OutcomeSandboxGone
