@@ -99,6 +99,12 @@ type ExecuteReply struct {
 	// Payload and UserExpressions are passed through raw.
 	Payload         []json.RawMessage
 	UserExpressions map[string]json.RawMessage
+	// OutputDropped is how many bytes of the cell's output the kernel
+	// dropped because its buffer towards this client was full (the
+	// client read slower than the cell wrote). berth's bundled kernels
+	// report it in the reply's berth_output_dropped; ipykernel drops
+	// past its high-water mark without saying, so it is 0 there.
+	OutputDropped int64
 }
 
 type executeRequest struct {
@@ -250,12 +256,13 @@ func decodeExecuteReply(content []byte) (*ExecuteReply, error) {
 		ExecutionCount  int                        `json:"execution_count"`
 		Payload         []json.RawMessage          `json:"payload"`
 		UserExpressions map[string]json.RawMessage `json:"user_expressions"`
+		OutputDropped   int64                      `json:"berth_output_dropped"`
 		ExecError
 	}
 	if err := json.Unmarshal(content, &r); err != nil {
 		return nil, fmt.Errorf("kernel: decode execute_reply: %w", err)
 	}
-	out := &ExecuteReply{Status: r.Status, ExecutionCount: r.ExecutionCount, Payload: r.Payload, UserExpressions: r.UserExpressions}
+	out := &ExecuteReply{Status: r.Status, ExecutionCount: r.ExecutionCount, Payload: r.Payload, UserExpressions: r.UserExpressions, OutputDropped: max(r.OutputDropped, 0)}
 	if r.Status == "error" {
 		e := r.ExecError
 		out.Error = &e

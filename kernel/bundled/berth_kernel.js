@@ -29,7 +29,7 @@ const DELIM = Buffer.from('<IDS|MSG>');
 
 // Caps and timings.
 const MAX_MESSAGE = 1 << 28; // one incoming ZMTP message; a bigger one closes the connection
-const MAX_OUTBUF = 1 << 26; // queued bytes per connection; beyond it messages are dropped (ZMQ's HWM)
+const MAX_OUTBUF = 1 << 26; // queued bytes per connection; beyond it output messages are dropped (ZMQ's HWM) and counted
 const DIGEST_HISTORY = 4096; // remembered signatures, to drop replays
 const STREAM_FLUSH_MS = 50; // how long a stream write may wait before it is published
 const STREAM_CHUNK = 1 << 16; // buffered stream text that forces a publish
@@ -264,16 +264,20 @@ function ioThread() {
       else if (name === 'CANCEL') this.subs.delete(data.toString('latin1'));
     }
 
-    send(frames) {
-      if (this.closed || this.state !== READY) return;
+    // send queues a message and reports whether it was; past MAX_OUTBUF it
+    // is dropped, unless force (a status message, small, without which a
+    // client would wait for the cell's end forever).
+    send(frames, force) {
+      if (this.closed || this.state !== READY) return true;
       const data = encodeFrames(frames);
-      if (this.sock.writableLength + data.length > MAX_OUTBUF) {
+      if (this.sock.writableLength + data.length > MAX_OUTBUF && !force) {
         if (!this.dropped) log(`${this.zsock.name}: peer is not reading; dropping messages`);
         this.dropped = true;
-        return;
+        return false;
       }
       this.dropped = false;
       this.write(data);
+      return true;
     }
 
     write(data) {
@@ -363,22 +367,25 @@ function ioThread() {
     }
 
     // send routes frames: ROUTER by the first frame, PUB to every peer
-    // subscribed to a prefix of the first frame.
-    send(frames) {
+    // subscribed to a prefix of the first frame. It reports false when a
+    // peer dropped the message (see Peer.send).
+    send(frames, force) {
+      let sent = true;
       if (this.kind === 'ROUTER') {
         const peer = this.byId.get(Buffer.from(frames[0]).toString('latin1'));
-        if (peer) peer.send(frames.slice(1));
+        if (peer) sent = peer.send(frames.slice(1), force);
       } else if (this.kind === 'PUB') {
         const topic = (frames[0] || Buffer.alloc(0)).toString('latin1');
         for (const p of this.peers) {
           for (const s of p.subs) {
             if (topic.startsWith(s)) {
-              p.send(frames);
+              sent = p.send(frames, force) && sent;
               break;
             }
           }
         }
       }
+      return sent;
     }
 
     pending() {
@@ -472,7 +479,21 @@ function ioThread() {
   function publish(msgType, content, parent) {
     flushStreams();
     const topic = msgType === 'stream' ? `stream.${content.name}` : `kernel.${sessionId}.${msgType}`;
-    iopub.send(serialize(msgType, content, parent, {}, [Buffer.from(topic)]));
+    iopub.send(serialize(msgType, content, parent, {}, [Buffer.from(topic)]), msgType === 'status');
+  }
+
+  // Output a slow client's full buffer dropped, and the cell it was for:
+  // the cell's execute_reply says how much (berth_output_dropped).
+  let droppedFor = '';
+  let droppedBytes = 0;
+
+  function sendOutput(frames, parentId, size) {
+    if (iopub.send(frames) || !parentId) return;
+    if (parentId !== droppedFor) {
+      droppedFor = parentId;
+      droppedBytes = 0;
+    }
+    droppedBytes += size;
   }
 
   function reply(sock, idents, msgType, content, parent) {
@@ -505,8 +526,18 @@ function ioThread() {
     }
     while (streams.length) {
       const s = streams.shift();
-      const content = { name: s.name, text: s.text.join('') };
-      iopub.send(serialize('stream', content, s.parent, {}, [Buffer.from(`stream.${s.name}`)]));
+      const text = s.text.join('');
+      // One message per STREAM_CHUNK: a single huge write must not be one
+      // message bigger than a peer's buffer, dropped whole.
+      for (let i = 0; i < text.length;) {
+        let end = Math.min(i + STREAM_CHUNK, text.length);
+        const c = text.charCodeAt(end - 1);
+        if (end < text.length && c >= 0xd800 && c <= 0xdbff) end--; // keep a surrogate pair whole
+        const piece = text.slice(i, end);
+        i = end;
+        sendOutput(serialize('stream', { name: s.name, text: piece }, s.parent, {}, [Buffer.from(`stream.${s.name}`)]),
+          s.parentId, Buffer.byteLength(piece, 'utf8'));
+      }
     }
   }
 
@@ -568,11 +599,20 @@ function ioThread() {
   parentPort.on('message', (m) => {
     switch (m.t) {
       case 'send': {
-        const frames = serialize(m.msgType, m.content, m.parent, m.metadata, m.idents, m.msgId);
         flushStreams();
+        let content = m.content;
+        const parentId = (m.parent || {}).msg_id || '';
+        if (m.ch === 'shell' && m.msgType === 'execute_reply') {
+          // content comes from the main thread as JSON text.
+          if (droppedBytes && droppedFor === parentId) content = JSON.stringify({ ...JSON.parse(content), berth_output_dropped: droppedBytes });
+          droppedFor = '';
+          droppedBytes = 0;
+        }
+        const frames = serialize(m.msgType, content, m.parent, m.metadata, m.idents, m.msgId);
         if (m.ch === 'iopub') {
           frames.unshift(Buffer.from(`kernel.${sessionId}.${m.msgType}`));
-          iopub.send(frames);
+          if (m.msgType === 'status') iopub.send(frames, true);
+          else sendOutput(frames, parentId, frames[frames.length - 1].length);
         } else {
           sockets[m.ch].send(frames);
         }

@@ -55,7 +55,7 @@ DELIM = b"<IDS|MSG>"
 
 # Caps and timings.
 MAX_MESSAGE = 1 << 28  # one incoming ZMTP message; a bigger one closes the connection
-MAX_OUTBUF = 1 << 26  # queued bytes per connection; beyond it messages are dropped (ZMQ's HWM)
+MAX_OUTBUF = 1 << 26  # queued bytes per connection; beyond it output messages are dropped (ZMQ's HWM) and counted
 DIGEST_HISTORY = 4096  # remembered signatures, to drop replays
 STREAM_FLUSH = 0.05  # seconds a stream write may wait before it is published
 STREAM_CHUNK = 1 << 16  # buffered stream text that forces a publish
@@ -326,17 +326,21 @@ class Peer:
         elif name == b"CANCEL":
             self.subs.discard(bytes(data))
 
-    def send(self, frames):
+    def send(self, frames, force=False):
+        """send queues a message and reports whether it was; past MAX_OUTBUF
+        it is dropped, unless force (a status message, small, without which
+        a client would wait for the cell's end forever)."""
         if self.closed or self.state != Peer.READY:
-            return
+            return True
         data = b"".join(zframe(f, more=i < len(frames) - 1) for i, f in enumerate(frames))
-        if len(self.out) + len(data) > MAX_OUTBUF:
+        if len(self.out) + len(data) > MAX_OUTBUF and not force:
             if not self.dropped:
                 log("%s: peer is not reading; dropping messages" % self.zsock.name)
                 self.dropped = True
-            return
+            return False
         self.dropped = False
         self._write(data)
+        return True
 
     def _write(self, data):
         self.out += data
@@ -452,18 +456,21 @@ class Socket:
         elif self.handler is not None:
             self.handler([peer.routing_id] + frames)
 
-    def send(self, frames):
+    def send(self, frames, force=False):
         """send routes frames (loop thread only): ROUTER by the first frame,
-        PUB to every peer subscribed to a prefix of the first frame."""
+        PUB to every peer subscribed to a prefix of the first frame. It
+        reports False when a peer dropped the message (see Peer.send)."""
+        sent = True
         if self.kind == "ROUTER":
             peer = self.by_id.get(frames[0])
             if peer is not None:
-                peer.send(frames[1:])
+                sent = peer.send(frames[1:], force)
         elif self.kind == "PUB":
             topic = frames[0] if frames else b""
             for p in list(self.peers):
                 if any(topic.startswith(s) for s in p.subs):
-                    p.send(frames)
+                    sent = p.send(frames, force) and sent
+        return sent
 
     def pending(self):
         return any(p.pending() for p in self.peers)
@@ -627,7 +634,10 @@ class OutStream(io.TextIOBase):
             return
         text = "".join(self._buf)
         self._buf, self._size = [], 0
-        self._kernel.publish("stream", {"name": self._name, "text": text})
+        # One message per STREAM_CHUNK: a single huge write must not be one
+        # message bigger than a peer's buffer, dropped whole.
+        for i in range(0, len(text), STREAM_CHUNK):
+            self._kernel.publish("stream", {"name": self._name, "text": text[i:i + STREAM_CHUNK]})
 
 
 class _BinaryOut:
@@ -804,6 +814,7 @@ class Kernel:
         self.pending = collections.deque()
         self.execution_count = 0
         self.parent = {}
+        self.dropped_for, self.dropped_bytes = "", 0  # loop thread: output a client's full buffer dropped, and its cell
         self.parent_idents = []
         self.allow_stdin = False
         self.executing = False
@@ -984,11 +995,33 @@ class Kernel:
             parent = self.parent
         topic = ("stream.%s" % content.get("name")) if msg_type == "stream" else "kernel.%s.%s" % (self.session.id, msg_type)
         frames = self.session.serialize(msg_type, content, parent, metadata, idents=[topic.encode()])
-        self.loop.call_soon(self.iopub.send, frames)
+        if msg_type == "status":
+            self.loop.call_soon(self.iopub.send, frames, True)
+            return
+        size = len(content["text"].encode("utf-8", "replace")) if msg_type == "stream" else len(frames[-1])
+        self.loop.call_soon(self._send_output, frames, (parent or {}).get("msg_id", ""), size)
+
+    def _send_output(self, frames, parent_id, size):
+        """_send_output publishes an output message (loop thread) and counts
+        the bytes of the ones a slow client's full buffer dropped, for the
+        cell's execute_reply (berth_output_dropped)."""
+        if self.iopub.send(frames) or not parent_id:
+            return
+        if parent_id != self.dropped_for:
+            self.dropped_for, self.dropped_bytes = parent_id, 0
+        self.dropped_bytes += size
 
     def _reply(self, sock, idents, msg_type, content, parent, metadata=None):
         frames = self.session.serialize(msg_type, content, parent, metadata, idents=idents)
         self.loop.call_soon(sock.send, frames)
+
+    def _execute_reply(self, idents, content, parent, metadata):
+        """_execute_reply sends a cell's reply from the loop thread, after
+        the cell's output before it, with the bytes of output dropped."""
+        if self.dropped_for == parent.get("msg_id") and self.dropped_bytes:
+            content = dict(content, berth_output_dropped=self.dropped_bytes)
+        self.dropped_for, self.dropped_bytes = "", 0
+        self.shell.send(self.session.serialize("execute_reply", content, parent, metadata, idents=idents))
 
     def _flush_streams(self):
         self._sync_fds()
@@ -1209,7 +1242,7 @@ class Kernel:
                             "engine_info": {"engine_uuid": self.session.id, "engine_id": -1, "method": "execute"}})
         metadata = {"started": started, "dependencies_met": True, "engine": self.session.id,
                     "status": content["status"]}
-        self._reply(self.shell, idents, "execute_reply", content, header, metadata)
+        self.loop.call_soon(self._execute_reply, idents, content, header, metadata)
         if error is not None and stop_on_error:
             self._abort_queued()
 

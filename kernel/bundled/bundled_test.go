@@ -77,6 +77,9 @@ type runner struct {
 	lang        string
 	interpreter string // the python or node binary
 	ipykernel   bool   // the reference kernel instead of a bundled one
+	// source, when set, changes the bundled kernel's source before it
+	// starts (a smaller cap, to reach it quickly).
+	source func(t *testing.T, src string) string
 }
 
 // pythonRunners lists the bundled Python kernel on Debian's python, on
@@ -190,7 +193,11 @@ func startWith(t *testing.T, r runner, cfg kernel.ConnectionConfig) *testKernel 
 			t.Fatal(err)
 		}
 		script := filepath.Join(dir, k.File)
-		if err := os.WriteFile(script, []byte(k.Source), 0o600); err != nil {
+		src := k.Source
+		if r.source != nil {
+			src = r.source(t, src)
+		}
+		if err := os.WriteFile(script, []byte(src), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		argv = k.Argv(r.interpreter, script, connPath)
