@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -90,7 +91,7 @@ func prependNotes(res *tools.Result, notes []string) {
 type output struct {
 	mu      sync.Mutex
 	text    strings.Builder
-	cut     int // characters dropped from the middle
+	cut     int // bytes dropped from the middle
 	tail    []string
 	images  []tools.Content
 	dropped int // images left out
@@ -182,6 +183,29 @@ func (o *output) display(e kernel.Event) {
 	}
 }
 
+// droppedNote says how much of a cell's output was dropped: cut by berth
+// from the middle of what arrived, beyond MaxOutputChars, and lost by the
+// kernel before it arrived (kernel.ExecuteReply.OutputDropped).
+func droppedNote(cut int, lost int64, head, tail int) string {
+	kept := fmt.Sprintf("kept the first %s and last %s", thousands(int64(head)), thousands(int64(tail)))
+	if head+tail == 0 {
+		kept = "kept none of it"
+	}
+	if lost > 0 {
+		kept += fmt.Sprintf("; the kernel dropped %s of them, written faster than berth could read", thousands(lost))
+	}
+	return fmt.Sprintf("[… %s bytes of output dropped (%s): print less, or write large output to a file and read the part you need …]", thousands(int64(cut)+lost), kept)
+}
+
+// thousands writes n with thousands separators: 12,345.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
 func renderError(e *kernel.ExecError) string {
 	if e == nil {
 		return "the cell failed"
@@ -248,11 +272,23 @@ func (s *Supervisor) run(ctx context.Context, k *kern, code string) (*tools.Resu
 func (o *output) result(rep *kernel.ExecuteReply) *tools.Result {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	text := o.text.String()
-	if o.cut > 0 {
-		text += fmt.Sprintf("\n[… %d characters of output cut …]\n", o.cut)
+	head, tail := o.text.String(), strings.Join(o.tail, "")
+	var lost int64
+	if rep != nil {
+		lost = rep.OutputDropped
 	}
-	text += strings.Join(o.tail, "")
+	text := head + tail
+	switch {
+	case o.cut > 0:
+		text = head + "\n" + droppedNote(o.cut, lost, len(head), len(tail)) + "\n" + tail
+	case lost > 0:
+		// Where the kernel lost output is not known: say so after what came.
+		text = strings.TrimRight(head+tail, "\n")
+		if text != "" {
+			text += "\n"
+		}
+		text += droppedNote(0, lost, len(head), len(tail))
+	}
 	res := &tools.Result{}
 	isErr := false
 	if rep != nil && rep.Status == "error" {

@@ -3,9 +3,12 @@ package eval_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -211,4 +214,41 @@ func TestWallLimit(t *testing.T) {
 	e := h.env()
 	e.Fails(t, "python", "import time\nfor i in range(40):\n    print(i, flush=True)\n    time.sleep(0.25)", "interrupted", "limit for one cell", "survived")
 	e.Cell(t, "python", "1+1", "2")
+}
+
+// droppedRE reads the note on dropped output.
+var droppedRE = regexp.MustCompile(`\[… ([0-9,]+) bytes of output dropped \((?:kept the first ([0-9,]+) and last ([0-9,]+)|kept none of it)(?:; the kernel dropped ([0-9,]+) of them[^)]*)?\)`)
+
+// TestDroppedOutputIsCounted: a cell that writes 70 MB at once — more
+// than berth's bundled kernel buffers towards berth, which used to drop
+// it whole and report "(no output)" — says how many bytes were dropped,
+// and what it kept plus what it dropped is exactly what the cell wrote,
+// however the loss splits between the kernel's buffer and berth's bound.
+func TestDroppedOutputIsCounted(t *testing.T) {
+	h := newHostRun(t, noIPykernelPython(t), eval.Options{})
+	e := h.env()
+	const n = 70_000_000
+	for _, code := range []string{
+		fmt.Sprintf("import sys\n_ = sys.stdout.write('x' * %d)", n),
+		fmt.Sprintf("for i in range(%d):\n    print('y' * 99999)", n/100_000),
+	} {
+		r := e.Cell(t, "python", code, "bytes of output dropped")
+		if strings.Contains(r.Text, "(no output)") {
+			t.Fatalf("output was produced, and the result says (no output): %.300s", r.Text)
+		}
+		m := droppedRE.FindStringSubmatch(r.Text)
+		if m == nil {
+			t.Fatalf("no note on dropped output: %.300s", r.Text)
+		}
+		num := func(s string) int64 {
+			v, _ := strconv.ParseInt(strings.ReplaceAll(s, ",", ""), 10, 64)
+			return v
+		}
+		dropped, first, last, lost := num(m[1]), num(m[2]), num(m[3]), num(m[4])
+		t.Logf("dropped %d (the kernel %d), kept %d + %d", dropped, lost, first, last)
+		if dropped+first+last != n {
+			t.Errorf("dropped %d + kept %d + %d = %d bytes, want the %d the cell wrote", dropped, first, last, dropped+first+last, n)
+		}
+	}
+	e.Cell(t, "python", "1+1", "2") // the kernel still answers
 }

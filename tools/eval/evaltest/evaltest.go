@@ -83,7 +83,7 @@ func CheckPython(t *testing.T, e Env, rich, pip bool) {
 	}
 	e.Cell(t, "python", "x", "41") // state survived the error
 	// Long output keeps its head and tail and says what was cut.
-	r = e.Cell(t, "python", "print('HEAD' + 'x' * 60000 + 'TAIL')", "HEAD", "TAIL", "characters of output cut")
+	r = e.Cell(t, "python", "print('HEAD' + 'x' * 60000 + 'TAIL')", "HEAD", "TAIL", "bytes of output dropped (kept the first 10,000 and last 10,000)")
 	if len(r.Text) > 25_000 {
 		t.Errorf("output of %d characters was not bounded", len(r.Text))
 	}
