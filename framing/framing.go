@@ -10,6 +10,12 @@
 // the peer controls is capped by a named constant, and a stream that violates
 // the framing is broken for good: a [Reader] returns the same error from then
 // on, because the next frame boundary can no longer be found.
+//
+// [Conn] (conn.go) is the connection both protocols run on: a reader and a
+// writer goroutine, an outbox, an end with a reason, and a [Pending] table
+// of requests waiting for answers. Packages lsp and dap add only their
+// message encoding, their ids and their cancel message, as gopls's
+// jsonrpc2_v2 puts its connection over its framer.
 package framing
 
 import (
