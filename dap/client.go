@@ -31,32 +31,21 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// Client is a Debug Adapter Protocol client. It owns the stream it was
-// given: one goroutine reads it, one writes it, and both stop and the stream
-// is closed when the client ends, whether by [Client.Close], by the adapter
-// exiting (EOF), or by a framing or write error. [Client.Done] and
-// [Client.Err] report the end; every pending request fails at once with that
-// error. Its methods are safe for concurrent use.
+// Client is a Debug Adapter Protocol client, over a [framing.Conn]. It
+// owns the stream it was given: one goroutine reads it, one writes it, and
+// both stop and the stream is closed when the client ends, whether by
+// [Client.Close], by the adapter exiting (EOF), or by a framing or write
+// error. [Client.Done] and [Client.Err] report the end; every pending
+// request fails at once with that error. Its methods are safe for
+// concurrent use.
 type Client struct {
-	rw    io.ReadWriteCloser
-	r     *framing.Reader
-	w     *framing.Writer
-	opts  Options
-	codec *godap.Codec
+	frames  *framing.Conn
+	opts    Options
+	codec   *godap.Codec
+	pending framing.Pending[int, godap.ResponseMessage]
 
-	out  chan []byte
-	wg   sync.WaitGroup // reader, writer, startDebugging handlers
-	ctx  context.Context
-	stop context.CancelFunc
-
-	endOnce  sync.Once
-	done     chan struct{}
-	err      error // set before done is closed
-	closeErr error // from rw.Close; read only after endOnce has run
-
-	mu      sync.Mutex // guards the fields below; never held across I/O
-	seq     int
-	pending map[int]chan godap.ResponseMessage
+	mu  sync.Mutex // guards seq; never held across I/O
+	seq int
 
 	ev events // state, subscribers and output; see events.go
 }
@@ -67,39 +56,19 @@ func NewClient(rw io.ReadWriteCloser, opts Options) *Client {
 	if opts.OutputBytes <= 0 {
 		opts.OutputBytes = DefaultOutputBytes
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	c := &Client{
-		rw:      rw,
-		r:       framing.NewReader(rw),
-		w:       framing.NewWriter(rw),
-		opts:    opts,
-		codec:   godap.NewCodec(),
-		out:     make(chan []byte, outboxSize),
-		ctx:     ctx,
-		stop:    stop,
-		done:    make(chan struct{}),
-		pending: make(map[int]chan godap.ResponseMessage),
-	}
+	c := &Client{opts: opts, codec: godap.NewCodec()}
 	c.ev.init(opts.OutputBytes)
-	c.wg.Add(2)
-	go c.readLoop()
-	go c.writeLoop()
+	c.frames = framing.NewConn(rw, framing.ConnOptions{Handle: c.handle, Ended: c.ev.end, Closed: ErrClosed, Exited: ErrAdapterExited, Broken: broken})
+	c.frames.Start()
 	return c
 }
 
 // Done is closed when the client has ended.
-func (c *Client) Done() <-chan struct{} { return c.done }
+func (c *Client) Done() <-chan struct{} { return c.frames.Done() }
 
 // Err says why the client ended: [ErrClosed], an error wrapping
 // [ErrAdapterExited], or a framing or I/O error. It is nil while running.
-func (c *Client) Err() error {
-	select {
-	case <-c.done:
-		return c.err
-	default:
-		return nil
-	}
-}
+func (c *Client) Err() error { return c.frames.Err() }
 
 // Close ends the client: pending requests fail with [ErrClosed], the stream
 // is closed, subscriptions end, and Close returns once the reader, writer
@@ -107,71 +76,11 @@ func (c *Client) Err() error {
 // unblock a pending Read, as os/exec pipes and net.Conn do. Close returns
 // the stream's Close error. It does not send disconnect; see
 // [Session.Close].
-func (c *Client) Close() error {
-	c.end(ErrClosed)
-	c.wg.Wait()
-	return c.closeErr
-}
-
-// end records why the client ended, wakes every waiter, and closes the
-// stream. Only the first call has an effect.
-func (c *Client) end(err error) {
-	c.endOnce.Do(func() {
-		c.err = err
-		c.stop()
-		close(c.done) // pending requests fail now, not after a slow Close
-		c.ev.end()
-		c.closeErr = c.rw.Close()
-	})
-}
+func (c *Client) Close() error { return c.frames.Close() }
 
 func (c *Client) logf(format string, args ...any) {
 	if c.opts.Logf != nil {
 		c.opts.Logf(format, args...)
-	}
-}
-
-func (c *Client) readLoop() {
-	defer c.wg.Done()
-	for {
-		body, err := c.r.ReadFrame()
-		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				c.end(fmt.Errorf("%w: %v", ErrAdapterExited, err))
-			} else {
-				c.end(fmt.Errorf("dap: reading from the debug adapter failed, the session is unusable; start a new one: %w", err))
-			}
-			return
-		}
-		c.handle(body)
-	}
-}
-
-func (c *Client) writeLoop() {
-	defer c.wg.Done()
-	for {
-		select {
-		case body := <-c.out:
-			if err := c.w.WriteFrame(body); err != nil {
-				c.end(fmt.Errorf("dap: writing to the debug adapter failed, the session is unusable; start a new one: %w", err))
-				return
-			}
-		case <-c.ctx.Done():
-			return
-		}
-	}
-}
-
-// enqueue hands a frame to the writer and returns once it is queued (it
-// will be written unless the client ends first), or ctx or the client ends.
-func (c *Client) enqueue(ctx context.Context, body []byte) error {
-	select {
-	case c.out <- body:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.done:
-		return c.err
 	}
 }
 
@@ -190,7 +99,7 @@ type Call struct {
 	c       *Client
 	seq     int
 	command string
-	ch      chan godap.ResponseMessage
+	answer  <-chan godap.ResponseMessage
 }
 
 // Send sends req without waiting for its response; [Call.Wait] collects it.
@@ -200,26 +109,19 @@ func (c *Client) Send(ctx context.Context, req godap.RequestMessage) (*Call, err
 	if r.Command == "" {
 		return nil, errors.New("dap: request without a command")
 	}
-	select {
-	case <-c.done:
-		return nil, fmt.Errorf("dap: %s: %w", r.Command, c.err)
-	default:
+	if err := c.frames.Err(); err != nil {
+		return nil, fmt.Errorf("dap: %s: %w", r.Command, err)
 	}
-	ch := make(chan godap.ResponseMessage, 1)
-	c.mu.Lock()
-	c.seq++
-	r.Seq, r.Type = c.seq, "request"
-	c.pending[r.Seq] = ch
-	c.mu.Unlock()
-	call := &Call{c: c, seq: r.Seq, command: r.Command, ch: ch}
+	r.Seq, r.Type = c.nextSeq(), "request"
+	call := &Call{c: c, seq: r.Seq, command: r.Command, answer: c.pending.Add(r.Seq)}
 
 	body, err := json.Marshal(req)
 	if err != nil {
-		c.forget(call.seq)
+		c.pending.Forget(call.seq)
 		return nil, fmt.Errorf("dap: %s: encoding the request: %w", r.Command, err)
 	}
-	if err := c.enqueue(ctx, body); err != nil {
-		c.forget(call.seq)
+	if err := c.frames.Send(ctx, body); err != nil {
+		c.pending.Forget(call.seq)
 		return nil, fmt.Errorf("dap: %s: request not sent: %w", r.Command, err)
 	}
 	return call, nil
@@ -233,26 +135,19 @@ func (c *Client) Send(ctx context.Context, req godap.RequestMessage) (*Call, err
 // [Client.Err].
 func (call *Call) Wait(ctx context.Context) (godap.ResponseMessage, error) {
 	c := call.c
-	select {
-	case resp := <-call.ch:
-		return checkResponse(resp)
-	case <-ctx.Done():
-		c.forget(call.seq)
+	resp, gaveUp, err := c.pending.Await(ctx, c.frames, call.seq, call.answer)
+	switch {
+	case gaveUp:
 		note := ""
 		if c.Capabilities().SupportsCancelRequest {
 			c.cancel(call.seq)
 			note = " (sent cancel)"
 		}
-		return nil, fmt.Errorf("dap: %s: gave up waiting for the debug adapter%s: %w", call.command, note, ctx.Err())
-	case <-c.done:
-		select {
-		case resp := <-call.ch:
-			return checkResponse(resp)
-		default:
-		}
-		c.forget(call.seq)
-		return nil, fmt.Errorf("dap: %s: %w", call.command, c.err)
+		return nil, fmt.Errorf("dap: %s: gave up waiting for the debug adapter%s: %w", call.command, note, err)
+	case err != nil:
+		return nil, fmt.Errorf("dap: %s: %w", call.command, err)
 	}
+	return checkResponse(resp)
 }
 
 func checkResponse(resp godap.ResponseMessage) (godap.ResponseMessage, error) {
@@ -274,12 +169,6 @@ func (c *Client) Request(ctx context.Context, req godap.RequestMessage) (godap.R
 	return call.Wait(ctx)
 }
 
-func (c *Client) forget(seq int) {
-	c.mu.Lock()
-	delete(c.pending, seq)
-	c.mu.Unlock()
-}
-
 // cancel queues a cancel request without waiting; cancellation is advisory,
 // so a full queue drops it rather than blocking the caller. Its response
 // matches no pending request and is dropped.
@@ -293,10 +182,7 @@ func (c *Client) cancel(requestSeq int) {
 	if err != nil {
 		return
 	}
-	select {
-	case c.out <- body:
-	default:
-	}
+	c.frames.TrySend(body)
 }
 
 // envelope is the part of every DAP message the reader looks at first.
@@ -363,10 +249,7 @@ func decodeRaw(typ string, body []byte) (godap.Message, error) {
 
 func (c *Client) deliver(m godap.ResponseMessage) {
 	r := m.GetResponse()
-	c.mu.Lock()
-	ch, ok := c.pending[r.RequestSeq]
-	delete(c.pending, r.RequestSeq)
-	c.mu.Unlock()
+	answer, ok := c.pending.Take(r.RequestSeq)
 	if !ok {
 		c.logf("dap: dropped a late response to %s (request_seq %d): nobody waits for it", r.Command, r.RequestSeq)
 		return
@@ -374,7 +257,7 @@ func (c *Client) deliver(m godap.ResponseMessage) {
 	if init, ok := m.(*godap.InitializeResponse); ok {
 		c.ev.setCapabilities(init.Body)
 	}
-	ch <- m // buffered, one response per request
+	answer <- m
 }
 
 // handleReverse answers a request from the adapter.
@@ -388,15 +271,13 @@ func (c *Client) handleReverse(m godap.RequestMessage) {
 			c.replyError(r, "berth debugs one session at a time and does not start child debug sessions")
 			return
 		}
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			if err := c.opts.StartDebugging(c.ctx, req.Arguments); err != nil {
+		c.frames.Go(func(ctx context.Context) {
+			if err := c.opts.StartDebugging(ctx, req.Arguments); err != nil {
 				c.replyError(r, err.Error())
 				return
 			}
 			c.reply(&godap.StartDebuggingResponse{Response: godap.Response{Command: r.Command, RequestSeq: r.Seq, Success: true}})
-		}()
+		})
 	default:
 		c.replyError(r, fmt.Sprintf("berth does not handle the reverse request %q", clipText(r.Command, 80)))
 	}
@@ -418,5 +299,5 @@ func (c *Client) reply(m godap.ResponseMessage) {
 	if err != nil {
 		return
 	}
-	_ = c.enqueue(c.ctx, body)
+	_ = c.frames.Send(c.frames.Context(), body)
 }

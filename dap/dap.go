@@ -64,8 +64,6 @@ const (
 	// MaxQueuedEvents is how many events a [Subscription] holds for a slow
 	// reader; beyond it the oldest are dropped and counted.
 	MaxQueuedEvents = 4096
-	// outboxSize is how many frames may wait for the writer goroutine.
-	outboxSize = 64
 )
 
 var (
@@ -77,6 +75,11 @@ var (
 	// ErrClosed reports a call on a client closed by [Client.Close].
 	ErrClosed = errors.New("dap: the debug session was closed; start a new one")
 )
+
+// broken names a read or write failure, which ends the client.
+func broken(op string, err error) error {
+	return fmt.Errorf("dap: %s the debug adapter failed, the session is unusable; start a new one: %w", op, err)
+}
 
 // ResponseError is a failed response (success: false). Requests return it
 // as an error; use errors.As to read the fields.

@@ -286,14 +286,14 @@ func (s *Subscription) Next(ctx context.Context) (godap.EventMessage, error) {
 
 		select {
 		case <-s.notify:
-		case <-s.c.done:
+		case <-s.c.frames.Done():
 			// Events read before the end are already queued (the reader
 			// queues under the lock before it can see the end).
 			s.mu.Lock()
 			empty := len(s.queue) == 0 && !s.closed
 			s.mu.Unlock()
 			if empty {
-				return nil, s.c.err
+				return nil, s.c.frames.Err()
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()

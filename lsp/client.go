@@ -10,6 +10,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"berth.dev/berth/framing"
 )
 
 // Deadlines of the lifecycle steps. Each bounds its step even when the
@@ -261,7 +263,7 @@ func (c *Client) DidOpen(ctx context.Context, uri, languageID, text string) (int
 	return 1, c.waitWritten(ctx, "textDocument/didOpen", written)
 }
 
-func (c *Client) didOpenLocked(ctx context.Context, uri, languageID, text string) (<-chan error, error) {
+func (c *Client) didOpenLocked(ctx context.Context, uri, languageID, text string) (*framing.Queued, error) {
 	key := canonicalURI(uri)
 	c.mu.Lock()
 	_, open := c.docs[key]
@@ -294,7 +296,7 @@ func (c *Client) DidChange(ctx context.Context, uri, text string) (int32, error)
 	return version, c.waitWritten(ctx, "textDocument/didChange", written)
 }
 
-func (c *Client) didChangeLocked(ctx context.Context, uri, text string) (int32, <-chan error, error) {
+func (c *Client) didChangeLocked(ctx context.Context, uri, text string) (int32, *framing.Queued, error) {
 	c.mu.Lock()
 	doc, ok := c.docs[canonicalURI(uri)]
 	var version int32
@@ -384,7 +386,7 @@ func (c *Client) Sync(ctx context.Context, uri, languageID, text string) (versio
 		return 0, false, fmt.Errorf("lsp: sync %s: %w", uri, err)
 	}
 	doc, ok := c.Document(uri)
-	var written <-chan error
+	var written *framing.Queued
 	switch {
 	case !ok:
 		version = 1

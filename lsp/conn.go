@@ -32,6 +32,11 @@ var (
 	ErrClosed = errors.New("lsp: connection closed by the client")
 )
 
+// broken names a read or write failure, which ends the connection.
+func broken(op string, err error) error {
+	return fmt.Errorf("lsp: %s the language server failed, the connection is unusable; restart the server: %w", op, err)
+}
+
 // JSON-RPC and LSP error codes.
 const (
 	CodeParseError           = -32700
@@ -58,9 +63,6 @@ func (e *ResponseError) Error() string {
 	return fmt.Sprintf("server error %d: %s", e.Code, clipText(e.Message, 1000))
 }
 
-// outboxSize is how many frames may wait for the writer goroutine.
-const outboxSize = 64
-
 // ConnOptions configure a [Conn]. The zero value is usable.
 type ConnOptions struct {
 	// Settings answers workspace/configuration: an item's section is looked
@@ -80,39 +82,22 @@ type ConnOptions struct {
 	ApplyEdit func(ctx context.Context, p ApplyWorkspaceEditParams) ApplyWorkspaceEditResult
 }
 
-// Conn is a JSON-RPC 2.0 connection to a language server. It owns the stream
-// it was given: one goroutine reads it, one writes it, and both stop and the
-// stream is closed when the connection ends, whether by [Conn.Close], by the
-// server exiting (EOF), or by a framing or write error. [Conn.Done] and
-// [Conn.Err] report the end; every pending call fails at once with that
-// error.
+// Conn is a JSON-RPC 2.0 connection to a language server, over a
+// [framing.Conn]. It owns the stream it was given: one goroutine reads it,
+// one writes it, and both stop and the stream is closed when the
+// connection ends, whether by [Conn.Close], by the server exiting (EOF), or
+// by a framing or write error. [Conn.Done] and [Conn.Err] report the end;
+// every pending call fails at once with that error.
 type Conn struct {
-	rw   io.ReadWriteCloser
-	r    *framing.Reader
-	w    *framing.Writer
-	opts ConnOptions
+	frames  *framing.Conn
+	opts    ConnOptions
+	pending framing.Pending[int64, *wireMsg]
 
-	out  chan outFrame
-	wg   sync.WaitGroup // reader, writer, applyEdit handlers
-	ctx  context.Context
-	stop context.CancelFunc
-
-	endOnce  sync.Once
-	done     chan struct{}
-	err      error // set before done is closed
-	closeErr error // from rw.Close; read only after endOnce has run
-
-	mu      sync.Mutex
+	mu      sync.Mutex // guards nextID and folders; never held across I/O
 	nextID  int64
-	pending map[int64]chan *wireMsg
 	folders []WorkspaceFolder
 
 	st state // what the server pushed; see state.go
-}
-
-type outFrame struct {
-	body    []byte
-	written chan error // nil: nobody waits for the write
 }
 
 // wireMsg is any JSON-RPC message. Requests have Method and ID,
@@ -128,111 +113,25 @@ type wireMsg struct {
 
 // NewConn starts a connection over rw and takes ownership of it.
 func NewConn(rw io.ReadWriteCloser, opts ConnOptions) *Conn {
-	ctx, stop := context.WithCancel(context.Background())
-	c := &Conn{
-		rw:      rw,
-		r:       framing.NewReader(rw),
-		w:       framing.NewWriter(rw),
-		opts:    opts,
-		out:     make(chan outFrame, outboxSize),
-		ctx:     ctx,
-		stop:    stop,
-		done:    make(chan struct{}),
-		pending: make(map[int64]chan *wireMsg),
-		folders: opts.WorkspaceFolders,
-	}
+	c := &Conn{opts: opts, folders: opts.WorkspaceFolders}
 	c.st.init()
-	c.wg.Add(2)
-	go c.readLoop()
-	go c.writeLoop()
+	c.frames = framing.NewConn(rw, framing.ConnOptions{Handle: c.handle, Ended: c.st.wake, Closed: ErrClosed, Exited: ErrServerExited, Broken: broken})
+	c.frames.Start()
 	return c
 }
 
 // Done is closed when the connection has ended.
-func (c *Conn) Done() <-chan struct{} { return c.done }
+func (c *Conn) Done() <-chan struct{} { return c.frames.Done() }
 
 // Err says why the connection ended: [ErrClosed], an error wrapping
 // [ErrServerExited], or a framing or I/O error. It is nil while running.
-func (c *Conn) Err() error {
-	select {
-	case <-c.done:
-		return c.err
-	default:
-		return nil
-	}
-}
+func (c *Conn) Err() error { return c.frames.Err() }
 
 // Close ends the connection: pending calls fail with [ErrClosed], the stream
 // is closed, and Close returns once the reader, writer and any applyEdit
 // handler have stopped. The stream's Close must unblock a pending Read, as
 // os/exec pipes and net.Conn do. Close returns the stream's Close error.
-func (c *Conn) Close() error {
-	c.end(ErrClosed)
-	c.wg.Wait()
-	return c.closeErr
-}
-
-// end records why the connection ended, wakes every waiter, and closes the
-// stream. Only the first call has an effect.
-func (c *Conn) end(err error) {
-	c.endOnce.Do(func() {
-		c.err = err
-		c.stop()
-		close(c.done) // pending calls fail now, not after a slow Close
-		c.st.wake()
-		c.closeErr = c.rw.Close()
-	})
-}
-
-func (c *Conn) readLoop() {
-	defer c.wg.Done()
-	for {
-		body, err := c.r.ReadFrame()
-		if err != nil {
-			switch {
-			case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-				c.end(fmt.Errorf("%w: %v", ErrServerExited, err))
-			default:
-				c.end(fmt.Errorf("lsp: reading from the language server failed, the connection is unusable; restart the server: %w", err))
-			}
-			return
-		}
-		c.handle(body)
-	}
-}
-
-func (c *Conn) writeLoop() {
-	defer c.wg.Done()
-	for {
-		select {
-		case f := <-c.out:
-			err := c.w.WriteFrame(f.body)
-			if f.written != nil {
-				f.written <- err
-			}
-			if err != nil {
-				c.end(fmt.Errorf("lsp: writing to the language server failed, the connection is unusable; restart the server: %w", err))
-				return
-			}
-		case <-c.ctx.Done():
-			return
-		}
-	}
-}
-
-// enqueue hands a frame to the writer and returns once it is queued (it
-// will be written unless the connection ends first), or ctx or the
-// connection ends.
-func (c *Conn) enqueue(ctx context.Context, f outFrame) error {
-	select {
-	case c.out <- f:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.done:
-		return c.err
-	}
-}
+func (c *Conn) Close() error { return c.frames.Close() }
 
 // Call sends a request and decodes the answer into result (which may be nil,
 // or a *json.RawMessage to keep the answer raw). params may be nil for none.
@@ -241,49 +140,33 @@ func (c *Conn) enqueue(ctx context.Context, f outFrame) error {
 // connection ends, Call returns at once with an error wrapping [Conn.Err].
 // A server error answer is returned as a wrapped [*ResponseError].
 func (c *Conn) Call(ctx context.Context, method string, params, result any) error {
-	select {
-	case <-c.done:
-		return fmt.Errorf("lsp: %s: %w", method, c.err)
-	default:
+	if err := c.frames.Err(); err != nil {
+		return fmt.Errorf("lsp: %s: %w", method, err)
 	}
 	c.mu.Lock()
 	c.nextID++
 	id := c.nextID
-	ch := make(chan *wireMsg, 1)
-	c.pending[id] = ch
 	c.mu.Unlock()
+	answer := c.pending.Add(id)
 
 	body, err := encode(json.RawMessage(strconv.FormatInt(id, 10)), method, params)
 	if err != nil {
-		c.forget(id)
+		c.pending.Forget(id)
 		return err
 	}
-	if err := c.enqueue(ctx, outFrame{body: body}); err != nil {
-		c.forget(id)
+	if err := c.frames.Send(ctx, body); err != nil {
+		c.pending.Forget(id)
 		return fmt.Errorf("lsp: %s: request not sent: %w", method, err)
 	}
-	select {
-	case resp := <-ch:
-		return decodeResponse(method, resp, result)
-	case <-ctx.Done():
-		c.forget(id)
+	resp, gaveUp, err := c.pending.Await(ctx, c.frames, id, answer)
+	switch {
+	case gaveUp:
 		c.cancelRequest(id)
-		return fmt.Errorf("lsp: %s: gave up waiting for the server (sent $/cancelRequest): %w", method, ctx.Err())
-	case <-c.done:
-		select {
-		case resp := <-ch:
-			return decodeResponse(method, resp, result)
-		default:
-		}
-		c.forget(id)
-		return fmt.Errorf("lsp: %s: %w", method, c.err)
+		return fmt.Errorf("lsp: %s: gave up waiting for the server (sent $/cancelRequest): %w", method, err)
+	case err != nil:
+		return fmt.Errorf("lsp: %s: %w", method, err)
 	}
-}
-
-func (c *Conn) forget(id int64) {
-	c.mu.Lock()
-	delete(c.pending, id)
-	c.mu.Unlock()
+	return decodeResponse(method, resp, result)
 }
 
 // cancelRequest queues $/cancelRequest without waiting; cancellation is
@@ -293,10 +176,7 @@ func (c *Conn) cancelRequest(id int64) {
 	if err != nil {
 		return
 	}
-	select {
-	case c.out <- outFrame{body: body}:
-	default:
-	}
+	c.frames.TrySend(body)
 }
 
 func decodeResponse(method string, resp *wireMsg, result any) error {
@@ -330,30 +210,22 @@ func (c *Conn) Notify(ctx context.Context, method string, params any) error {
 }
 
 // queueNotify queues a notification without waiting for the write; the
-// returned channel yields the write's result. Notifications queued one
+// returned frame's Wait yields the write's result. Notifications queued one
 // after another are written in that order.
-func (c *Conn) queueNotify(ctx context.Context, method string, params any) (<-chan error, error) {
+func (c *Conn) queueNotify(ctx context.Context, method string, params any) (*framing.Queued, error) {
 	body, err := encode(nil, method, params)
 	if err != nil {
 		return nil, err
 	}
-	f := outFrame{body: body, written: make(chan error, 1)}
-	if err := c.enqueue(ctx, f); err != nil {
+	written, err := c.frames.Queue(ctx, body)
+	if err != nil {
 		return nil, fmt.Errorf("lsp: %s: notification not sent: %w", method, err)
 	}
-	return f.written, nil
+	return written, nil
 }
 
-func (c *Conn) waitWritten(ctx context.Context, method string, written <-chan error) error {
-	var err error
-	select {
-	case err = <-written:
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-c.done:
-		err = c.err
-	}
-	if err != nil {
+func (c *Conn) waitWritten(ctx context.Context, method string, written *framing.Queued) error {
+	if err := written.Wait(ctx); err != nil {
 		return fmt.Errorf("lsp: %s: notification may not have reached the server: %w", method, err)
 	}
 	return nil
@@ -397,7 +269,7 @@ func (c *Conn) reply(id json.RawMessage, result any, rerr *ResponseError) {
 	if err != nil {
 		return
 	}
-	_ = c.enqueue(c.ctx, outFrame{body: body})
+	_ = c.frames.Send(c.frames.Context(), body)
 }
 
 // handle dispatches one incoming frame. It runs on the reader goroutine.
@@ -419,12 +291,8 @@ func (c *Conn) handle(body []byte) {
 			c.st.logProtocol("dropped a response with an id we never sent: " + clipText(string(m.ID), 80))
 			return
 		}
-		c.mu.Lock()
-		ch, ok := c.pending[id]
-		delete(c.pending, id)
-		c.mu.Unlock()
-		if ok {
-			ch <- &m
+		if answer, ok := c.pending.Take(id); ok {
+			answer <- &m
 		} else {
 			c.st.noteLate()
 		}

@@ -276,8 +276,8 @@ func (c *Conn) WaitPublish(ctx context.Context, after uint64, match func(Diagnos
 		case <-changed:
 		case <-ctx.Done():
 			return DiagnosticSet{}, fmt.Errorf("lsp: no matching diagnostics arrived: %w", ctx.Err())
-		case <-c.done:
-			return DiagnosticSet{}, fmt.Errorf("lsp: waiting for diagnostics: %w", c.err)
+		case <-c.frames.Done():
+			return DiagnosticSet{}, fmt.Errorf("lsp: waiting for diagnostics: %w", c.frames.Err())
 		}
 	}
 }
@@ -352,8 +352,8 @@ func (c *Conn) WaitIdle(ctx context.Context) error {
 		case <-changed:
 		case <-ctx.Done():
 			return fmt.Errorf("lsp: the server is still busy (%d progress running): %w", n, ctx.Err())
-		case <-c.done:
-			return fmt.Errorf("lsp: waiting for the server to finish indexing: %w", c.err)
+		case <-c.frames.Done():
+			return fmt.Errorf("lsp: waiting for the server to finish indexing: %w", c.frames.Err())
 		}
 	}
 }
@@ -489,11 +489,7 @@ func (c *Conn) handleRequest(id json.RawMessage, method string, params json.RawM
 			c.reply(id, ApplyWorkspaceEditResult{FailureReason: "this client does not apply edits the server initiates; make the change with the edit tools or lsp_rename"}, nil)
 			return
 		}
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			c.reply(id, c.opts.ApplyEdit(c.ctx, p), nil)
-		}()
+		c.frames.Go(func(ctx context.Context) { c.reply(id, c.opts.ApplyEdit(ctx, p), nil) })
 	case "workspace/workspaceFolders":
 		folders := c.workspaceFolders()
 		if len(folders) == 0 {
