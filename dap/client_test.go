@@ -162,7 +162,7 @@ func TestAdapterDeath(t *testing.T) {
 	wait := p.script(func() {
 		p.expect("threads")
 		p.expect("threads")
-		p.conn.Close()
+		p.Conn.Close()
 	})
 	var wg sync.WaitGroup
 	for range 2 {
@@ -412,7 +412,7 @@ func TestSubscriptionEnd(t *testing.T) {
 	wait := p.script(func() {
 		p.event("output", map[string]any{"output": "x"})
 		p.event("stopped", map[string]any{"reason": "pause", "threadId": 3})
-		p.conn.Close()
+		p.Conn.Close()
 	})
 	wait()
 	<-c.Done()

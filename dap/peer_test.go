@@ -2,24 +2,23 @@ package dap
 
 import (
 	"encoding/json"
-	"net"
+	"errors"
+	"io"
 	"sync"
 	"testing"
 
-	"berth.dev/berth/framing"
+	"berth.dev/berth/framing/framingtest"
 )
 
-// peer is the adapter end of a net.Pipe, scripted by a test. Its methods
-// may be called from one goroutine at a time (a test's script goroutine);
-// failures are reported with t.Error, never t.Fatal, since they may run off
-// the test goroutine.
+// peer is the scripted adapter: a [framingtest.Peer] speaking DAP. Its
+// methods may be called from one goroutine at a time (a test's script
+// goroutine); failures are reported with t.Error, never t.Fatal, since they
+// may run off the test goroutine.
 type peer struct {
-	t    *testing.T
-	conn net.Conn
-	r    *framing.Reader
-	w    *framing.Writer
-	mu   sync.Mutex
-	seq  int
+	*framingtest.Peer[msg]
+	t   *testing.T
+	mu  sync.Mutex
+	seq int
 }
 
 // msg is any DAP message as the peer sees it.
@@ -39,25 +38,21 @@ type msg struct {
 // client is closed at cleanup.
 func newPair(t *testing.T, opts Options) (*Client, *peer) {
 	t.Helper()
-	a, b := net.Pipe()
+	a, fp := framingtest.New[msg](t, true)
 	c := NewClient(a, opts)
-	p := &peer{t: t, conn: b, r: framing.NewReader(b), w: framing.NewWriter(b)}
-	t.Cleanup(func() {
-		c.Close()
-		b.Close()
-	})
-	return c, p
+	t.Cleanup(func() { c.Close() })
+	return c, &peer{Peer: fp, t: t}
 }
 
 // recv reads the next message from the client; ok is false when the
 // stream ended.
 func (p *peer) recv() (m msg, ok bool) {
-	body, err := p.r.ReadFrame()
-	if err != nil {
+	m, err := p.Recv()
+	switch {
+	case errors.Is(err, io.EOF):
 		return msg{}, false
-	}
-	if err := json.Unmarshal(body, &m); err != nil {
-		p.t.Errorf("peer: client sent invalid JSON %q: %v", body, err)
+	case err != nil:
+		p.t.Errorf("peer: %v", err)
 		return msg{}, false
 	}
 	return m, true
@@ -81,13 +76,8 @@ func (p *peer) send(v map[string]any) {
 	p.seq++
 	v["seq"] = p.seq
 	p.mu.Unlock()
-	body, err := json.Marshal(v)
-	if err != nil {
+	if err := p.Send(v); err != nil {
 		p.t.Errorf("peer: %v", err)
-		return
-	}
-	if err := p.w.WriteFrame(body); err != nil {
-		p.t.Errorf("peer: write: %v", err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,26 +12,13 @@ import (
 	"time"
 
 	godap "github.com/google/go-dap"
+
+	"berth.dev/berth/framing/framingtest"
 )
 
 // debianPython is Debian's python3, which has python3-debugpy; the python3
 // first on PATH may be another build without Debian's packages.
 const debianPython = "/usr/bin/python3"
-
-// procStream joins a child's stdout and stdin into the stream a Client
-// owns. Close closes both pipes, which unblocks a pending Read.
-type procStream struct {
-	io.ReadCloser                // the adapter's stdout
-	in            io.WriteCloser // the adapter's stdin
-}
-
-func (s procStream) Write(p []byte) (int, error) { return s.in.Write(p) }
-
-func (s procStream) Close() error {
-	err := s.in.Close()
-	s.ReadCloser.Close()
-	return err
-}
 
 const realScript = `import sys
 def add(a, b):
@@ -66,11 +52,7 @@ func TestRealDebugpy(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = 5 * time.Second // the debuggee may hold the adapter's stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
+	stream, err := framingtest.Stdio(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +76,7 @@ func TestRealDebugpy(t *testing.T) {
 	}()
 
 	var logs strings.Builder
-	c := NewClient(procStream{ReadCloser: stdout, in: stdin}, Options{Logf: func(f string, a ...any) {
+	c := NewClient(stream, Options{Logf: func(f string, a ...any) {
 		fmt.Fprintf(&logs, f+"\n", a...)
 	}})
 	defer c.Close()

@@ -133,7 +133,7 @@ func TestLaunchOrder(t *testing.T) {
 			adapter: func(p *peer) []string {
 				p.respond(p.expect("initialize"), fakeCaps)
 				p.expect("launch")
-				p.conn.Close()
+				p.Conn.Close()
 				return nil
 			},
 			wantErr: "debug adapter exited",
@@ -154,7 +154,7 @@ func TestLaunchOrder(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Launch = %v, want an error containing %q", err, tt.wantErr)
 				}
-				p.conn.Close()
+				p.Conn.Close()
 				wait()
 				if _, err := s.SetBreakpoints(t.Context(), "/w/main.py", []Breakpoint{{Line: 1}}); err == nil {
 					t.Error("breakpoints accepted after a failed launch")

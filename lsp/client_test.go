@@ -173,7 +173,7 @@ func TestShutdown(t *testing.T) {
 		}
 		p.respond(m.ID, nil)
 		p.recvMethod("exit")
-		p.conn.Close() // the server exits
+		p.Conn.Close() // the server exits
 		if err := <-errc; err != nil {
 			t.Fatalf("Shutdown = %v", err)
 		}
@@ -189,7 +189,9 @@ func TestShutdown(t *testing.T) {
 		}
 		p.recvMethod("shutdown")
 		p.recvMethod("exit") // sent even though the caller's ctx had ended
-		for range p.in {     // then the stream is closed
+		// Then the stream is closed.
+		if err := p.Drain(); err != nil {
+			t.Fatal(err)
 		}
 		<-cl.Done()
 		if !errors.Is(cl.Err(), ErrClosed) {
@@ -207,7 +209,7 @@ func TestShutdown(t *testing.T) {
 	})
 	t.Run("server already gone", func(t *testing.T) {
 		cl, p := newPair(t, ConnOptions{}, true)
-		p.conn.Close()
+		p.Conn.Close()
 		<-cl.Done()
 		if err := cl.Shutdown(context.Background()); !errors.Is(err, ErrServerExited) {
 			t.Fatalf("Shutdown = %v", err)

@@ -6,30 +6,25 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
 	"berth.dev/berth/framing"
+	"berth.dev/berth/framing/framingtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// peerTimeout is a safety net so a broken test fails instead of hanging; no
-// assertion depends on it.
-const peerTimeout = 30 * time.Second
-
-// peer is the scripted fake server: the other end of a net.Pipe, speaking
-// frames. A background goroutine collects what the client sends.
+// peer is the scripted fake server: a [framingtest.Peer] speaking
+// JSON-RPC. Its helpers fail the test with t.Fatal, so they run on the test
+// goroutine.
 type peer struct {
+	*framingtest.Peer[wireMsg]
 	t    *testing.T
-	conn net.Conn
-	w    *framing.Writer
-	in   chan wireMsg
 	next int
 }
 
@@ -38,51 +33,23 @@ type peer struct {
 // against a server that stopped reading.
 func newPair(t *testing.T, opts ConnOptions, read bool) (*Client, *peer) {
 	t.Helper()
-	a, b := net.Pipe()
+	a, fp := framingtest.New[wireMsg](t, read)
 	cl := NewClient(a, opts)
-	p := &peer{t: t, conn: b, w: framing.NewWriter(b), in: make(chan wireMsg, 1024), next: 1000}
-	var wg sync.WaitGroup
-	if read {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer close(p.in)
-			r := framing.NewReader(b)
-			for {
-				body, err := r.ReadFrame()
-				if err != nil {
-					return
-				}
-				var m wireMsg
-				if err := json.Unmarshal(body, &m); err != nil {
-					t.Errorf("client sent invalid JSON: %v: %s", err, body)
-					return
-				}
-				p.in <- m
-			}
-		}()
-	}
-	t.Cleanup(func() {
-		cl.Close()
-		b.Close()
-		wg.Wait()
-	})
-	return cl, p
+	t.Cleanup(func() { cl.Close() })
+	return cl, &peer{Peer: fp, t: t, next: 1000}
 }
 
 // recv returns the next message from the client.
 func (p *peer) recv() wireMsg {
 	p.t.Helper()
-	select {
-	case m, ok := <-p.in:
-		if !ok {
-			p.t.Fatal("peer: the client closed the stream")
-		}
-		return m
-	case <-time.After(peerTimeout):
-		p.t.Fatal("peer: nothing received")
+	m, err := p.Recv()
+	switch {
+	case errors.Is(err, io.EOF):
+		p.t.Fatal("peer: the client closed the stream")
+	case err != nil:
+		p.t.Fatalf("peer: nothing received: %v", err)
 	}
-	return wireMsg{}
+	return m
 }
 
 // recvMethod skips messages until one with method arrives.
@@ -97,12 +64,8 @@ func (p *peer) recvMethod(method string) wireMsg {
 
 func (p *peer) send(v any) {
 	p.t.Helper()
-	body, err := json.Marshal(v)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	if err := p.w.WriteFrame(body); err != nil {
-		p.t.Fatalf("peer: write: %v", err)
+	if err := p.Send(v); err != nil {
+		p.t.Fatalf("peer: %v", err)
 	}
 }
 
@@ -266,7 +229,7 @@ func TestServerExitFailsPendingCalls(t *testing.T) {
 	}
 	p.recv()
 	p.recv()
-	p.conn.Close() // the server dies with two calls in flight
+	p.Conn.Close() // the server dies with two calls in flight
 	for range 2 {
 		err := <-errc
 		if !errors.Is(err, ErrServerExited) || !strings.Contains(err.Error(), "exited") {
@@ -290,7 +253,7 @@ func TestFrameOverCapBreaksConnection(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- cl.Call(context.Background(), "x", nil, nil) }()
 	p.recv()
-	fmt.Fprintf(p.conn, "Content-Length: %d\r\n\r\n", framing.MaxFrame+1)
+	fmt.Fprintf(p.Conn, "Content-Length: %d\r\n\r\n", framing.MaxFrame+1)
 	if err := <-errc; !errors.Is(err, framing.ErrFrameTooLarge) {
 		t.Fatalf("err = %v; want ErrFrameTooLarge", err)
 	}
@@ -302,7 +265,7 @@ func TestFrameOverCapBreaksConnection(t *testing.T) {
 
 func TestGarbageFrameIsSkipped(t *testing.T) {
 	cl, p := newPair(t, ConnOptions{}, true)
-	if err := p.w.WriteFrame([]byte("not json")); err != nil {
+	if err := p.WriteFrame([]byte("not json")); err != nil {
 		t.Fatal(err)
 	}
 	p.sync()
@@ -546,7 +509,7 @@ func TestWaitDiagnosticsFailsWhenServerExits(t *testing.T) {
 		_, err := cl.WaitDiagnostics(context.Background(), "file:///ws/a.go", 1)
 		errc <- err
 	}()
-	p.conn.Close()
+	p.Conn.Close()
 	if err := <-errc; !errors.Is(err, ErrServerExited) {
 		t.Fatalf("err = %v", err)
 	}

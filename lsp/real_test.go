@@ -3,29 +3,15 @@ package lsp
 import (
 	"bytes"
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"berth.dev/berth/framing/framingtest"
 )
-
-// procStream joins a child's stdout and stdin into the stream a Conn owns.
-// Close closes both pipes, which unblocks a pending Read.
-type procStream struct {
-	io.ReadCloser                // the server's stdout
-	in            io.WriteCloser // the server's stdin
-}
-
-func (s procStream) Write(p []byte) (int, error) { return s.in.Write(p) }
-
-func (s procStream) Close() error {
-	err := s.in.Close()
-	s.ReadCloser.Close()
-	return err
-}
 
 // TestRealServer runs the whole client against a real language server when
 // one is installed (gopls, else pylsp); it installs nothing.
@@ -72,11 +58,7 @@ func TestRealServer(t *testing.T) {
 	cmd.Dir = dir
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
+	stream, err := framingtest.Stdio(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +76,7 @@ func TestRealServer(t *testing.T) {
 		}
 	}()
 
-	cl := NewClient(procStream{ReadCloser: stdout, in: stdin}, ConnOptions{})
+	cl := NewClient(stream, ConnOptions{})
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
