@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -55,8 +56,8 @@ func hostEnv(specs []string, lookup func(string) (string, bool)) ([]string, erro
 }
 
 // hostOptions are the host sandbox's options from the flags: the host
-// user (--host-user), the extra environment (--host-env) and the process
-// limit (--host-pids-max).
+// user (--host-user), the extra environment (--host-env) and the limits
+// (--host-pids-max, --host-memory-max).
 func hostOptions(g *globalFlags) (host.Options, error) {
 	var opts host.Options
 	env, err := hostEnv(g.hostEnv, os.LookupEnv)
@@ -72,7 +73,38 @@ func hostOptions(g *globalFlags) (host.Options, error) {
 		opts.User = u
 	}
 	opts.PidsMax = g.hostPidsMax
+	mem, err := parseSize(g.hostMemoryMax)
+	if err != nil {
+		return opts, fmt.Errorf("berth: --host-memory-max: %w", err)
+	}
+	opts.MemoryMax = mem
+	opts.Logger = g.logger(os.Stderr)
 	return opts, nil
+}
+
+// parseSize reads a byte count with an optional K, M, G or T suffix
+// (powers of 1024); "" is zero (the default) and a negative number means
+// no limit.
+func parseSize(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := int64(1)
+	num := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(s), "B"), "I")
+	if n := len(num); n > 0 {
+		if i := strings.IndexByte("KMGT", num[n-1]); i >= 0 {
+			mult = 1 << (10 * (i + 1))
+			num = num[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size: give bytes, or a number with K, M, G or T (for example 4G), or -1 for no limit", s)
+	}
+	if v > 0 && v > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return v * mult, nil
 }
 
 // newHostProvider is the host provider of the flags; it logs which limits
@@ -82,11 +114,16 @@ func newHostProvider(g *globalFlags) (*host.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := g.logger(os.Stderr)
-	if opts.User != nil {
-		log.Warn(opts.Limits())
+	limits, full := opts.Limits()
+	if opts.User != nil && !full {
+		opts.Logger.Warn(limits)
 	} else {
-		log.Info(opts.Limits())
+		opts.Logger.Info(limits)
+	}
+	if !full {
+		// Said once here; each sandbox warns only when it falls short of
+		// what this machine gave at start.
+		opts.Logger = nil
 	}
 	return &host.Provider{Options: opts}, nil
 }

@@ -33,12 +33,12 @@ func TestHostEnv(t *testing.T) {
 // refused without root.
 func TestHostOptions(t *testing.T) {
 	t.Setenv("BERTH_HOST_OPTIONS_TEST", "v")
-	g := &globalFlags{hostEnv: []string{"OP=1"}, hostPidsMax: 77}
+	g := &globalFlags{hostEnv: []string{"OP=1"}, hostPidsMax: 77, hostMemoryMax: "1G"}
 	opts, err := hostOptions(g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(opts.Env, []string{"OP=1"}) || opts.PidsMax != 77 || opts.User != nil {
+	if !reflect.DeepEqual(opts.Env, []string{"OP=1"}) || opts.PidsMax != 77 || opts.MemoryMax != 1<<30 || opts.User != nil {
 		t.Fatalf("hostOptions = %+v", opts)
 	}
 	g.hostUser = "nobody"
@@ -87,5 +87,18 @@ func TestCheckTokenFile(t *testing.T) {
 	}
 	if err := checkTokenFile(f, "nobody"); err != nil {
 		t.Fatalf("a 0600 token file: %v", err)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"": 0, "1024": 1024, "4G": 4 << 30, "512M": 512 << 20, "2GiB": 2 << 30, "8k": 8 << 10, "-1": -1} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"x", "4X", "G", "99999999999T"} {
+		if got, err := parseSize(bad); err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", bad, got)
+		}
 	}
 }

@@ -96,8 +96,10 @@ type globalFlags struct {
 	// hostEnv names extra environment variables (NAME or NAME=VALUE)
 	// that host processes get on top of the minimal environment.
 	hostEnv []string
-	// hostPidsMax bounds the processes of the host user (host.Options.PidsMax).
-	hostPidsMax int
+	// hostPidsMax and hostMemoryMax bound each host sandbox
+	// (host.Options.PidsMax, MemoryMax).
+	hostPidsMax   int
+	hostMemoryMax string
 }
 
 // A command annotated grammarsAnnotation: grammarsOnDemand loads the
@@ -151,7 +153,8 @@ conversation's existing container, or on the host when there is none.`,
 	pf.StringSliceVar(&g.hostRoots, "host-root", nil, "directory under which host workspaces must lie (repeatable; default: anywhere for call and serve --mode local, nowhere for serve --mode hosted)")
 	pf.BoolVar(&g.allowUnlabelled, "allow-unlabelled", false, "let an explicit docker://, containerd:// or kube:// reference name a container not labelled with the run's conversation")
 	pf.StringVar(&g.hostUser, "host-user", "", "unprivileged user (name or uid) host processes run as; berth must run as root to use it")
-	pf.IntVar(&g.hostPidsMax, "host-pids-max", 0, fmt.Sprintf("most processes the --host-user may have (RLIMIT_NPROC; default %d, negative: no limit)", host.DefaultPidsMax))
+	pf.IntVar(&g.hostPidsMax, "host-pids-max", 0, fmt.Sprintf("most processes of one host run (cgroup pids.max; without a cgroup, RLIMIT_NPROC of the --host-user); default %d, negative: no limit", host.DefaultPidsMax))
+	pf.StringVar(&g.hostMemoryMax, "host-memory-max", "", fmt.Sprintf("most memory of one host run's processes (cgroup only), bytes or with K, M, G; default %dG, -1: no limit", host.DefaultMemoryMax>>30))
 	pf.StringSliceVar(&g.hostEnv, "host-env", nil, "environment variable (NAME, taken from berth's environment, or NAME=VALUE) host processes get beyond PATH, HOME and LANG (repeatable)")
 	root.AddCommand(newServe(g), newCall(g), newTools(g), newASTGrep(), newASTEdit(), newVersion())
 	return root

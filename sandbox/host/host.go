@@ -72,19 +72,22 @@ func (o Options) limits() (pids int, mem int64) {
 
 // Limits says in one line which limits a sandbox opened with o gets on
 // this machine, and which could not be applied and why, for a log line at
-// start. It creates and removes a control group to find out.
-func (o Options) Limits() string {
+// start, and whether all of them apply (see Sandbox.FullyLimited). It
+// creates and removes a control group to find out.
+func (o Options) Limits() (string, bool) {
+	o.Logger = nil
 	s := New(o)
 	defer s.Close()
-	return s.Limits()
+	return s.Limits(), s.FullyLimited()
 }
 
 // Sandbox is the host. It is safe for concurrent use.
 type Sandbox struct {
 	*shim.Sandbox
 
-	user   *User
-	limits string // what Limits says
+	user    *User
+	limits  string // what Limits says
+	limited bool   // every configured limit applies
 
 	mu     sync.Mutex
 	closed bool
@@ -122,7 +125,7 @@ func newSandbox(opts Options, useCgroup bool) *Sandbox {
 			for _, d := range cg.dirs {
 				so.RunFlags = append(so.RunFlags, "--cgroup="+d)
 			}
-			limits = fmt.Sprintf("host processes run as %s in control group %s: %s", who, strings.Join(cg.dirs, " and "), limitWords(pids, mem))
+			limits = fmt.Sprintf("host processes run as %s, each sandbox in a control group of its own (%s): %s", who, strings.Join(cg.dirs, " and "), limitWords(pids, mem))
 		case opts.User != nil && pids > 0:
 			so.RunFlags = append(so.RunFlags, fmt.Sprintf("--nproc=%d", pids))
 			limits = fmt.Sprintf("host processes run as %s with at most %d processes of that user in all (RLIMIT_NPROC) and no memory limit: no control group (%v)", who, pids, err)
@@ -140,6 +143,7 @@ func newSandbox(opts Options, useCgroup bool) *Sandbox {
 		user:    opts.User,
 		cg:      cg,
 		limits:  limits,
+		limited: cg != nil || (pids == 0 && mem == 0),
 	}
 }
 
@@ -158,6 +162,10 @@ func limitWords(pids int, mem int64) string {
 // Limits says which limits the sandbox's processes run with, and which
 // could not be applied and why.
 func (s *Sandbox) Limits() string { return s.limits }
+
+// FullyLimited reports whether every configured limit applies (a control
+// group holds the sandbox's processes, or no limit was asked for).
+func (s *Sandbox) FullyLimited() bool { return s.limited }
 
 // Ref returns "host".
 func (s *Sandbox) Ref() string { return "host" }
