@@ -30,6 +30,11 @@ import (
 // oldest event still kept.
 const MaxEvents = 1024
 
+// MaxEventBytes bounds the data of the events a port keeps for replay, the
+// same way: a permission card carries its whole call (up to 256 KiB of
+// text, more as JSON), so 1024 of them must not all stay in memory.
+const MaxEventBytes = 32 << 20
+
 // MaxOpenCards caps the cards open at once on one port; Ask beyond it fails.
 const MaxOpenCards = 256
 
@@ -154,7 +159,8 @@ type Port struct {
 	closed  bool
 	nextN   int
 	open    map[int]*waiter
-	log     []Event // the last MaxEvents events, oldest first
+	log     []Event // the last events, oldest first: at most MaxEvents, and MaxEventBytes of data but for the newest
+	logSize int     // bytes of data in log
 	lastID  uint64
 	changed chan struct{} // closed and replaced on every event
 	subs    int
@@ -197,11 +203,18 @@ func (p *Port) Publish(typ string, data any) error {
 
 func (p *Port) publishLocked(typ string, data json.RawMessage) {
 	p.lastID++
-	if len(p.log) == MaxEvents {
-		copy(p.log, p.log[1:])
-		p.log = p.log[:MaxEvents-1]
-	}
 	p.log = append(p.log, Event{ID: p.lastID, Type: typ, Data: data})
+	p.logSize += len(data)
+	drop := 0
+	for len(p.log)-drop > 1 && (len(p.log)-drop > MaxEvents || p.logSize > MaxEventBytes) {
+		p.logSize -= len(p.log[drop].Data)
+		drop++
+	}
+	if drop > 0 {
+		n := copy(p.log, p.log[drop:])
+		clear(p.log[n:])
+		p.log = p.log[:n]
+	}
 	close(p.changed)
 	p.changed = make(chan struct{})
 }

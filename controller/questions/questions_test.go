@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -213,5 +214,40 @@ func TestTooLargeCardTakesOnlyDeny(t *testing.T) {
 	}
 	if r := <-done; r.err != nil || r.a.Decision != Deny {
 		t.Errorf("Ask returned %+v", r)
+	}
+}
+
+// TestReplayIsBoundedInBytes: big events (permission cards carry whole
+// calls) are dropped from the replay log past MaxEventBytes, and a
+// subscriber that fell behind is told.
+func TestReplayIsBoundedInBytes(t *testing.T) {
+	p := New()
+	sub := p.Subscribe(0)
+	defer sub.Close()
+	if err := p.Publish("first", 1); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err := sub.Next(t.Context()); err != nil || len(evs) != 1 {
+		t.Fatalf("first: %v %v", evs, err)
+	}
+	big := strings.Repeat("x", 1<<20)
+	for range 2 * MaxEventBytes >> 20 {
+		if err := p.Publish("big", big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.logSize > MaxEventBytes || len(p.log) == 0 {
+		t.Fatalf("the log keeps %d bytes in %d events, want at most %d", p.logSize, len(p.log), MaxEventBytes)
+	}
+	evs, err := sub.Next(t.Context())
+	if err != nil || evs[0].Type != EventLost || evs[len(evs)-1].ID != p.lastID {
+		t.Fatalf("behind subscriber: %v, %d events, first %+v", err, len(evs), evs[0].Type)
+	}
+	// One event larger than the cap is still kept, alone.
+	if err := p.Publish("huge", strings.Repeat("y", MaxEventBytes+1)); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.log) != 1 || p.log[0].ID != p.lastID {
+		t.Fatalf("after a huge event the log has %d events", len(p.log))
 	}
 }
