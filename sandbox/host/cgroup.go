@@ -59,9 +59,9 @@ func newCgroup(pidsMax int, memMax int64) (*cgroup, error) {
 	rand.Read(b)
 	name := fmt.Sprintf("run-%d-%s", os.Getpid(), hex.EncodeToString(b))
 	if st.Type == cgroup2Magic {
-		return newCgroup2(name, pidsMax, memMax)
+		return newCgroup2(CgroupRoot, name, pidsMax, memMax)
 	}
-	return newCgroup1(name, pidsMax, memMax)
+	return newCgroup1(CgroupRoot, name, pidsMax, memMax)
 }
 
 // limitFiles are the controller, limit file and value of each limit to set.
@@ -82,25 +82,30 @@ func limitFiles(v2 bool, pidsMax int, memMax int64) []limitFile {
 	return out
 }
 
-func newCgroup2(name string, pidsMax int, memMax int64) (*cgroup, error) {
+// newCgroup2 creates root/CgroupParent/name on the cgroup v2 file system
+// mounted at root.
+func newCgroup2(root, name string, pidsMax int, memMax int64) (*cgroup, error) {
 	limits := limitFiles(true, pidsMax, memMax)
-	avail, err := os.ReadFile(filepath.Join(CgroupRoot, "cgroup.controllers"))
+	avail, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
 	if err != nil {
 		return nil, fmt.Errorf("read the cgroup v2 controllers: %w", err)
 	}
 	var enable []string
 	for _, l := range limits {
 		if !containsField(string(avail), l.controller) {
-			return nil, fmt.Errorf("cgroup v2 at %s has no %s controller (it has %q)", CgroupRoot, l.controller, strings.TrimSpace(string(avail)))
+			return nil, fmt.Errorf("cgroup v2 at %s has no %s controller (it has %q)", root, l.controller, strings.TrimSpace(string(avail)))
 		}
 		enable = append(enable, "+"+l.controller)
 	}
-	parent := filepath.Join(CgroupRoot, CgroupParent)
-	for _, dir := range []string{CgroupRoot, parent} {
+	parent := filepath.Join(root, CgroupParent)
+	for _, dir := range []string{root, parent} {
 		if dir == parent {
 			if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 				return nil, fmt.Errorf("create %s: %w", parent, err)
 			}
+		}
+		if len(enable) == 0 {
+			continue
 		}
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0); err != nil {
 			return nil, fmt.Errorf("enable %s for the groups below %s: %w", strings.Join(enable, " "), dir, err)
@@ -121,14 +126,16 @@ func newCgroup2(name string, pidsMax int, memMax int64) (*cgroup, error) {
 	return c, nil
 }
 
-func newCgroup1(name string, pidsMax int, memMax int64) (*cgroup, error) {
+// newCgroup1 creates CgroupParent/name in the cgroup v1 hierarchy of each
+// controller mounted below root.
+func newCgroup1(root, name string, pidsMax int, memMax int64) (*cgroup, error) {
 	c := &cgroup{}
 	for _, l := range limitFiles(false, pidsMax, memMax) {
-		hier := filepath.Join(CgroupRoot, l.controller)
+		hier := filepath.Join(root, l.controller)
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(hier, &st); err != nil || st.Type != cgroup1Magic {
 			c.close()
-			return nil, fmt.Errorf("neither cgroup v2 at %s nor a cgroup v1 %s hierarchy at %s", CgroupRoot, l.controller, hier)
+			return nil, fmt.Errorf("neither cgroup v2 at %s nor a cgroup v1 %s hierarchy at %s", root, l.controller, hier)
 		}
 		parent := filepath.Join(hier, CgroupParent)
 		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
