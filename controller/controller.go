@@ -117,10 +117,31 @@ type Config struct {
 
 	// NoHostFallback disables placing a run on the host when its
 	// conversation has no container: such a run fails with ErrNotFound.
-	// A hosted platform sets it so that nothing ever runs on the host.
-	// The host is used only when a provider with scheme "host" is
-	// configured.
+	// An explicit "sandbox":"host" is still accepted: it is HostPlacement
+	// HostExplicit, and a platform that must never run on the host sets
+	// HostPlacement HostOff. The host is used only when a provider with
+	// scheme "host" is configured.
 	NoHostFallback bool
+
+	// HostPlacement says whether runs may be placed on the host: HostOff,
+	// HostExplicit or HostFallback. Empty is HostFallback, or
+	// HostExplicit with NoHostFallback; HostFallback with NoHostFallback
+	// is HostExplicit too.
+	HostPlacement HostPlacement
+
+	// HostRoots are the directories host workspaces must lie under, after
+	// cleaning and resolving symbolic links (of the workspace and of the
+	// roots, which must exist); a workspace elsewhere is refused with
+	// ErrPlacement. Nil allows any workspace; an empty non-nil list
+	// allows none (a hosted berth whose operator named no root).
+	HostRoots []string
+
+	// AllowUnlabelled accepts an explicit container reference
+	// (docker://, containerd://, kube://) to a container that is not the
+	// one labelled with the run's conversation, or a run without a
+	// conversation id. By default such a run is refused with
+	// ErrPlacement.
+	AllowUnlabelled bool
 
 	// Tools wire each run's tools, in order. Nil means DefaultTools.
 	Tools []Binder
@@ -235,6 +256,8 @@ type Controller struct {
 
 	stopJanitor chan struct{} // closed by Close; nil without expiry
 	janitorDone chan struct{}
+
+	hostRoots []string // Config.HostRoots resolved; nil: anywhere
 }
 
 // New returns a controller. It fails when two providers share a scheme or
@@ -262,6 +285,13 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
+	if _, err := ParseHostPlacement(string(cfg.HostPlacement)); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	roots, err := resolveRoots(cfg.HostRoots)
+	if err != nil {
+		return nil, err
+	}
 	cfg.Mode = mode
 	if cfg.Permissions == nil {
 		p := permission.DefaultPolicy(cfg.Mode)
@@ -272,7 +302,7 @@ func New(cfg Config) (*Controller, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Controller{cfg: cfg, providers: map[string]sandbox.Provider{}, log: log, runs: map[string]*Run{},
-		tenants: map[string]*tenantUse{}, expired: map[string]expiredRun{}}
+		tenants: map[string]*tenantUse{}, expired: map[string]expiredRun{}, hostRoots: roots}
 	for _, p := range cfg.Providers {
 		s := p.Scheme()
 		if _, dup := c.providers[s]; dup {
@@ -391,6 +421,9 @@ func (c *Controller) place(ctx context.Context, spec RunSpec) (sandbox.Sandbox, 
 		if err != nil {
 			return nil, "", err
 		}
+		if sch == HostScheme && c.cfg.hostPlacement() == HostOff {
+			return nil, "", c.hostOffError(spec.ConversationID)
+		}
 		p, ok := c.providers[sch]
 		if !ok {
 			return nil, "", fmt.Errorf("controller: sandbox %q: no %s provider is configured (configured: %s): %w",
@@ -399,6 +432,9 @@ func (c *Controller) place(ctx context.Context, spec RunSpec) (sandbox.Sandbox, 
 		sb, err := p.Open(ctx, rest)
 		if err != nil {
 			return nil, "", fmt.Errorf("controller: open sandbox %s: %w", ref, err)
+		}
+		if err := c.checkLabelled(ctx, p, sch, sb, spec); err != nil {
+			return nil, "", err
 		}
 		return sb, sch + ": named explicitly", nil
 	}
@@ -437,10 +473,13 @@ func (c *Controller) place(ctx context.Context, spec RunSpec) (sandbox.Sandbox, 
 	}
 
 	host, ok := c.providers[HostScheme]
-	if c.cfg.NoHostFallback || !ok {
+	if placement := c.cfg.hostPlacement(); placement != HostFallback || !ok {
 		why := "host fallback is disabled"
-		if !ok {
+		switch {
+		case !ok:
 			why = "no host provider is configured"
+		case placement == HostOff:
+			why = "host placement is off on this berth"
 		}
 		return nil, "", fmt.Errorf("controller: no sandbox for conversation %q (%s) and %s: start the conversation's container with label %s or name one with sandbox docker://NAME: %w",
 			spec.ConversationID, strings.Join(tried, "; "), why, label, sandbox.ErrNotFound)
@@ -462,7 +501,7 @@ func (c *Controller) workspace(ws, ref string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("controller: workspace %q: %w", ws, err)
 		}
-		return abs, nil
+		return c.checkHostRoot(abs)
 	}
 	if ws == "" {
 		return "", fmt.Errorf("controller: the run is placed in %s and needs a workspace: pass the absolute path of the checkout inside the container (for example /workspace): %w", ref, ErrBadSpec)

@@ -183,7 +183,7 @@ func TestPlacement(t *testing.T) {
 		{name: "auto without conversation is host", spec: RunSpec{Workspace: "/tmp"}, wantRef: "host", wantWS: "/tmp"},
 		{name: "explicit host", spec: RunSpec{ConversationID: "c-42", Sandbox: "host", Workspace: "/tmp"},
 			wantRef: "host", wantWS: "/tmp"},
-		{name: "explicit docker", spec: RunSpec{Sandbox: "docker://feed", Workspace: "/w/../src"},
+		{name: "explicit docker", spec: RunSpec{ConversationID: "c-7", Sandbox: "docker://feed", Workspace: "/w/../src"},
 			wantRef: "docker://feed", wantWS: "/src"},
 		{name: "explicit docker missing", spec: RunSpec{Sandbox: "docker://nope", Workspace: "/w"},
 			wantErr: sandbox.ErrNotFound, errSubstr: []string{"docker://nope"}},
@@ -201,9 +201,9 @@ func TestPlacement(t *testing.T) {
 		}, spec: RunSpec{ConversationID: "c-42", Workspace: "/tmp"}, errSubstr: []string{"2 running containers", "c-42"}},
 		{name: "container needs workspace", spec: RunSpec{ConversationID: "c-42"},
 			wantErr: ErrBadSpec, errSubstr: []string{"needs a workspace", "docker://0123abcd"}},
-		{name: "container workspace relative", spec: RunSpec{Sandbox: "docker://feed", Workspace: "src"},
+		{name: "container workspace relative", spec: RunSpec{ConversationID: "c-7", Sandbox: "docker://feed", Workspace: "src"},
 			wantErr: ErrBadSpec, errSubstr: []string{"not absolute"}},
-		{name: "workspace missing in sandbox", spec: RunSpec{Sandbox: "docker://feed", Workspace: "/missing"},
+		{name: "workspace missing in sandbox", spec: RunSpec{ConversationID: "c-7", Sandbox: "docker://feed", Workspace: "/missing"},
 			wantErr: fs.ErrNotExist, errSubstr: []string{"/missing", "docker://feed"}},
 		{name: "unknown scheme", spec: RunSpec{Sandbox: "kube://ns/pod", Workspace: "/w"},
 			wantErr: ErrBadSpec, errSubstr: []string{"no kube provider", "docker, host"}},
@@ -249,7 +249,7 @@ func TestPlacement(t *testing.T) {
 
 func TestOpenFailureClosesSandbox(t *testing.T) {
 	rg := newRig(t, nil)
-	if _, err := rg.c.Open(context.Background(), RunSpec{Sandbox: "docker://feed", Workspace: "/missing"}); err == nil {
+	if _, err := rg.c.Open(context.Background(), RunSpec{ConversationID: "c-7", Sandbox: "docker://feed", Workspace: "/missing"}); err == nil {
 		t.Fatal("Open succeeded on a missing workspace")
 	}
 	if n := len(rg.docker.opened); n != 1 || rg.docker.opened[0].closed.Load() != 1 {
@@ -566,7 +566,7 @@ func TestBinderErrorClosesEverything(t *testing.T) {
 			},
 		}
 	})
-	_, err := rg.c.Open(context.Background(), RunSpec{Sandbox: "docker://feed", Workspace: "/w"})
+	_, err := rg.c.Open(context.Background(), RunSpec{ConversationID: "c-7", Sandbox: "docker://feed", Workspace: "/w"})
 	if err == nil || !strings.Contains(err.Error(), "lsp: no supervisor") || !strings.Contains(err.Error(), "docker://feed") {
 		t.Fatalf("Open: err = %v", err)
 	}

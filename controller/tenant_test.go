@@ -138,7 +138,7 @@ func TestRunCapUnderConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 10 {
-		_, err := rg.c.Open(ctx, RunSpec{Sandbox: "docker://feed", Workspace: "/missing", Tenant: "acme"})
+		_, err := rg.c.Open(ctx, RunSpec{ConversationID: "c-7", Sandbox: "docker://feed", Workspace: "/missing", Tenant: "acme"})
 		if err == nil || errors.Is(err, ErrTooMany) {
 			t.Fatalf("Open of a missing workspace: %v, want its own failure", err)
 		}
