@@ -277,7 +277,7 @@ func TestDiscovery(t *testing.T) {
 	fakeDlv := "#!/bin/sh\necho fake\n"
 	// marks is outside every workspace: a spy that ran leaves a file there.
 	marks := t.TempDir()
-	spy := "#!/bin/sh\ntouch \"" + marks + "/ran-$$\"\nexit 0\n"
+	spy := "#!/bin/sh\n: > \"" + marks + "/ran-$$\"\nexit 0\n" // builtins only: it leaves its mark whatever PATH it has
 	noDebugpy := filepath.Join(marks, "python-without-debugpy")
 	if err := os.WriteFile(noDebugpy, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)

@@ -70,7 +70,7 @@ func needIPyKernel(t *testing.T) {
 func TestWorkspacePythonsNeverRunOnHost(t *testing.T) {
 	needIPyKernel(t)
 	dir, marks, bin, bin2 := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
-	spy := "#!/bin/sh\ntouch \"" + marks + "/ran-$$\"\nexit 0\n"
+	spy := "#!/bin/sh\n: > \"" + marks + "/ran-$$\"\nexit 0\n" // builtins only: it leaves its mark whatever PATH it has
 	for _, rel := range []string{".venv/bin/python", "venv/bin/python", "tools/python3"} {
 		os.MkdirAll(filepath.Join(dir, filepath.Dir(rel)), 0o755)
 		if err := os.WriteFile(filepath.Join(dir, rel), []byte(spy), 0o755); err != nil {

@@ -71,9 +71,10 @@ func writeTree(t *testing.T, dir string, tree map[string]string) {
 }
 
 // spy is a program that leaves a file named after itself in marks, outside
-// the workspace, and succeeds.
+// the workspace, and succeeds. It uses shell builtins only, so it leaves
+// its mark whatever PATH it runs with.
 func spy(marks string) string {
-	return "#!/bin/sh\ntouch \"" + marks + "/ran-$(basename \"$(dirname \"$(dirname \"$0\")\")\")-$(basename \"$0\")\"\nexit 0\n"
+	return "#!/bin/sh\np=$0; n=${p##*/}; d=${p%/*}; d=${d%/*}; d=${d##*/}\n: > \"" + marks + "/ran-$d-$n\"\nexit 0\n"
 }
 
 func noMarks(t *testing.T, marks string) {
