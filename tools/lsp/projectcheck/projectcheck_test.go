@@ -204,7 +204,8 @@ func TestGoModWithoutGo(t *testing.T) {
 // neither chosen nor started, even by the probe, when the workspace is on
 // the sandbox's PATH.
 func TestWorkspaceProgramsNeverRun(t *testing.T) {
-	spy := "#!/bin/sh\ntouch \"$(dirname \"$0\")/../ran-$(basename \"$0\")\"\n"
+	// Shell builtins only: PATH here has no touch, basename or dirname.
+	spy := "#!/bin/sh\np=$0; : > \"${p%/*}/../ran-${p##*/}\"\n"
 	dir := project(t, map[string]string{
 		"go.mod":         "module example.com/x\n\ngo 1.22\n",
 		"pyproject.toml": "[project]\nname = \"x\"\n",
