@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -55,6 +56,7 @@ func newCgroup(pidsMax int, memMax int64) (*cgroup, error) {
 	if err := syscall.Statfs(CgroupRoot, &st); err != nil {
 		return nil, fmt.Errorf("no control group file system at %s: %w", CgroupRoot, err)
 	}
+	staleOnce.Do(func() { removeStale(CgroupRoot) })
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := fmt.Sprintf("run-%d-%s", os.Getpid(), hex.EncodeToString(b))
@@ -154,6 +156,42 @@ func newCgroup1(root, name string, pidsMax int, memMax int64) (*cgroup, error) {
 		}
 	}
 	return c, nil
+}
+
+// staleOnce removes, once per process, the groups that berth processes
+// no longer running left behind (killed before they could close their
+// sandboxes; the agents ended with them, so the groups are empty).
+var staleOnce sync.Once
+
+// removeStale removes the empty run-PID-* groups below CgroupParent, on
+// v2 at root and in each v1 hierarchy below it, whose berth (PID) is gone.
+// A group that still holds a process is not removed (rmdir refuses it).
+func removeStale(root string) {
+	parents := []string{filepath.Join(root, CgroupParent)}
+	if more, err := filepath.Glob(filepath.Join(root, "*", CgroupParent)); err == nil {
+		parents = append(parents, more...)
+	}
+	for _, parent := range parents {
+		ents, err := os.ReadDir(parent)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			rest, ok := strings.CutPrefix(e.Name(), "run-")
+			if !e.IsDir() || !ok {
+				continue
+			}
+			pid, _, _ := strings.Cut(rest, "-")
+			n, err := strconv.Atoi(pid)
+			if err != nil || n <= 0 {
+				continue
+			}
+			if _, err := os.Stat("/proc/" + pid); err == nil {
+				continue // that berth still runs
+			}
+			os.Remove(filepath.Join(parent, e.Name()))
+		}
+	}
 }
 
 func containsField(s, f string) bool {

@@ -101,3 +101,29 @@ func isAgent(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	return err == nil && bytes.Contains(b, []byte(shim.BinaryName))
 }
+
+// TestRemoveStale: an empty group of a berth that is gone is removed, one
+// of a live berth is kept.
+func TestRemoveStale(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("control groups need root")
+	}
+	cg, err := newCgroup(1, 0)
+	if err != nil {
+		t.Skipf("no control group here: %v", err)
+	}
+	defer cg.close()
+	parent := filepath.Dir(cg.dirs[0])
+	stale := filepath.Join(parent, "run-999999999-test") // above the kernel's pid_max
+	if err := os.Mkdir(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(stale)
+	removeStale(CgroupRoot)
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale group %s kept: %v", stale, err)
+	}
+	if _, err := os.Stat(cg.dirs[0]); err != nil {
+		t.Errorf("live group %s removed: %v", cg.dirs[0], err)
+	}
+}
