@@ -353,6 +353,21 @@ func TestConsoleShowsTheWholeCall(t *testing.T) {
 			t.Fatalf("the card does not say why: %v\n%.300s", err, text)
 		}
 		screenshot(t, ctx, "too-large")
+		// Nor does the API take an approval for it, whoever sends one.
+		run, err := rg.c.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cards := run.Questions().Cards()
+		if len(cards) != 1 || !cards[0].TooLarge {
+			t.Fatalf("open cards: %+v", cards)
+		}
+		for _, d := range []string{"approve", "allow_run"} {
+			status, body, err := rg.post(ctx, fmt.Sprintf("/v1/runs/%s/cards/%d", id, cards[0].N), `{"decision":"`+d+`"}`)
+			if err != nil || status != http.StatusBadRequest {
+				t.Errorf("%s on a too-large card: %d %v %v, want 400", d, status, body, err)
+			}
+		}
 		if err := chromedp.Do(ctx, chromedp.Click(deny)); err != nil {
 			t.Fatal(err)
 		}
