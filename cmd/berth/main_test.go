@@ -205,7 +205,9 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	g := &globalFlags{labelKey: "berth.conversation", dockerHost: "unix:///nonexistent/docker.sock"}
+	// Hosted mode (the default) places nothing on the host unless told to.
+	g := &globalFlags{labelKey: "berth.conversation", dockerHost: "unix:///nonexistent/docker.sock",
+		hostPlacement: "fallback", hostRoots: []string{dir}}
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, g, ln, "tok", io.Discard, g.logger(io.Discard)) }()
 	base := "http://" + ln.Addr().String()

@@ -117,17 +117,38 @@ func newContainerd(g *globalFlags) (*containerd.Provider, error) {
 // newController wires a controller over the backends. mode is the
 // permission mode of berth serve; empty is a one-shot command (call,
 // tools): local mode and no question port, since nobody could see a card.
-func newController(g *globalFlags, b *backends, reg prometheus.Registerer, log *slog.Logger, defaultWorkspace string, mode permission.Mode) (*controller.Controller, error) {
-	return controller.New(controller.Config{
+// The placement policy is newPlacementPolicy's, logged once by serve.
+// tune, when given, sets more of the configuration (berth serve's
+// per-tenant caps and idle expiry).
+func newController(g *globalFlags, b *backends, reg prometheus.Registerer, log *slog.Logger, defaultWorkspace string, mode permission.Mode, tune ...func(*controller.Config)) (*controller.Controller, error) {
+	policy, err := newPlacementPolicy(g, mode)
+	if err != nil {
+		return nil, err
+	}
+	cfg := controller.Config{
 		Providers:        b.providers,
 		LabelKey:         g.labelKey,
 		NoHostFallback:   g.noHostFallback,
+		HostPlacement:    policy.host,
+		HostRoots:        policy.roots,
+		AllowUnlabelled:  policy.allowUnlabelled,
 		DefaultWorkspace: defaultWorkspace,
 		Registerer:       reg,
 		Logger:           log,
 		Mode:             mode,
 		NoQuestions:      mode == "",
-	})
+	}
+	for _, t := range tune {
+		t(&cfg)
+	}
+	c, err := controller.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("berth: %w", err)
+	}
+	if mode != "" {
+		policy.log(log)
+	}
+	return c, nil
 }
 
 // unavailable stands in for a provider that could not be configured: every
