@@ -244,3 +244,57 @@ func TestCargoBuildScriptNeedsApprovalOnHost(t *testing.T) {
 }
 
 func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// TestVenvStartupCodeNeedsApprovalOnHost: a venv linked to the system's
+// python3 whose site-packages hold a .pth import line (python runs it at
+// startup) is project code: a plan call refuses to start that python and
+// names the file, without running it even to probe it; a default call in
+// local mode (allowed by policy) runs the check, and the .pth with it.
+func TestVenvStartupCodeNeedsApprovalOnHost(t *testing.T) {
+	const system = "/usr/bin/python3"
+	if exec.Command(system, "-c", "import pyflakes").Run() != nil {
+		t.Skip("/usr/bin/python3 cannot import pyflakes: apt-get install python3-pyflakes to run this test")
+	}
+	if exec.Command(system, "-c", "import mypy").Run() == nil {
+		t.Skip("/usr/bin/python3 has mypy, which this test does not expect")
+	}
+	ver, err := exec.Command(system, "-c", "import sys; print('python%d.%d' % sys.version_info[:2])").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	find, err := exec.LookPath("find")
+	if err != nil {
+		t.Skipf("no find: %v", err)
+	}
+	dir, marks, bin := t.TempDir(), t.TempDir(), t.TempDir()
+	mark := filepath.Join(marks, "pth-ran")
+	site := ".venv/lib/" + strings.TrimSpace(string(ver)) + "/site-packages/"
+	writeTree(t, dir, map[string]string{
+		"pyproject.toml":   "[project]\nname = \"x\"\n",
+		"app.py":           "import os\n",
+		".venv/pyvenv.cfg": "home = /usr/bin\ninclude-system-site-packages = true\n",
+		site + "evil.pth":  "import os; open(" + strconvQuote(mark) + ", 'w').close()\n",
+	})
+	os.MkdirAll(filepath.Join(dir, ".venv/bin"), 0o755)
+	if err := os.Symlink(system, filepath.Join(dir, ".venv/bin/python")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(find, filepath.Join(bin, "find")); err != nil {
+		t.Fatal(err)
+	}
+	reg := gatedHostRun(t, dir, envWithPath(bin), permission.DefaultPolicy(permission.ModeLocal), nil)
+	res := projectCheck(t, reg, tools.SurfacePlan)
+	text := res.AllText()
+	t.Log(text)
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("the venv's .pth ran in a plan call")
+	}
+	if !res.IsError || !strings.Contains(text, "evil.pth's import line") || !strings.Contains(text, "plan surface") {
+		t.Errorf("want a refusal naming evil.pth; got %s", text)
+	}
+	res = projectCheck(t, reg, tools.SurfaceDefault)
+	t.Log(res.AllText())
+	if _, err := os.Stat(mark); err != nil || res.IsError {
+		t.Errorf("after approval (local policy) the check did not run with the venv (mark: %v): %s", err, res.AllText())
+	}
+}

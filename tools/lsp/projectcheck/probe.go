@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -122,6 +124,8 @@ type probe struct {
 	// On the host only:
 	venvReal string            // what venvPython resolves to, outside the workspace
 	venvSkip string            // why the venv's python is not used
+	venvRuns string            // what the venv's python would execute at startup (a .pth import line, sitecustomize)
+	venvSys  bool              // the venv's python also sees its base interpreter's modules
 	binSkip  map[string]string // program name → why a PATH program of that name was not used
 }
 
@@ -194,9 +198,14 @@ func runProbe(ctx context.Context, sb sandbox.Sandbox, workspace, root string, h
 		return pr, nil
 	}
 	pr.trustHost(workspace, root)
-	var pys []string
 	if pr.venvPython != "" {
-		pys = append(pys, pr.venvPython)
+		// Not asked: its site-packages are the workspace's, and python
+		// runs their .pth import lines at startup. Looked at instead.
+		pr.venvSite(root)
+	}
+	var pys []string
+	if pr.venvSys {
+		pys = append(pys, pr.venvReal) // outside the workspace, run without the venv
 	}
 	for _, b := range pr.bins {
 		if path.Base(b) == "python3" && len(pys) < maxHostPythons+1 {
@@ -213,7 +222,14 @@ func runProbe(ctx context.Context, sb sandbox.Sandbox, workspace, root string, h
 	for _, l := range strings.Split(out, "\n") {
 		if rest, ok := strings.CutPrefix(l, "py "); ok {
 			py, mods, _ := strings.Cut(rest, "\t")
-			if slices.Contains(pys, py) {
+			switch {
+			case pr.venvSys && py == pr.venvReal:
+				for _, m := range strings.Fields(mods) {
+					if !slices.Contains(pr.modules[pr.venvPython], m) {
+						pr.modules[pr.venvPython] = append(pr.modules[pr.venvPython], m)
+					}
+				}
+			case slices.Contains(pys, py):
 				pr.pythons = append(pr.pythons, py)
 				pr.modules[py] = strings.Fields(mods)
 			}
@@ -253,6 +269,65 @@ func (pr *probe) pythonProject() bool {
 		}
 	}
 	return false
+}
+
+// venvSite learns, on the host, what the venv's python would import and
+// run without running it: which of the checker modules its site-packages
+// hold, whether it sees its base interpreter's too (no pyvenv.cfg, or
+// include-system-site-packages = true: venvSys), and whether they hold
+// code python executes at startup (a .pth file's import line,
+// sitecustomize or usercustomize), in venvRuns.
+func (pr *probe) venvSite(root string) {
+	pr.pythons = append(pr.pythons, pr.venvPython)
+	pr.venvSys = true
+	if cfg, err := os.ReadFile(filepath.Join(root, venvDir, "pyvenv.cfg")); err == nil {
+		pr.venvSys = false
+		for _, line := range strings.Split(string(cfg), "\n") {
+			k, v, ok := strings.Cut(line, "=")
+			if ok && strings.TrimSpace(k) == "include-system-site-packages" && strings.EqualFold(strings.TrimSpace(v), "true") {
+				pr.venvSys = true
+			}
+		}
+	}
+	sites, _ := filepath.Glob(filepath.Join(root, venvDir, "lib", "python*", "site-packages"))
+	var mods []string
+	for _, site := range sites {
+		for _, l := range table {
+			for _, t := range l.tools {
+				if t.module == "" || slices.Contains(mods, t.module) {
+					continue
+				}
+				if _, err := os.Stat(filepath.Join(site, t.module)); err == nil {
+					mods = append(mods, t.module)
+				} else if _, err := os.Stat(filepath.Join(site, t.module+".py")); err == nil {
+					mods = append(mods, t.module)
+				}
+			}
+		}
+		if pr.venvRuns != "" {
+			continue
+		}
+		for _, name := range []string{"sitecustomize.py", "usercustomize.py"} {
+			if _, err := os.Lstat(filepath.Join(site, name)); err == nil {
+				pr.venvRuns = filepath.Join(site, name)
+			}
+		}
+		pths, _ := filepath.Glob(filepath.Join(site, "*.pth"))
+		for _, pth := range pths {
+			data, err := os.ReadFile(pth)
+			if err != nil {
+				pr.venvRuns = pth + " (unreadable)"
+				break
+			}
+			for _, line := range strings.Split(string(data), "\n") {
+				if strings.HasPrefix(line, "import ") || strings.HasPrefix(line, "import\t") {
+					pr.venvRuns = pth + "'s import line"
+					break
+				}
+			}
+		}
+	}
+	pr.modules[pr.venvPython] = mods
 }
 
 // trustHost applies the host's rule to what the probe found: a program on

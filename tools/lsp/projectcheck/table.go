@@ -173,6 +173,9 @@ func resolve(pr *probe, l language, workspace, root string) (Applicable, bool) {
 		}
 		if pr.host {
 			a.ExecWhy = hostExecWhy(pr, t)
+			if a.ExecWhy == "" && t.python && venvPy != "" && pr.venvRuns != "" {
+				a.ExecWhy = "the venv's python (" + venvPy + ") runs " + pr.venvRuns + " at startup, which is the project's code"
+			}
 			if l.lang == "go" {
 				a.env = append(a.env, proc.HostEnv)
 			}
