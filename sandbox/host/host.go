@@ -1,7 +1,10 @@
 // Package host is the sandbox backend for the machine berth runs on. Its
 // processes run under the same agent (berth-shim) as in containers, so they
 // get their own process group and die when berth goes away; its files are
-// served by [berth.dev/berth/sandbox/dirfs] directly.
+// served by [berth.dev/berth/sandbox/dirfs] directly (with Options.User, by
+// the agent running as that user). Processes start with a minimal
+// environment (BaseEnv), never berth's, and each sandbox's processes are
+// limited (Options.PidsMax, MemoryMax) where the machine allows it.
 package host
 
 import (

@@ -14,8 +14,8 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // DefaultLang is the LANG of host processes when berth itself has none.
 const DefaultLang = "C.UTF-8"
 
-// DefaultPidsMax is how many processes a host user may have when
-// Options.PidsMax is zero.
+// DefaultPidsMax is how many processes (threads, with a control group)
+// a host sandbox may have when Options.PidsMax is zero.
 const DefaultPidsMax = 512
 
 // User is an unprivileged user host processes run as.
