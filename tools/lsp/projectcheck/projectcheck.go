@@ -21,7 +21,9 @@
 // followed, nothing executed) to an interpreter outside the workspace, which
 // the result then names. go runs with GOTOOLCHAIN=local. A check that
 // executes the project's own code there (cargo check's build scripts and
-// proc macros, mypy plugins, dart analyzer plugins) is an exec-level step:
+// proc macros, mypy plugins, dart analyzer plugins, a venv python whose
+// site-packages run code at startup — .pth import lines, sitecustomize) is
+// an exec-level step:
 // [Run] asks the call's permission gate first ([tools.ApproveStep]).
 package projectcheck
 
