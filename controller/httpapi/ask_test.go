@@ -29,6 +29,12 @@ type askRig struct {
 
 func newAskRig(t *testing.T, cfg controller.Config) *askRig {
 	t.Helper()
+	return newAskRigWith(t, cfg, httpapi.Options{Token: token})
+}
+
+// newAskRigWith is newAskRig with the server's options.
+func newAskRigWith(t *testing.T, cfg controller.Config, opts httpapi.Options) *askRig {
+	t.Helper()
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PATH=") {
@@ -47,7 +53,7 @@ func newAskRig(t *testing.T, cfg controller.Config) *askRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(c, httpapi.Options{Token: token}))
+	srv := httptest.NewServer(httpapi.New(c, opts))
 	t.Cleanup(func() { c.Close(); srv.Close() })
 	return &askRig{rig: &rig{t: t, srv: srv, c: c}, dir: t.TempDir()}
 }
@@ -73,9 +79,15 @@ type events struct {
 // server has answered, so the run counts as connected.
 func (rg *askRig) subscribe(id, lastEventID string) *events {
 	rg.t.Helper()
+	return rg.subscribeAs(token, id, lastEventID)
+}
+
+// subscribeAs is subscribe with the bearer token tok.
+func (rg *askRig) subscribeAs(tok, id, lastEventID string) *events {
+	rg.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", rg.srv.URL+"/v1/runs/"+id+"/events", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Authorization", "Bearer "+tok)
 	if lastEventID != "" {
 		req.Header.Set("Last-Event-ID", lastEventID)
 	}
@@ -147,10 +159,16 @@ type callResult struct {
 
 // call calls a tool in the background; the result arrives on the channel.
 func (rg *askRig) call(id, tool, args string) <-chan callResult {
+	return rg.callAs(token, id, tool, `{"args":`+args+`}`)
+}
+
+// callAs calls a tool with the bearer token tok and the whole request
+// body, in the background.
+func (rg *askRig) callAs(tok, id, tool, body string) <-chan callResult {
 	out := make(chan callResult, 1)
 	go func() {
-		req, _ := http.NewRequest("POST", rg.srv.URL+"/v1/runs/"+id+"/tools/"+tool, strings.NewReader(`{"args":`+args+`}`))
-		req.Header.Set("Authorization", "Bearer "+token)
+		req, _ := http.NewRequest("POST", rg.srv.URL+"/v1/runs/"+id+"/tools/"+tool, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			out <- callResult{status: -1, body: err.Error()}

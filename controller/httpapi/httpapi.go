@@ -2,21 +2,33 @@
 // of DESIGN.md, /healthz and /metrics. It holds no tool logic; every call
 // goes through [controller.Run.Call] with the request's context.
 //
-// Routes (all JSON):
+// Routes (all JSON), with the scopes that may use them (H harness, O
+// operator, M metrics; see [Scope]):
 //
-//	POST   /v1/runs                    open a run → 201 RunInfo
-//	GET    /v1/runs                    list open runs → {"runs":[RunInfo…]}
-//	GET    /v1/runs/{id}               one run → RunInfo
-//	GET    /v1/runs/{id}/tools?surface=S → {"tools":[{name,description,level,inputSchema}]}
-//	POST   /v1/runs/{id}/tools/{name}  {"args":{…},"surface":"default"} → 200 tool result
-//	DELETE /v1/runs/{id}               close the run → 204
-//	GET    /v1/runs/{id}/events        the run's event stream (SSE), resumable with Last-Event-ID
-//	GET    /v1/runs/{id}/cards         open cards → {"cards":[Card…]}
-//	POST   /v1/runs/{id}/cards/{n}     answer card n → 200 {"n","outcome"}
-//	GET    /v1/runs/{id}/resources     live resources → {"resources":[{kind,name,state,detail}…]}
-//	GET    /console/                   the operator console (controller/console); / redirects to it
-//	GET    /healthz                    200 "ok", never authenticated
-//	GET    /metrics                    Prometheus text format, authenticated like /v1
+//	POST   /v1/runs                    H   open a run of the caller's tenant → 201 RunInfo
+//	GET    /v1/runs                    HO  list the tenant's open runs → {"runs":[RunInfo…]}
+//	GET    /v1/runs/{id}               HO  one run → RunInfo
+//	GET    /v1/runs/{id}/tools?surface=S HO → {"tools":[{name,description,level,inputSchema}]}
+//	POST   /v1/runs/{id}/tools/{name}  H   {"args":{…},"surface":"default"} → 200 tool result
+//	DELETE /v1/runs/{id}               H   close the run → 204
+//	GET    /v1/runs/{id}/events        HO  the run's event stream (SSE), resumable with Last-Event-ID
+//	GET    /v1/runs/{id}/cards         HO  open cards → {"cards":[Card…]}
+//	POST   /v1/runs/{id}/cards/{n}     HO  answer card n → 200 {"n","outcome"}; a permission card: O only
+//	GET    /v1/runs/{id}/resources     HO  live resources → {"resources":[{kind,name,state,detail}…]}
+//	GET    /v1/runs/{id}/workers       HO  vibe workers → {"workers":[WorkerInfo…]}
+//	POST   /v1/runs/{id}/workers/{w}   H   a platform's report on worker w
+//	GET    /console/                       the operator console (controller/console); / redirects to it
+//	GET    /healthz                        200 "ok", never authenticated
+//	GET    /metrics                    M   Prometheus text format
+//
+// Every request is authenticated before its route or body is read. A run
+// belongs to the tenant whose credential opened it: every route answers
+// another tenant's run exactly as a missing one (404 unknown_run), and an
+// operator credential of tenant AllTenants sees every run.
+//
+// A vibe worker's call adds "worker":"<id>","worker_token":"…" (from its
+// vibe.spawn event) to the call's body: it then runs at most at the
+// surface the worker was spawned from.
 //
 // The event stream is text/event-stream: each event has an "id:" (per run,
 // increasing), an "event:" type (card.opened, card.closed, events.lost, or a
@@ -37,9 +49,13 @@
 //
 //	400 bad_request        malformed JSON body, bad arguments (*tools.InputError), bad run spec
 //	401 unauthorized       missing or wrong bearer token (with WWW-Authenticate)
-//	403 denied             the tool is above the surface's level (tools.ErrDenied)
+//	403 denied             the tool is above the surface's level (tools.ErrDenied), or a worker identity is wrong or above its spawned surface
+//	403 missing_scope      the credential lacks the route's scope (a harness token on /metrics, an operator opening a run)
+//	403 operator_required  a permission card answered without the operator scope: the operator must answer it (console)
+//	403 placement_refused  the placement policy refuses the sandbox (controller.ErrPlacement)
 //	403 forbidden_origin   a browser request from another origin (Origin header not this server's)
-//	404 unknown_run        no open run has that id
+//	404 unknown_run        no open run of the caller's tenant has that id
+//	404 run_expired        the tenant's run was closed after being idle (controller.ErrRunExpired): open a new run
 //	404 unknown_tool       the run has no tool of that name
 //	404 unknown_card       no open card has that number (answered, skipped, timed out or never opened)
 //	404 no_questions       the run has no question port (berth opened it with NoQuestions)
@@ -49,10 +65,15 @@
 //	410 sandbox_gone       the run's container stopped, was removed, or its engine is unreachable (sandbox.ErrGone)
 //	413 too_large          the body exceeds MaxBodyBytes
 //	421 misdirected        Host is not a loopback name while serving without a token
+//	429 too_many           the tenant's cap of open runs or calls in flight (controller.ErrTooMany): close a run or wait
 //	499 cancelled          the client went away (logged only; the client sees nothing)
 //	500 internal           anything else
 //	503 shutting_down      the controller is closing
 //	504 timeout            the call's deadline passed
+//
+// 401 and 403 refusals before the body is read close the connection
+// without waiting for the body (see refuse); [NewServer] and [Listen] add
+// read, header and idle deadlines and a connection cap.
 //
 // 410 was chosen for sandbox_gone because the condition is permanent for the
 // run: berth never restarts a container, so the harness must open a new run.
@@ -61,8 +82,6 @@ package httpapi
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,71 +113,90 @@ const KeepAlive = 15 * time.Second
 
 // Options configure [New].
 type Options struct {
-	// Token is the bearer token every /v1 and /metrics request must carry.
-	// Empty disables authentication; then LoopbackOnly should be set.
+	// Credentials are the bearer tokens /v1 and /metrics accept, each
+	// with its tenant and scopes (see ParseTokens).
+	Credentials []Credential
+	// Token is the one-tenant shorthand of a local setup: one more
+	// credential, of DefaultTenant, with every scope. With neither Token
+	// nor Credentials there is no authentication (every request is
+	// DefaultTenant with every scope); then LoopbackOnly should be set.
 	Token string
 	// LoopbackOnly refuses requests whose Host header is not a loopback
 	// name or address (DNS-rebinding defence when serving without a token).
 	LoopbackOnly bool
 	// Gatherer serves /metrics; nil serves no /metrics route.
 	Gatherer prometheus.Gatherer
-	// Logger logs requests that fail with 5xx; nil discards.
+	// Logger logs requests that fail with 5xx and calls made as a vibe
+	// worker; nil discards.
 	Logger *slog.Logger
+	// Limits are the server's deadlines and caps ([NewServer], [Listen]);
+	// the handler uses the write deadlines.
+	Limits Limits
 }
 
 type server struct {
-	c     *controller.Controller
-	opts  Options
-	token [32]byte // sha256 of Options.Token
-	log   *slog.Logger
+	c      *controller.Controller
+	opts   Options
+	limits Limits
+	creds  []Credential
+	log    *slog.Logger
 }
 
 // New returns the HTTP handler for c.
 func New(c *controller.Controller, opts Options) http.Handler {
-	s := &server{c: c, opts: opts, token: sha256.Sum256([]byte(opts.Token)), log: opts.Logger}
+	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger}
+	s.creds = append(s.creds, opts.Credentials...)
+	if opts.Token != "" {
+		s.creds = append(s.creds, TokenCredential(opts.Token, DefaultTenant, Scopes...))
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	const h, op = ScopeHarness, ScopeOperator
 	v1 := http.NewServeMux()
-	v1.HandleFunc("POST /v1/runs", s.openRun)
-	v1.HandleFunc("GET /v1/runs", s.listRuns)
-	v1.HandleFunc("GET /v1/runs/{id}", s.getRun)
-	v1.HandleFunc("DELETE /v1/runs/{id}", s.closeRun)
-	v1.HandleFunc("GET /v1/runs/{id}/tools", s.listTools)
-	v1.HandleFunc("POST /v1/runs/{id}/tools/{name}", s.callTool)
-	v1.HandleFunc("GET /v1/runs/{id}/events", s.events)
-	v1.HandleFunc("GET /v1/runs/{id}/cards", s.listCards)
-	v1.HandleFunc("GET /v1/runs/{id}/resources", s.listResources)
-	v1.HandleFunc("POST /v1/runs/{id}/cards/{n}", s.answerCard)
-	v1.HandleFunc("GET /v1/runs/{id}/workers", s.listWorkers)
-	v1.HandleFunc("POST /v1/runs/{id}/workers/{worker}", s.reportWorker)
+	v1.HandleFunc("POST /v1/runs", need(s.openRun, h))
+	v1.HandleFunc("GET /v1/runs", need(s.listRuns, h, op))
+	v1.HandleFunc("GET /v1/runs/{id}", need(s.getRun, h, op))
+	v1.HandleFunc("DELETE /v1/runs/{id}", need(s.closeRun, h))
+	v1.HandleFunc("GET /v1/runs/{id}/tools", need(s.listTools, h, op))
+	v1.HandleFunc("POST /v1/runs/{id}/tools/{name}", need(s.callTool, h))
+	v1.HandleFunc("GET /v1/runs/{id}/events", need(s.events, h, op))
+	v1.HandleFunc("GET /v1/runs/{id}/cards", need(s.listCards, h, op))
+	v1.HandleFunc("GET /v1/runs/{id}/resources", need(s.listResources, h, op))
+	v1.HandleFunc("POST /v1/runs/{id}/cards/{n}", need(s.answerCard, h, op))
+	v1.HandleFunc("GET /v1/runs/{id}/workers", need(s.listWorkers, h, op))
+	v1.HandleFunc("POST /v1/runs/{id}/workers/{worker}", need(s.reportWorker, h))
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok")
 	})
-	mux.Handle("/v1/", s.auth(methodJSON(v1)))
+	mux.Handle("/v1/", s.authn(methodJSON(v1)))
 	mux.Handle("GET "+console.Path, console.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(console.Path, http.StatusFound))
 	if opts.Gatherer != nil {
-		mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})))
+		mux.Handle("GET /metrics", s.authn(need(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}).ServeHTTP, ScopeMetrics)))
 	}
 	return s.guard(mux)
 }
 
 // guard applies the checks every route shares: no foreign browser
-// origins, the loopback Host check, and the body cap.
+// origins, the loopback Host check, the body cap, and the write deadline
+// of short routes (tool calls and the event stream set their own).
 func (s *server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r) {
-			writeError(w, http.StatusForbidden, "forbidden_origin", fmt.Sprintf("httpapi: requests from pages of other origins (%s) are refused; call berth from the harness, or use the console berth serves at %s", o, console.Path))
+			refuse(w, http.StatusForbidden, "forbidden_origin", fmt.Sprintf("httpapi: requests from pages of other origins (%s) are refused; call berth from the harness, or use the console berth serves at %s", o, console.Path))
 			return
 		}
 		if s.opts.LoopbackOnly && !loopbackHost(r.Host) {
-			writeError(w, http.StatusMisdirectedRequest, "misdirected", fmt.Sprintf("httpapi: host %q is not a loopback name; berth serves without a token only on localhost", r.Host))
+			refuse(w, http.StatusMisdirectedRequest, "misdirected", fmt.Sprintf("httpapi: host %q is not a loopback name; berth serves without a token only on localhost", r.Host))
 			return
 		}
+		// An error means the connection is not a net/http one (a test's
+		// recorder): there is no deadline to set.
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 		next.ServeHTTP(w, r)
 	})
@@ -190,27 +228,6 @@ func loopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// auth checks the bearer token in constant time.
-func (s *server) auth(next http.Handler) http.Handler {
-	if s.opts.Token == "" {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(got))
-		if !ok || subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
-			msg := "httpapi: missing bearer token: send Authorization: Bearer <token> (berth serve reads it from BERTH_TOKEN or --token-file)"
-			if ok {
-				msg = "httpapi: wrong bearer token: send the token berth serve was started with"
-			}
-			writeError(w, http.StatusUnauthorized, "unauthorized", msg)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 // methodJSON turns the mux's plain-text 404 and 405 into JSON errors.
 func methodJSON(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -231,11 +248,12 @@ func (w *statusRewriter) WriteHeader(code int) {
 	if !w.wroteHdr && plain && (code == http.StatusMethodNotAllowed || code == http.StatusNotFound) {
 		w.rewrote = true
 		w.wroteHdr = true
+		// No handler read the body: refuse, not to wait for a trickle.
 		if code == http.StatusNotFound {
-			writeError(w.ResponseWriter, code, "not_found", fmt.Sprintf("httpapi: no route %s %s: the API is under /v1/runs", w.r.Method, w.r.URL.Path))
+			refuse(w.ResponseWriter, code, "not_found", fmt.Sprintf("httpapi: no route %s %s: the API is under /v1/runs", w.r.Method, w.r.URL.Path))
 			return
 		}
-		writeError(w.ResponseWriter, code, "method_not_allowed",
+		refuse(w.ResponseWriter, code, "method_not_allowed",
 			fmt.Sprintf("httpapi: %s is not allowed on %s (allowed: %s)", w.r.Method, w.r.URL.Path, w.Header().Get("Allow")))
 		return
 	}
@@ -269,6 +287,7 @@ func (s *server) openRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	run, err := s.c.Open(r.Context(), controller.RunSpec{
+		Tenant:         principalOf(r).Tenant,
 		ConversationID: req.ConversationID,
 		Workspace:      req.Workspace,
 		Sandbox:        req.Sandbox,
@@ -284,11 +303,11 @@ func (s *server) openRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) listRuns(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"runs": s.c.List()})
+	writeJSON(w, http.StatusOK, map[string]any{"runs": s.c.ListFor(principalOf(r).Tenant)})
 }
 
 func (s *server) getRun(w http.ResponseWriter, r *http.Request) {
-	run, err := s.c.Get(r.PathValue("id"))
+	run, err := s.lookup(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -297,7 +316,7 @@ func (s *server) getRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) closeRun(w http.ResponseWriter, r *http.Request) {
-	run, err := s.c.Get(r.PathValue("id"))
+	run, err := s.lookup(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -310,7 +329,7 @@ func (s *server) closeRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) listTools(w http.ResponseWriter, r *http.Request) {
-	run, err := s.c.Get(r.PathValue("id"))
+	run, err := s.lookup(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -327,14 +346,20 @@ func (s *server) listTools(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"tools": list})
 }
 
-// callRequest is the body of POST /v1/runs/{id}/tools/{name}.
+// callRequest is the body of POST /v1/runs/{id}/tools/{name}. Worker and
+// WorkerToken, when set, make it a vibe worker's call (the worker_id and
+// worker_token of its vibe.spawn event).
 type callRequest struct {
-	Args    json.RawMessage `json:"args"`
-	Surface string          `json:"surface"`
+	Args        json.RawMessage `json:"args"`
+	Surface     string          `json:"surface"`
+	Worker      string          `json:"worker"`
+	WorkerToken string          `json:"worker_token"`
 }
 
 func (s *server) callTool(w http.ResponseWriter, r *http.Request) {
-	run, err := s.c.Get(r.PathValue("id"))
+	// A call may legitimately run long; its response still has a deadline.
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.limits.CallWriteTimeout))
+	run, err := s.lookup(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -343,7 +368,16 @@ func (s *server) callTool(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	res, err := run.Call(r.Context(), tools.Surface(req.Surface), r.PathValue("name"), req.Args)
+	name := r.PathValue("name")
+	surface := tools.Surface(req.Surface)
+	if req.Worker != "" || req.WorkerToken != "" {
+		if surface, err = workerSurface(run, req, name); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		s.log.Info("worker call", "run", run.ID(), "worker", req.Worker, "tool", name, "surface", surface)
+	}
+	res, err := run.Call(r.Context(), surface, name, req.Args)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -354,9 +388,38 @@ func (s *server) callTool(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+// workerSurface checks a call's worker identity and returns the surface
+// it runs at: the one asked for, which may not exceed the surface the
+// worker was spawned with, or that one.
+func workerSurface(run *controller.Run, req callRequest, tool string) (tools.Surface, error) {
+	if req.Worker == "" {
+		return "", fmt.Errorf("httpapi: worker_token without worker: send the worker_id of the vibe.spawn event as \"worker\": %w", tools.ErrDenied)
+	}
+	sup := run.Workers()
+	if sup == nil {
+		return "", fmt.Errorf("httpapi: run %s has no vibe workers, so no call can be worker %s's: %w", run.ID(), req.Worker, tools.ErrDenied)
+	}
+	spawned, err := sup.Authorize(req.Worker, req.WorkerToken)
+	if err != nil {
+		return "", fmt.Errorf("httpapi: %s refused: %w: %w", tool, err, tools.ErrDenied)
+	}
+	asked, err := tools.ParseSurface(req.Surface)
+	if err != nil {
+		return "", err
+	}
+	if req.Surface == "" {
+		return spawned, nil
+	}
+	if asked.MaxLevel() > spawned.MaxLevel() {
+		return "", fmt.Errorf("httpapi: worker %s was spawned from the %s surface, so it may not call %s on the %s surface: call on %s: %w",
+			req.Worker, spawned, tool, asked, spawned, tools.ErrDenied)
+	}
+	return asked, nil
+}
+
 // port returns the question port of the request's run.
 func (s *server) port(w http.ResponseWriter, r *http.Request) (*questions.Port, bool) {
-	run, err := s.c.Get(r.PathValue("id"))
+	run, err := s.lookup(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return nil, false
@@ -388,7 +451,11 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	sub := p.Subscribe(after)
 	defer sub.Close()
 
+	// The stream lives as long as the run: no read deadline, and a write
+	// deadline renewed for every write, so a client that stops reading
+	// is cut off after WriteTimeout.
 	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -396,6 +463,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriter(w)
 	flush := func() error {
+		rc.SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
 		if err := bw.Flush(); err != nil {
 			return err
 		}
@@ -443,7 +511,7 @@ func (s *server) listCards(w http.ResponseWriter, r *http.Request) {
 // listResources lists the run's live resources: language servers, kernels,
 // the debug session, workers.
 func (s *server) listResources(w http.ResponseWriter, r *http.Request) {
-	run, err := s.c.Get(r.PathValue("id"))
+	run, err := s.lookup(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -465,6 +533,14 @@ func (s *server) answerCard(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &a) {
 		return
 	}
+	// A permission card decides whether a tool call runs: only an
+	// operator may answer it, never the credential that made the call.
+	if kind, ok := cardKind(p, n); ok && kind != questions.KindQuestion && !principalOf(r).Has(ScopeOperator) {
+		writeError(w, http.StatusForbidden, "operator_required", fmt.Sprintf(
+			"httpapi: card %d is a %s card: the operator must answer it (in the console at %s, with an operator token); this credential (%s) may answer question cards only. Wait for the operator's decision; the tool call returns it",
+			n, kind, console.Path, principalOf(r)))
+		return
+	}
 	if err := p.Answer(n, a); err != nil {
 		s.fail(w, r, err)
 		return
@@ -474,6 +550,16 @@ func (s *server) answerCard(w http.ResponseWriter, r *http.Request) {
 		out = questions.Skipped
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"n": n, "outcome": out})
+}
+
+// cardKind returns the kind of the open card n.
+func cardKind(p *questions.Port, n int) (questions.Kind, bool) {
+	for _, c := range p.Cards() {
+		if c.N == n {
+			return c.Kind, true
+		}
+	}
+	return "", false
 }
 
 // decode reads a JSON body strictly: one object, no unknown fields.
@@ -514,6 +600,12 @@ func classify(err error) (int, string) {
 	switch {
 	case errors.Is(err, controller.ErrUnknownRun):
 		return http.StatusNotFound, "unknown_run"
+	case errors.Is(err, controller.ErrRunExpired):
+		return http.StatusNotFound, "run_expired"
+	case errors.Is(err, controller.ErrTooMany):
+		return http.StatusTooManyRequests, "too_many"
+	case errors.Is(err, controller.ErrPlacement):
+		return http.StatusForbidden, "placement_refused"
 	case errors.Is(err, tools.ErrUnknownTool):
 		return http.StatusNotFound, "unknown_tool"
 	case errors.Is(err, questions.ErrNoCard):
@@ -565,7 +657,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // workers returns the run's vibe worker supervisor, answering 404 when the
 // run has none.
 func (s *server) workers(w http.ResponseWriter, r *http.Request) (*vibe.Supervisor, bool) {
-	run, err := s.c.Get(r.PathValue("id"))
+	run, err := s.lookup(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return nil, false

@@ -124,16 +124,21 @@ type rig struct {
 
 func newRig(t *testing.T, opts httpapi.Options, noFallback bool) *rig {
 	t.Helper()
+	return newRigWith(t, controller.Config{NoHostFallback: noFallback}, opts)
+}
+
+// newRigWith is newRig with more of the controller's configuration.
+func newRigWith(t *testing.T, cfg controller.Config, opts httpapi.Options) *rig {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	c, err := controller.New(controller.Config{
-		Providers: []sandbox.Provider{
-			&provider{scheme: "docker", containers: map[string]string{"c-42": "abc123"}},
-			&provider{scheme: "host"},
-		},
-		Tools:          []controller.Binder{binder},
-		Registerer:     reg,
-		NoHostFallback: noFallback,
-	})
+	cfg.Providers = []sandbox.Provider{
+		&provider{scheme: "docker", containers: map[string]string{"c-42": "abc123"}},
+		&provider{scheme: "host"},
+	}
+	cfg.Tools = []controller.Binder{binder}
+	cfg.Registerer = reg
+	cfg.AllowUnlabelled = true // the scripted provider's containers carry no labels
+	c, err := controller.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +152,7 @@ type response struct {
 	status int
 	header http.Header
 	body   []byte
+	close  bool // the server said Connection: close
 }
 
 func (r response) json(t *testing.T) map[string]any {
@@ -193,12 +199,18 @@ func (rg *rig) do(method, path, tok, body string, hdr ...string) response {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
+	return response{status: resp.StatusCode, header: resp.Header, body: b, close: resp.Close}
 }
 
 func (rg *rig) open(body string) string {
 	rg.t.Helper()
-	r := rg.do("POST", "/v1/runs", token, body)
+	return rg.openAs(token, body)
+}
+
+// openAs opens a run with the bearer token tok and returns its id.
+func (rg *rig) openAs(tok, body string) string {
+	rg.t.Helper()
+	r := rg.do("POST", "/v1/runs", tok, body)
 	if r.status != http.StatusCreated {
 		rg.t.Fatalf("POST /v1/runs: %d %s", r.status, r.body)
 	}
@@ -292,6 +304,9 @@ func TestErrors(t *testing.T) {
 			}
 			if tt.status == 401 && r.header.Get("WWW-Authenticate") == "" {
 				t.Error("401 without WWW-Authenticate")
+			}
+			if tt.status == 401 && !r.close {
+				t.Error("401 keeps the connection: the server would wait for an unread body")
 			}
 		})
 	}

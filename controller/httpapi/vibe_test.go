@@ -1,15 +1,19 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"berth.dev/berth/controller"
+	"berth.dev/berth/controller/httpapi"
 	"berth.dev/berth/tools/permission"
 )
 
@@ -125,5 +129,89 @@ func TestVibeWorkerWriteGoesThroughTheGate(t *testing.T) {
 	got = wait(t, rg.call(id, "vibe_wait", `{"worker_id":"w1","timeout_seconds":60}`))
 	if b, err := os.ReadFile(out); err != nil || string(b) != "from the worker\n" {
 		t.Fatalf("after approval out.txt = %q, %v (worker: %s)", b, err, got.text)
+	}
+}
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestWorkerIdentity: a platform worker's calls carry its id and the
+// secret token of its vibe.spawn event; with them a call runs at most at
+// the surface the worker was spawned from, whatever surface it claims. A
+// wrong token, a token without an id, an ended worker's token are 403.
+func TestWorkerIdentity(t *testing.T) {
+	var logs syncBuffer
+	rg := newAskRigWith(t, controller.Config{Mode: permission.ModeLocal, Tools: []controller.Binder{controller.FileTools, controller.VibeTools(controller.VibeConfig{})}},
+		httpapi.Options{Token: token, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	id := rg.open(`{"sandbox":"host","workspace":"` + rg.dir + `","vibe":true}`)
+	ev := rg.subscribe(id, "")
+	spawn := func(surface string) (wid, tok string) {
+		t.Helper()
+		if r := wait(t, rg.callAs(token, id, "vibe_spawn", `{"args":{"brief":"edit","label":"l"},"surface":"`+surface+`"}`)); r.status != 200 || r.isError {
+			t.Fatalf("spawn: %+v", r)
+		}
+		e := ev.next("vibe.spawn")
+		wid, _ = e.data["worker_id"].(string)
+		tok, _ = e.data["worker_token"].(string)
+		if wid == "" || tok == "" || e.data["surface"] != surface {
+			t.Fatalf("spawn event: %v", e.data)
+		}
+		return wid, tok
+	}
+	planner, plannerTok := spawn("plan")
+	doer, doerTok := spawn("default")
+	as := func(worker, wtok, surface, tool, args string) callResult {
+		t.Helper()
+		b, _ := json.Marshal(map[string]any{"args": json.RawMessage(args), "surface": surface, "worker": worker, "worker_token": wtok})
+		return wait(t, rg.callAs(token, id, tool, string(b)))
+	}
+	write := `{"path":"w.txt","content":"x"}`
+	tests := []struct {
+		name, worker, wtok, surface, tool, args string
+		status                                  int
+	}{
+		{"plan worker writes", planner, plannerTok, "", "write", write, 403},
+		{"plan worker claims default", planner, plannerTok, "default", "write", write, 403},
+		{"plan worker reads", planner, plannerTok, "", "read", `{"path":"."}`, 200},
+		{"plan worker reads on readonly", planner, plannerTok, "readonly", "read", `{"path":"."}`, 200},
+		{"wrong token", doer, plannerTok, "", "read", `{"path":"."}`, 403},
+		{"no token", doer, "", "", "read", `{"path":"."}`, 403},
+		{"token without worker", "", doerTok, "", "read", `{"path":"."}`, 403},
+		{"unknown worker", "w9", doerTok, "", "read", `{"path":"."}`, 403},
+		{"default worker writes", doer, doerTok, "", "write", write, 200},
+	}
+	for _, tt := range tests {
+		r := as(tt.worker, tt.wtok, tt.surface, tt.tool, tt.args)
+		if r.status != tt.status || tt.status == 403 && !strings.Contains(r.body, `"denied"`) {
+			t.Errorf("%s: %d %s, want %d", tt.name, r.status, r.body, tt.status)
+		}
+	}
+	if !strings.Contains(logs.String(), "worker call") || !strings.Contains(logs.String(), "worker="+doer) {
+		t.Errorf("worker calls are not logged with the worker id:\n%s", logs.String())
+	}
+	if r := wait(t, rg.call(id, "vibe_kill", `{"worker_id":"`+doer+`"}`)); r.isError {
+		t.Fatalf("kill: %+v", r)
+	}
+	if r := as(doer, doerTok, "", "read", `{"path":"."}`); r.status != 403 {
+		t.Errorf("a killed worker's token: %d %s, want 403", r.status, r.body)
+	}
+	if r := rg.do("POST", "/v1/runs/"+rg.open(`{"sandbox":"host","workspace":"`+rg.dir+`"}`)+"/tools/read", token,
+		`{"args":{"path":"."},"worker":"w1","worker_token":"`+plannerTok+`"}`); r.status != 403 {
+		t.Errorf("a worker identity in a run without workers: %d %s", r.status, r.body)
 	}
 }
