@@ -298,3 +298,24 @@ func TestVenvStartupCodeNeedsApprovalOnHost(t *testing.T) {
 		t.Errorf("after approval (local policy) the check did not run with the venv (mark: %v): %s", err, res.AllText())
 	}
 }
+
+// TestServerLinkedIntoWorkspaceNeverRunsOnHost: a pylsp on PATH, outside
+// the workspace, that is a link to a program inside it is not a server
+// berth starts on the host; the system's pylsp after it is.
+func TestServerLinkedIntoWorkspaceNeverRunsOnHost(t *testing.T) {
+	need(t, "pylsp")
+	real, _ := exec.LookPath("pylsp")
+	dir, marks, bin := t.TempDir(), t.TempDir(), t.TempDir()
+	writeTree(t, dir, map[string]string{"setup.py": "", "main.py": "x = 1\n", "tools/pylsp": spy(marks)})
+	if err := os.Symlink(filepath.Join(dir, "tools/pylsp"), filepath.Join(bin, "pylsp")); err != nil {
+		t.Fatal(err)
+	}
+	h := newHostRunIn(t, dir, envWithPath(bin+":"+filepath.Dir(real)+":/usr/bin:/bin"), lsp.Options{})
+	e := h.env()
+	st := status(t, e, "main.py")
+	if b := st["pylsp"].Binary; b == filepath.Join(bin, "pylsp") || b == "" {
+		t.Errorf("pylsp binary = %q; want the one outside the workspace (%s)", b, real)
+	}
+	e.Call(t, "lsp", map[string]any{"action": "hover", "file": "main.py", "line": 1, "symbol": "x"})
+	noMarks(t, marks)
+}
