@@ -52,6 +52,11 @@ var berthFlags = []struct {
 	{"containerd-address", stringFlag},
 	{"containerd-fifo-dir", stringFlag},
 	{"node-name", stringFlag},
+	{"host-placement", stringFlag},
+	{"host-root", listFlag},
+	{"allow-unlabelled", boolFlag},
+	{"host-user", stringFlag},
+	{"host-env", listFlag},
 	// serve's own (cmd/berth/serve.go)
 	{"addr", stringFlag},
 	{"token-file", stringFlag},
@@ -407,6 +412,13 @@ func checkCommon(t *testing.T, m *manifests, w workload, kube string) {
 		// berth's container, next to its token.
 		if args["no-host-fallback"] != "true" {
 			t.Error("--no-host-fallback is not set: tools of a conversation without a pod would run inside berth's own container")
+		}
+		// Without it an explicit "sandbox":"host" would run inside berth's container.
+		if args["host-placement"] != "off" {
+			t.Errorf("--host-placement = %q, want off: an explicit host run would run inside berth's own container", args["host-placement"])
+		}
+		if args["allow-unlabelled"] == "true" {
+			t.Error("--allow-unlabelled is set: any caller could open any pod by kube://NAMESPACE/POD")
 		}
 		_, p, err := net.SplitHostPort(args["addr"])
 		if err != nil {

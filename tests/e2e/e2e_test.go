@@ -213,6 +213,10 @@ func newAPIWith(t *testing.T, binders []controller.Binder) *api {
 		LabelKey:   labelKey,
 		Registerer: prometheus.NewRegistry(),
 		Tools:      binders,
+		// dockerd does not hand its labels to containerd, so through
+		// containerd the run's container cannot show its conversation
+		// label: the operator must allow unlabelled references.
+		AllowUnlabelled: backend() == backendContainerd,
 	})
 	if err != nil {
 		t.Fatal(err)
