@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/httpapi"
 	"berth.dev/berth/tools/permission"
 )
@@ -26,14 +26,38 @@ const DefaultAddr = "127.0.0.1:7450"
 // EnvToken names the environment variable holding the bearer token.
 const EnvToken = "BERTH_TOKEN"
 
+// EnvOperatorToken names the environment variable holding the operator's
+// bearer token (hosted mode's one-tenant shorthand).
+const EnvOperatorToken = "BERTH_OPERATOR_TOKEN"
+
 // shutdownGrace bounds how long a graceful shutdown waits for requests in
 // flight after their runs were closed.
 const shutdownGrace = 10 * time.Second
 
 type serveFlags struct {
-	addr      string
-	tokenFile string
+	addr              string
+	tokenFile         string
+	tokensFile        string
+	operatorTokenFile string
+	maxConns          int
+	readTimeout       time.Duration
+	maxRunsPerTenant  int
+	maxCallsPerTenant int
+	runIdleExpiry     time.Duration
 }
+
+// serveConfig is what berth serve is configured with beyond the
+// one-tenant token: more credentials, the server's limits and the
+// controller's per-tenant caps.
+type serveConfig struct {
+	creds    []httpapi.Credential // from --tokens-file
+	operator string               // the operator token of the one-tenant shorthand
+	limits   httpapi.Limits
+	tune     func(*controller.Config)
+}
+
+// serveOption sets part of a serveConfig.
+type serveOption func(*serveConfig)
 
 func newServe(g *globalFlags) *cobra.Command {
 	f := &serveFlags{}
@@ -41,48 +65,89 @@ func newServe(g *globalFlags) *cobra.Command {
 		Use:   "serve [flags]",
 		Short: "Serve the HTTP API (/v1, /healthz, /metrics) and the operator console (/console/)",
 		Long: `serve answers the HTTP API of DESIGN.md. Requests under /v1 and /metrics need
-"Authorization: Bearer <token>", the token taken from --token-file or else
-$BERTH_TOKEN. Without a token berth listens only on a loopback address (and
-then checks that the Host header is a loopback name). SIGINT or SIGTERM
-closes every run, which kills what the runs started, and exits.
+"Authorization: Bearer <token>". --tokens-file names the credentials, one
+a line: "<sha256-hex-of-token> <tenant> <scope>[,<scope>…]" (make the hash
+with: printf %s "$tok" | sha256sum); the scopes are harness (open runs,
+call tools, read events, answer question cards), operator (answer
+permission and question cards, the console; its tenant may be * for all)
+and metrics. A run belongs to the tenant that opened it; another tenant's
+run answers 404 on every route.
+
+--token-file or else $BERTH_TOKEN is the one-tenant shorthand: tenant
+"default", with every scope in --mode local and harness+metrics in --mode
+hosted, where the operator's token comes from --operator-token-file or
+else $BERTH_OPERATOR_TOKEN (tenant *). Without any token berth listens
+only on a loopback address (and then checks that the Host header is a
+loopback name). SIGINT or SIGTERM closes every run, which kills what the
+runs started, and exits.
 
 --mode hosted (the default) makes write and exec tools ask the operator
 first: a permission card on GET /v1/runs/{id}/events, answered with POST
-/v1/runs/{id}/cards/{n}; with nobody connected they are refused. --mode local
-runs every tool without asking.
+/v1/runs/{id}/cards/{n} by an operator credential; with nobody connected
+they are refused. --mode local runs every tool without asking.
 
 The operator console at http://ADDR/console/ lists the open runs, their live
-resources and pending cards, and answers them; it asks for the token.`,
+resources and pending cards, and answers them; it asks for the operator token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, file := range []string{f.tokenFile, f.tokensFile, f.operatorTokenFile} {
+				if err := checkTokenFile(file, g.hostUser); err != nil {
+					return err
+				}
+			}
 			token, err := loadToken(f.tokenFile, os.Getenv(EnvToken))
 			if err != nil {
 				return err
 			}
-			if token == "" && !loopbackAddr(f.addr) {
-				return fmt.Errorf("berth: refusing to listen on %s without a token: set %s or --token-file, or listen on 127.0.0.1", f.addr, EnvToken)
+			operator, err := loadToken(f.operatorTokenFile, os.Getenv(EnvOperatorToken))
+			if err != nil {
+				return fmt.Errorf("%w (--operator-token-file)", err)
+			}
+			var creds []httpapi.Credential
+			if f.tokensFile != "" {
+				if creds, err = loadTokensFile(f.tokensFile); err != nil {
+					return err
+				}
+			}
+			if token == "" && operator == "" && len(creds) == 0 && !loopbackAddr(f.addr) {
+				return fmt.Errorf("berth: refusing to listen on %s without a token: set %s, --token-file or --tokens-file, or listen on 127.0.0.1", f.addr, EnvToken)
 			}
 			log := g.logger(cmd.ErrOrStderr())
-			if token == "" {
-				log.Warn("serving without a bearer token: any local process can call berth; set " + EnvToken + " or --token-file")
-			}
 			ln, err := net.Listen("tcp", f.addr)
 			if err != nil {
 				return fmt.Errorf("berth: listen on %s: %w", f.addr, err)
 			}
-			return serve(cmd.Context(), g, ln, token, cmd.ErrOrStderr(), log)
+			return serve(cmd.Context(), g, ln, token, cmd.ErrOrStderr(), log, func(c *serveConfig) {
+				c.creds, c.operator = creds, operator
+				c.limits = httpapi.Limits{ReadTimeout: f.readTimeout, MaxConns: f.maxConns}
+				c.tune = func(cfg *controller.Config) {
+					cfg.MaxRunsPerTenant, cfg.MaxCallsPerTenant, cfg.IdleExpiry = f.maxRunsPerTenant, f.maxCallsPerTenant, f.runIdleExpiry
+				}
+			})
 		},
 	}
 	cmd.Flags().StringVar(&f.addr, "addr", DefaultAddr, "address to listen on")
-	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token (default: $"+EnvToken+")")
+	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "file holding the one-tenant bearer token (default: $"+EnvToken+")")
+	cmd.Flags().StringVar(&f.tokensFile, "tokens-file", "", "file of credentials, a line each: <sha256-hex-of-token> <tenant> <scope>[,<scope>…] (scopes: harness, operator, metrics)")
+	cmd.Flags().StringVar(&f.operatorTokenFile, "operator-token-file", "", "file holding the operator's bearer token, for every tenant (default: $"+EnvOperatorToken+")")
+	cmd.Flags().IntVar(&f.maxConns, "max-conns", httpapi.DefaultMaxConns, "most connections served at once; more wait in the kernel's accept queue")
+	cmd.Flags().DurationVar(&f.readTimeout, "read-timeout", httpapi.DefaultReadTimeout, "longest time to read one request, body included")
+	cmd.Flags().IntVar(&f.maxRunsPerTenant, "max-runs-per-tenant", controller.DefaultMaxRunsPerTenant, "most runs one tenant may have open (negative: unlimited)")
+	cmd.Flags().IntVar(&f.maxCallsPerTenant, "max-calls-per-tenant", controller.DefaultMaxCallsPerTenant, "most tool calls one tenant may have in flight (negative: unlimited)")
+	cmd.Flags().DurationVar(&f.runIdleExpiry, "run-idle-expiry", controller.DefaultIdleExpiry, "close a run nobody used for this long (negative: never)")
 	cmd.Flags().StringVar(&g.serveMode, "mode", string(permission.ModeHosted), "permission mode: hosted (write and exec tools ask the operator through a permission card) or local (every tool runs)")
 	return cmd
 }
 
 // serve answers HTTP on ln until ctx is done, then closes every run and
-// waits for requests in flight. It closes ln.
-func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, stderr io.Writer, log *slog.Logger) error {
+// waits for requests in flight. It closes ln. token is the one-tenant
+// shorthand (BERTH_TOKEN); opts add the rest of the serve flags.
+func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, stderr io.Writer, log *slog.Logger, opts ...serveOption) error {
 	protectProcess(log)
+	var cfg serveConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b, err := newBackends(g)
@@ -99,20 +164,27 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		}
 		mode = m
 	}
-	c, err := newController(g, b, reg, log, "", mode)
+	creds, err := credentials(cfg, token, mode)
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	srv := &http.Server{
-		Handler:           httpapi.New(c, httpapi.Options{Token: token, LoopbackOnly: token == "", Gatherer: reg, Logger: log}),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	var tune []func(*controller.Config)
+	if cfg.tune != nil {
+		tune = append(tune, cfg.tune)
 	}
+	c, err := newController(g, b, reg, log, "", mode, tune...)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits},
+		context.WithoutCancel(ctx))
+	describeCredentials(stderr, log, creds, mode)
 	fmt.Fprintf(stderr, "berth: serving on http://%s\n", ln.Addr())
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(httpapi.Listen(ln, cfg.limits.MaxConns)) }()
 	select {
 	case err := <-errc:
 		c.Close()
@@ -134,6 +206,69 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		srv.Close()
 	}
 	return errors.Join(cerr, serr)
+}
+
+// credentials are the credentials berth serve accepts: the tokens file's,
+// the one-tenant token (every scope in local mode, harness and metrics in
+// hosted mode, where an operator answers the permission cards) and the
+// operator token (every tenant).
+func credentials(cfg serveConfig, token string, mode permission.Mode) ([]httpapi.Credential, error) {
+	creds := append([]httpapi.Credential(nil), cfg.creds...)
+	if token != "" {
+		scopes := httpapi.Scopes
+		if mode == permission.ModeHosted {
+			scopes = []httpapi.Scope{httpapi.ScopeHarness, httpapi.ScopeMetrics}
+		}
+		creds = append(creds, httpapi.TokenCredential(token, httpapi.DefaultTenant, scopes...))
+	}
+	if cfg.operator != "" {
+		if cfg.operator == token {
+			return nil, fmt.Errorf("berth: the operator token is the harness token (%s): give the operator a token of its own, or the harness could approve its own calls", EnvToken)
+		}
+		creds = append(creds, httpapi.TokenCredential(cfg.operator, httpapi.AllTenants, httpapi.ScopeOperator))
+	}
+	seen := map[[32]byte]bool{}
+	for _, c := range creds {
+		if seen[c.Hash] {
+			return nil, errors.New("berth: the same token is configured twice (--tokens-file, the token file or $" + EnvToken + ", the operator token): give every credential its own token")
+		}
+		seen[c.Hash] = true
+	}
+	return creds, nil
+}
+
+// describeCredentials says at start which credentials berth accepts and
+// warns about a setup in which nobody can answer a permission card, or
+// anybody can.
+func describeCredentials(stderr io.Writer, log *slog.Logger, creds []httpapi.Credential, mode permission.Mode) {
+	if len(creds) == 0 {
+		log.Warn("serving without a bearer token: any local process can call berth and answer its permission cards; set " + EnvToken + ", --token-file or --tokens-file")
+		return
+	}
+	var list []string
+	operator := false
+	for _, c := range creds {
+		list = append(list, c.String())
+		operator = operator || c.Has(httpapi.ScopeOperator)
+	}
+	fmt.Fprintf(stderr, "berth: credentials: %s\n", strings.Join(list, "; "))
+	if mode == permission.ModeHosted && !operator {
+		log.Warn("no operator credential: nobody can answer permission cards, so write and exec calls are refused or time out; set " + EnvOperatorToken + ", --operator-token-file, or an operator line in --tokens-file")
+	}
+}
+
+// loadTokensFile reads the credentials of --tokens-file.
+func loadTokensFile(file string) ([]httpapi.Credential, error) {
+	fh, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("berth: read the tokens file: %w", err)
+	}
+	defer fh.Close()
+	creds, err := httpapi.ParseTokens(fh)
+	if err != nil {
+		return nil, fmt.Errorf("berth: --tokens-file %s: %w", file, err)
+	}
+	return creds, nil
 }
 
 // loadToken returns the token from the file when one is named, else env.
