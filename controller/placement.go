@@ -98,14 +98,24 @@ func (c *Controller) checkHostRoot(abs string) (string, error) {
 		return "", fmt.Errorf("controller: host workspace %s refused: this berth names no host root, so no host workspace is allowed: ask the operator to name one with --host-root DIR, or run the conversation in a container labelled %s=<conversation id>: %w",
 			abs, c.cfg.LabelKey, ErrPlacement)
 	}
-	real, err := filepath.EvalSymlinks(abs)
-	if err != nil {
-		return "", fmt.Errorf("controller: host workspace %s cannot be resolved: %w; pass an existing directory under %s", abs, err, strings.Join(c.hostRoots, ", "))
-	}
-	for _, root := range c.hostRoots {
-		if within(root, real) {
-			return real, nil
+	underRoot := func(p string) bool {
+		for _, root := range c.hostRoots {
+			if within(root, p) {
+				return true
+			}
 		}
+		return false
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	switch {
+	case err != nil && underRoot(abs):
+		return "", fmt.Errorf("controller: host workspace %s cannot be resolved: %w; pass an existing directory under %s", abs, err, strings.Join(c.hostRoots, ", "))
+	case err != nil:
+		// Refused as any path outside the roots is, whether it exists or
+		// not: the answer must not tell which host paths exist.
+		real = abs
+	case underRoot(real):
+		return real, nil
 	}
 	shown := abs
 	if real != abs {

@@ -132,6 +132,8 @@ func TestHostRoots(t *testing.T) {
 		{name: "no roots: nowhere", roots: []string{}, ws: proj, errSubstr: []string{"names no host root", "--host-root"}},
 		{name: "nil roots: anywhere", roots: nil, ws: out, wantWS: out},
 		{name: "a missing workspace under roots", roots: []string{root}, ws: filepath.Join(root, "nope"), errSubstr: []string{"cannot be resolved", root}},
+		// No oracle for which host paths exist: missing or not, outside is outside.
+		{name: "a missing workspace outside the roots", roots: []string{root}, ws: filepath.Join(out, "nope"), errSubstr: []string{"not under a host root"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
