@@ -685,7 +685,9 @@ func (r *Run) surface(s tools.Surface, name string) (tools.Surface, error) {
 // Call runs a tool on behalf of a surface (empty: the run's mode). Tool
 // failures the model should act on are a Result with IsError; err is a call
 // error: tools.ErrUnknownTool, tools.ErrDenied, *tools.InputError,
-// ErrUnknownRun after Close, an error wrapping sandbox.ErrGone naming the
+// ErrTooMany when the run's tenant has MaxCallsPerTenant calls in flight,
+// ErrUnknownRun after Close (ErrRunExpired after idle expiry), an error
+// wrapping sandbox.ErrGone naming the
 // sandbox when it stopped or vanished, or ctx's error. ctx bounds the call;
 // closing the run cancels it too.
 func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.RawMessage) (res *tools.Result, err error) {
