@@ -189,7 +189,8 @@ static void berth_free(void *p) {
 }
 
 // berth_init installs the allocator and reserves the regions' address
-// space; if mmap refuses, every parse uses libc.
+// space; if mmap refuses, every parse uses libc. cparse.go calls it once,
+// before the first parse, never at program start.
 void berth_init(void) {
 	const size_t huge = (size_t)2 << 20;
 	void *m = mmap(NULL, (size_t)BERTH_REGIONS * BERTH_REGION_SIZE + huge, PROT_READ | PROT_WRITE,

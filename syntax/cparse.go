@@ -23,6 +23,9 @@ package syntax
 // path with the binding's own Node API, TestFlattenFastMatchesCursor the
 // direct walk with the cursor API on thousands of sources; both fail loudly
 // if the layouts drift.
+//
+// Nothing happens when the package is imported: the allocator is installed
+// and the regions reserved by [setup], on the first parse.
 
 // #include <stdlib.h>
 // #include "cparse.h"
@@ -39,8 +42,6 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
-
-	sitter "github.com/tree-sitter/go-tree-sitter"
 )
 
 // Parse limits. A file over MaxSourceBytes is refused before parsing; a parse
@@ -94,24 +95,45 @@ type tree struct {
 	lines     []uint32 // byte offset of the start of each line after the first; may start as a reused empty buffer
 }
 
-func init() {
-	// Imported packages are initialised first, so this runs after
-	// go-tree-sitter installed its Go-callback allocator, and replaces it.
-	_ = sitter.LANGUAGE_VERSION
-	C.berth_init()
-	if unsafe.Sizeof(node{}) != C.sizeof_berth_node {
-		panic("syntax: node and berth_node layouts differ")
-	}
-	// The regions the first parsers will take are made resident now, on
-	// another thread while the program initialises (single-threaded):
-	// the kernel zeroes each huge page on first touch, which, in a VM, costs
-	// milliseconds per page — measured as 3 % of a one-shot search's CPU
-	// when the parses paid for it.
-	k := min(runtime.GOMAXPROCS(0), prefaultRegions)
-	go C.berth_prefault(C.int(k), C.size_t(prefaultBytes))
+// node and berth_node must have the same layout: if their sizes differ, one
+// of these differences overflows and the package does not compile.
+var (
+	_ [unsafe.Sizeof(node{}) - C.sizeof_berth_node]struct{}
+	_ [C.sizeof_berth_node - unsafe.Sizeof(node{})]struct{}
+)
+
+// setupOnce guards setup.
+var setupOnce sync.Once
+
+// setup installs berth's allocator in the tree-sitter runtime (replacing
+// go-tree-sitter's Go-callback one, which every package init has installed
+// by now), reserves the parse regions' address space (64 × 512 MiB, no
+// memory until touched) and starts making the first regions resident. It
+// runs once, from getParser, so before the first parse: a program that
+// imports the package but never parses pays nothing. A search's first parse
+// is its pattern's (Compile), before its workers start, so the prefault
+// still runs ahead of them.
+//
+// Memory the runtime allocated before setup came from libc, and the new
+// allocator hands any pointer outside the regions to libc, so a tree or
+// parser made before the switch (through the binding) is freed correctly.
+func setup() {
+	setupOnce.Do(func() {
+		C.berth_init()
+		// The regions the first parsers will take are made resident on
+		// another thread while the caller goes on to start its workers:
+		// the kernel zeroes each huge page on first touch, which, in a VM,
+		// costs milliseconds per page — measured as 3 % of a one-shot
+		// search's CPU when the parses paid for it. The goroutine is a
+		// bounded one-shot (at most prefaultRegions × prefaultBytes of
+		// madvise, then it returns); nothing waits for it, and a parse may
+		// already run in a region it is populating.
+		k := min(runtime.GOMAXPROCS(0), prefaultRegions)
+		go C.berth_prefault(C.int(k), C.size_t(prefaultBytes))
+	})
 }
 
-// The regions made resident at start, and how much of each: as much as a
+// The regions made resident by setup, and how much of each: as much as a
 // region keeps resident between parses (BERTH_REGION_KEEP), which holds the
 // parse of all but the largest files (a 750 KB Python file takes 10 MiB; a
 // search hands out the largest files first).
@@ -137,6 +159,7 @@ var pool struct {
 }
 
 func getParser() *cparser {
+	setup()
 	pool.Lock()
 	defer pool.Unlock()
 	if n := len(pool.free); n > 0 {
