@@ -282,6 +282,9 @@ type openRequest struct {
 }
 
 func (s *server) openRun(w http.ResponseWriter, r *http.Request) {
+	// Placing a run may start processes in its sandbox: it has the
+	// deadline of a call, not of a short route.
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.limits.CallWriteTimeout))
 	var req openRequest
 	if !decode(w, r, &req) {
 		return
@@ -316,6 +319,9 @@ func (s *server) getRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) closeRun(w http.ResponseWriter, r *http.Request) {
+	// Closing waits for the run's calls and stops everything it started,
+	// which may take longer than a short route's deadline.
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.limits.CallWriteTimeout))
 	run, err := s.lookup(r)
 	if err != nil {
 		s.fail(w, r, err)

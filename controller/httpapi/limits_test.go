@@ -30,8 +30,17 @@ type served struct {
 	c    *controller.Controller
 }
 
-// sleepBinder adds sleep, a read-level tool that sleeps for ms.
+// slowStep is how long opening a run of conversation "slow" takes, and
+// closing it.
+const slowStep = 2 * time.Second
+
+// sleepBinder adds sleep, a read-level tool that sleeps for ms. A run of
+// conversation "slow" takes slowStep to open and slowStep to close.
 func sleepBinder(ctx context.Context, r *tools.Registry, env *controller.Env) error {
+	if env.Spec.ConversationID == "slow" {
+		time.Sleep(slowStep)
+		env.OnClose(func() error { time.Sleep(slowStep); return nil })
+	}
 	type in struct {
 		MS int `json:"ms"`
 	}
@@ -254,6 +263,14 @@ func TestLongCallsAndStreamsOutliveShortDeadlines(t *testing.T) {
 	id := body[strings.Index(body, `"id":"`)+6:][:32]
 	if status, body := do("POST", "/v1/runs/"+id+"/tools/sleep", `{"args":{"ms":2500}}`); status != 200 || !strings.Contains(body, "slept 2500ms") {
 		t.Fatalf("a 2.5 s call behind 1 s deadlines: %d %s", status, body)
+	}
+	status, body := do("POST", "/v1/runs", `{"sandbox":"host","conversation_id":"slow"}`)
+	if status != 201 {
+		t.Fatalf("a run that takes %v to open, behind 1 s deadlines: %d %s", slowStep, status, body)
+	}
+	slow := body[strings.Index(body, `"id":"`)+6:][:32]
+	if status, body := do("DELETE", "/v1/runs/"+slow, ""); status != 204 {
+		t.Fatalf("a run that takes %v to close, behind 1 s deadlines: %d %s", slowStep, status, body)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

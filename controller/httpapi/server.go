@@ -21,11 +21,13 @@ const (
 	// DefaultIdleTimeout closes a keep-alive connection idle this long.
 	DefaultIdleTimeout = 60 * time.Second
 	// DefaultWriteTimeout bounds writing the response of every route but
-	// tool calls and the event stream, from the moment the request was read.
+	// tool calls, opening and closing a run, and the event stream, from
+	// the moment the request was read.
 	DefaultWriteTimeout = time.Minute
-	// DefaultCallWriteTimeout bounds a tool call's response. A call may
-	// legitimately run long: a permission card waits up to 10 minutes,
-	// vibe_wait up to 30, an eval cell as long as its code runs.
+	// DefaultCallWriteTimeout bounds a tool call's response, and opening
+	// and closing a run's. A call may legitimately run long: a permission
+	// card waits up to 10 minutes, vibe_wait up to 30, an eval cell as long
+	// as its code runs; closing a run stops each of its resources in turn.
 	DefaultCallWriteTimeout = time.Hour
 	// DefaultMaxHeaderBytes bounds a request's headers.
 	DefaultMaxHeaderBytes = 64 << 10
@@ -44,7 +46,8 @@ type Limits struct {
 	// stream renews it for every write, so a client that stops reading
 	// is cut off.
 	WriteTimeout time.Duration
-	// CallWriteTimeout is the write deadline of a tool call.
+	// CallWriteTimeout is the write deadline of a tool call, and of
+	// opening and closing a run.
 	CallWriteTimeout time.Duration
 	MaxHeaderBytes   int
 	// MaxConns is the most connections [Listen] serves at once.
