@@ -1,0 +1,330 @@
+// Package security attacks a real `berth serve` the way a hostile harness,
+// repository or cell would (issue #15, docs/security.md): the test builds
+// berth and its shim, starts berth serve as a process with the flags an
+// operator would pass, and talks to it over HTTP only. Every attack
+// reproduces a defect that was found, with a real program that would leave
+// a marker or a secret behind if it got its way, and asserts that it held.
+//
+// The tests that need Docker (an unlabelled container) skip without it,
+// or fail when CI=true; the rest run on the host.
+package security
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// callTimeout bounds every HTTP request, so a hang fails the test instead
+// of stalling it; it asserts nothing about speed.
+const callTimeout = 2 * time.Minute
+
+// startTimeout bounds berth serve's start, to its "serving on" line.
+const startTimeout = time.Minute
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// berthBinary builds berth and berth-shim once per test binary into a
+// temporary directory (the shim next to berth, where berth looks first)
+// and returns berth's path.
+func berthBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "berth-security-bin-")
+		if buildErr != nil {
+			return
+		}
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		for _, b := range []struct{ out, pkg, cgo string }{
+			{"berth", "./cmd/berth", "1"},
+			{"berth-shim", "./sandbox/shim/cmd/berth-shim", "0"},
+		} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, b.out), b.pkg)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+		// The binaries must be reachable by an unprivileged host user.
+		buildErr = os.Chmod(buildDir, 0o755)
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "berth")
+}
+
+// TestMain removes the built binaries at the end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// server is one berth serve process.
+type server struct {
+	t    *testing.T
+	url  string
+	cmd  *exec.Cmd
+	logs *bytes.Buffer // stderr, for failure messages
+	mu   *sync.Mutex
+}
+
+// serveOpts is how a test starts berth serve.
+type serveOpts struct {
+	args []string // flags after "serve"
+	env  []string // extra environment, KEY=VALUE
+	// hostEnv names variables of env that host processes get too
+	// (--host-env); berth's own environment reaches them otherwise only
+	// through PATH, HOME and LANG.
+	hostEnv []string
+	dir     string // working directory; empty: a new temp dir
+}
+
+// startServe starts berth serve on a free loopback port with opts and
+// stops it (SIGTERM, then kill) when the test ends.
+func startServe(t *testing.T, o serveOpts) *server {
+	t.Helper()
+	bin := berthBinary(t)
+	dir := o.dir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	args := append([]string{"serve", "--addr", "127.0.0.1:0"}, o.args...)
+	for _, e := range o.hostEnv {
+		args = append(args, "--host-env", e)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "BERTH_SHIM="+filepath.Join(filepath.Dir(bin), "berth-shim")), o.env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{t: t, cmd: cmd, logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	addr := make(chan string, 1)
+	go func() { // owned by the process: ends when its stderr closes
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.logs.WriteString(line + "\n")
+			s.mu.Unlock()
+			if a, ok := strings.CutPrefix(line, "berth: serving on "); ok {
+				select {
+				case addr <- strings.TrimSpace(a):
+				default:
+				}
+			}
+		}
+		close(addr)
+	}()
+	t.Cleanup(func() { s.stop() })
+	select {
+	case a, ok := <-addr:
+		if !ok {
+			cmd.Wait()
+			t.Fatalf("berth serve %s exited before serving:\n%s", strings.Join(o.args, " "), s.log())
+		}
+		s.url = a
+	case <-time.After(startTimeout):
+		t.Fatalf("berth serve did not print its address within %v:\n%s", startTimeout, s.log())
+	}
+	return s
+}
+
+func (s *server) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.logs.String()
+}
+
+// pid is berth serve's process id.
+func (s *server) pid() int { return s.cmd.Process.Pid }
+
+// stop ends berth serve as an operator would (SIGTERM closes every run),
+// then kills it if it did not exit within the shutdown grace.
+func (s *server) stop() {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	s.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// reply is an HTTP answer.
+type reply struct {
+	status int
+	body   []byte
+}
+
+func (r reply) String() string { return fmt.Sprintf("%d %s", r.status, r.body) }
+
+// code is the error code of an error reply, "" for another body.
+func (r reply) code() string {
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	json.Unmarshal(r.body, &e)
+	return e.Error.Code
+}
+
+func (r reply) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decode %s: %v", r, err)
+	}
+}
+
+// do sends one request with the bearer token tok ("" sends none), failing
+// the test when berth does not answer.
+func (s *server) do(method, path, tok, body string) reply {
+	s.t.Helper()
+	r, err := s.request(method, path, tok, body)
+	if err != nil {
+		s.t.Fatalf("%v\nberth's log:\n%s", err, s.log())
+	}
+	return r
+}
+
+// request sends one request; safe to call from any goroutine.
+func (s *server) request(method, path, tok, body string) (reply, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.url+path, rd)
+	if err != nil {
+		return reply{}, err
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return reply{}, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, body: b}, err
+}
+
+// open opens a run with spec (a JSON object) and returns its id; it fails
+// the test unless berth answers 201.
+func (s *server) open(tok, spec string) string {
+	s.t.Helper()
+	r := s.do("POST", "/v1/runs", tok, spec)
+	if r.status != http.StatusCreated {
+		s.t.Fatalf("open run %s: %s", spec, r)
+	}
+	var info struct{ ID string }
+	r.decode(s.t, &info)
+	s.t.Cleanup(func() { s.do("DELETE", "/v1/runs/"+info.ID, tok, "") })
+	return info.ID
+}
+
+// result is a tool result.
+type result struct {
+	Content []struct {
+		Type, Text string
+	}
+	IsError bool
+}
+
+func (r result) text() string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		b.WriteString(c.Text)
+	}
+	return b.String()
+}
+
+// call calls a tool and returns its result; a call error (not 200) is
+// returned as the reply with a zero result.
+func (s *server) call(tok, run, tool, args string) (result, reply) {
+	s.t.Helper()
+	r := s.do("POST", "/v1/runs/"+run+"/tools/"+tool, tok, `{"args":`+args+`}`)
+	var res result
+	if r.status == http.StatusOK {
+		r.decode(s.t, &res)
+	}
+	return res, r
+}
+
+// newToken returns a random bearer token.
+func newToken(t *testing.T) string {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// tokenLine is a --tokens-file line for tok.
+func tokenLine(tok, tenant, scopes string) string {
+	sum := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(sum[:]) + " " + tenant + " " + scopes + "\n"
+}
+
+// writeFile writes content to dir/name, making parent directories, with
+// mode.
+func writeFile(t *testing.T, dir, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// noMarker fails the test if a planted program left its marker.
+func noMarker(t *testing.T, marker, what string) {
+	t.Helper()
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Errorf("%s ran: it left its marker %s (%q)", what, marker, b)
+	}
+}
