@@ -60,6 +60,7 @@ var berthFlags = []struct {
 	// serve's own (cmd/berth/serve.go)
 	{"addr", stringFlag},
 	{"token-file", stringFlag},
+	{"operator-token-file", stringFlag},
 	{"mode", stringFlag},
 }
 
@@ -76,6 +77,7 @@ const (
 	sandboxNamespace = "berth-sandboxes"
 	tokenSecret      = "berth-token"
 	tokenKey         = "token"
+	operatorTokenKey = "operator-token"
 	image            = "berth:dev"
 	harnessLabel     = "berth.dev/harness"
 )
@@ -125,8 +127,10 @@ func TestTokenFailsClosed(t *testing.T) {
 		})
 	}
 	ignore, err := os.ReadFile(".gitignore")
-	if err != nil || !slices.Contains(strings.Fields(string(ignore)), "/base/token") {
-		t.Errorf("k8s/.gitignore must list /base/token so that an operator's token is never committed (err %v)", err)
+	for _, f := range []string{"/base/token", "/base/operator-token"} {
+		if err != nil || !slices.Contains(strings.Fields(string(ignore)), f) {
+			t.Errorf("k8s/.gitignore must list %s so that an operator's token is never committed (err %v)", f, err)
+		}
 	}
 }
 
@@ -248,7 +252,7 @@ func copyTree(t *testing.T) string {
 		if d.IsDir() {
 			return os.MkdirAll(filepath.Join(dst, p), 0o755)
 		}
-		if strings.HasSuffix(p, ".go") || p == filepath.Join("base", "token") || !d.Type().IsRegular() {
+		if strings.HasSuffix(p, ".go") || p == filepath.Join("base", "token") || p == filepath.Join("base", "operator-token") || !d.Type().IsRegular() {
 			return nil
 		}
 		data, err := os.ReadFile(p)
@@ -261,6 +265,9 @@ func copyTree(t *testing.T) string {
 		t.Fatalf("copy k8s/: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(dst, "base", "token"), []byte("test-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "base", "operator-token"), []byte("test-operator-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return dst
@@ -480,6 +487,28 @@ func checkCommon(t *testing.T, m *manifests, w workload, kube string) {
 		}
 		if !found {
 			t.Errorf("no Secret %s in namespace %s", tokenSecret, w.meta.Namespace)
+		}
+	})
+
+	// The operator's token answers permission cards; the harness's token
+	// (--token-file) cannot, so berth needs both to ask a human at all.
+	t.Run("operator token", func(t *testing.T) {
+		file := args["operator-token-file"]
+		if file == "" {
+			t.Fatal("no --operator-token-file: nobody could answer a permission card in hosted mode")
+		}
+		vm, v, ok := mountFor(w, c, file)
+		if !ok || v.Secret == nil || v.Secret.SecretName != tokenSecret {
+			t.Fatalf("--operator-token-file %s is not on the Secret %s's mount", file, tokenSecret)
+		}
+		key := strings.TrimPrefix(strings.TrimPrefix(file, vm.MountPath), "/")
+		if key != operatorTokenKey {
+			t.Errorf("--operator-token-file reads key %q, want %q", key, operatorTokenKey)
+		}
+		for _, s := range objects[*corev1.Secret](m) {
+			if s.Name == tokenSecret && string(s.Data[key]) != "test-operator-token\n" {
+				t.Errorf("Secret %s key %q = %q, want the operator's operator-token file", s.Name, key, s.Data[key])
+			}
 		}
 	})
 

@@ -187,6 +187,9 @@ func deploy(t *testing.T, m mode) {
 	if err := os.WriteFile(filepath.Join(dir, "k8s", "base", "token"), []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "k8s", "base", "operator-token"), []byte(randomHex(24)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	overlay := filepath.Join(dir, "test")
 	os.MkdirAll(overlay, 0o755)
 	os.WriteFile(filepath.Join(overlay, "patch.yaml"), []byte(m.patch), 0o644)
