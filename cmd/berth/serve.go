@@ -109,6 +109,11 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 					return err
 				}
 			}
+			if token == "" && operator == "" && len(creds) == 0 && g.hostUser != "" {
+				// Without a token every local process holds every scope, the
+				// host user's cells among them: one could approve its own call.
+				return fmt.Errorf("berth: --host-user runs tools' processes on this machine, and without a token any of them could call berth and answer its own permission cards: set %s and %s (or --tokens-file)", EnvToken, EnvOperatorToken)
+			}
 			if token == "" && operator == "" && len(creds) == 0 && !loopbackAddr(f.addr) {
 				return fmt.Errorf("berth: refusing to listen on %s without a token: set %s, --token-file or --tokens-file, or listen on 127.0.0.1", f.addr, EnvToken)
 			}

@@ -70,6 +70,7 @@ func TestServeTokensFileRefusals(t *testing.T) {
 	}{
 		{[]string{"serve", "--tokens-file", bad}, "", "line 2"},
 		{[]string{"serve", "--tokens-file", filepath.Join(dir, "none")}, "", "read the tokens file"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--host-user", "nobody", noDocker}, "", "without a token any of them could call berth"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", noDocker}, "same", "give the operator a token of its own"},
 	}
 	for _, tt := range tests {
