@@ -201,7 +201,7 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		in.mu.Unlock()
 		ictx, icancel := context.WithTimeout(s.runCtx, lspc.InitializeTimeout)
 		defer icancel()
-		if _, err := client.Initialize(ictx, lspc.InitOptions{RootURI: rootURI, InitializationOptions: in.spec.InitOptions}); err != nil {
+		if _, err := client.Initialize(ictx, lspc.InitOptions{RootURI: rootURI, InitializationOptions: in.spec.initOptions(in.s.opts.Host)}); err != nil {
 			msg := fmt.Sprintf("initializing %s failed: %v", g.binary, err)
 			if t := g.stderr.String(); t != "" {
 				msg += "; its stderr: " + proc.Clip(t, 600)

@@ -41,6 +41,25 @@ type Server struct {
 	Settings map[string]any
 	// InitOptions is sent as initializationOptions.
 	InitOptions any
+	// HostInitOptions replaces InitOptions on the host, where a read-level
+	// call must run no project code: rust-analyzer's build scripts, proc
+	// macros and check on save are turned off there.
+	HostInitOptions any
+	// HostRefuse are paths, relative to the server's root, whose presence
+	// means the server would load and run code the workspace ships (the
+	// project's own node_modules/typescript, which
+	// typescript-language-server prefers to its bundled one). On the host
+	// such a server is not started.
+	HostRefuse []string
+}
+
+// initOptions returns the initializationOptions sv starts with, on the
+// host or in a container.
+func (sv Server) initOptions(host bool) any {
+	if host && sv.HostInitOptions != nil {
+		return sv.HostInitOptions
+	}
+	return sv.InitOptions
 }
 
 // DefaultServers returns the built-in server table. In each language the
@@ -66,9 +85,15 @@ func DefaultServers() []Server {
 				"pydocstyle":  map[string]any{"enabled": false},
 			}}}},
 		{ID: "pyright", Languages: py, Markers: pyMarkers, Binaries: []string{"pyright-langserver", "basedpyright-langserver"}, Args: []string{"--stdio"}, Local: []string{".venv/bin", "venv/bin", "node_modules/.bin"}},
-		{ID: "typescript-language-server", Languages: ts, Markers: []string{"tsconfig.json", "jsconfig.json", "package.json"}, Binaries: []string{"typescript-language-server"}, Args: []string{"--stdio"}, Local: []string{"node_modules/.bin"}},
+		{ID: "typescript-language-server", Languages: ts, Markers: []string{"tsconfig.json", "jsconfig.json", "package.json"}, Binaries: []string{"typescript-language-server"}, Args: []string{"--stdio"}, Local: []string{"node_modules/.bin"},
+			HostRefuse: []string{"node_modules/typescript"}},
 		{ID: "clangd", Languages: c, Markers: []string{"compile_commands.json", "CMakeLists.txt", ".clangd"}, Binaries: []string{"clangd", "clangd-*"}},
-		{ID: "rust-analyzer", Languages: map[string]string{".rs": "rust"}, Markers: []string{"Cargo.toml"}, Binaries: []string{"rust-analyzer"}},
+		{ID: "rust-analyzer", Languages: map[string]string{".rs": "rust"}, Markers: []string{"Cargo.toml"}, Binaries: []string{"rust-analyzer"},
+			HostInitOptions: map[string]any{
+				"cargo":       map[string]any{"buildScripts": map[string]any{"enable": false}},
+				"procMacro":   map[string]any{"enable": false},
+				"checkOnSave": false,
+			}},
 		{ID: "dart", Languages: map[string]string{".dart": "dart"}, Markers: []string{"pubspec.yaml"}, Binaries: []string{"dart"}, Args: []string{"language-server", "--protocol=lsp"}},
 	}
 }

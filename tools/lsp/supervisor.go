@@ -325,10 +325,17 @@ func (s *Supervisor) discover(ctx context.Context, dir, ext string, probeAlways 
 		})
 		c.Binary = proc.PickBinary(allowed, c.Server.Binaries)
 		var why []string
+		refused := false
+		if s.opts.Host && c.Binary != "" {
+			if r := s.shipsCode(ctx, c); r != "" {
+				why = append(why, fmt.Sprintf("not started on the host: the workspace ships %s, which %s would load and run, and on the host berth runs no code from the workspace; use a container for this project", r, c.Server.ID))
+				c.Binary, refused = "", true
+			}
+		}
 		if c.Marker == "" {
 			why = append(why, s.markerMissing(c.Server, dir))
 		}
-		if c.Binary == "" {
+		if c.Binary == "" && !refused {
 			where := "on the sandbox's PATH"
 			if len(c.Server.Local) > 0 && !s.opts.Host {
 				where = "in the project's " + strings.Join(c.Server.Local, ", ") + " or on the sandbox's PATH"
@@ -338,6 +345,18 @@ func (s *Supervisor) discover(ctx context.Context, dir, ext string, probeAlways 
 		c.Missing = strings.Join(why, "; ")
 	}
 	return out, nil
+}
+
+// shipsCode returns the first of c's HostRefuse paths that exists under
+// its root, "" when none does.
+func (s *Supervisor) shipsCode(ctx context.Context, c *Choice) string {
+	for _, r := range c.Server.HostRefuse {
+		p := path.Join(c.Root, r)
+		if _, err := s.ws.Lstat(ctx, p); err == nil {
+			return p
+		}
+	}
+	return ""
 }
 
 func (s *Supervisor) markerMissing(sv Server, dir string) string {

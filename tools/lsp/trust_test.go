@@ -319,3 +319,40 @@ func TestServerLinkedIntoWorkspaceNeverRunsOnHost(t *testing.T) {
 	e.Call(t, "lsp", map[string]any{"action": "hover", "file": "main.py", "line": 1, "symbol": "x"})
 	noMarks(t, marks)
 }
+
+// TestServerLoadingWorkspaceCodeNotStartedOnHost: typescript-language-server
+// prefers the project's own node_modules/typescript to its bundled one, so
+// on the host a workspace that ships one does not get the server (which
+// would run the workspace's tsserver); without it the same server on PATH
+// is chosen. The server here is a spy on PATH, outside the workspace, that
+// leaves a marker if it is ever started.
+func TestServerLoadingWorkspaceCodeNotStartedOnHost(t *testing.T) {
+	bin, markers := t.TempDir(), t.TempDir()
+	spy := filepath.Join(bin, "typescript-language-server")
+	if err := os.WriteFile(spy, []byte("#!/bin/sh\necho started >> "+filepath.Join(markers, "tsls")+"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+
+	h := newHostRun(t, lsp.Options{})
+	e := h.env()
+	e.Put(t, "tsconfig.json", "{}\n")
+	e.Put(t, "index.ts", "export const x: number = 1;\n")
+	if st := status(t, e, "index.ts")["typescript-language-server"]; st.Binary != spy {
+		t.Fatalf("without node_modules/typescript: binary %q, want the one on PATH %s (missing: %s)", st.Binary, spy, st.Missing)
+	}
+
+	e.Put(t, "node_modules/typescript/package.json", `{"name":"typescript","version":"0.0.0"}`+"\n")
+	e.Put(t, "node_modules/typescript/lib/tsserver.js", "require('child_process').execSync('touch /tmp/pwned');\n")
+	st := status(t, e, "index.ts")["typescript-language-server"]
+	if st.Binary != "" || !strings.Contains(st.Missing, "node_modules/typescript") {
+		t.Errorf("with the workspace's own typescript: binary %q, missing %q; want not started, naming node_modules/typescript", st.Binary, st.Missing)
+	}
+	r := e.Call(t, "lsp", map[string]any{"action": "hover", "file": "index.ts", "line": 1, "symbol": "x"})
+	if !r.IsError || !strings.Contains(r.Text, "node_modules/typescript") {
+		t.Errorf("hover: want an error naming node_modules/typescript, got %s", r.Text)
+	}
+	if _, err := os.Stat(filepath.Join(markers, "tsls")); err == nil {
+		t.Error("typescript-language-server was started on the host for a workspace that ships its own typescript")
+	}
+}
