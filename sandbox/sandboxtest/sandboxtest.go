@@ -63,6 +63,7 @@ func Run(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config)) 
 		{"FSRoundTrip", testFSRoundTrip},
 		{"FSModeKept", testFSModeKept},
 		{"FSNotExist", testFSNotExist},
+		{"FSHardLinks", testFSHardLinks},
 		{"FSEscape", testFSEscape},
 		{"DialTCP", func(t *testing.T, e *env) { testDial(t, e, "tcp") }},
 		{"DialUnix", func(t *testing.T, e *env) { testDial(t, e, "unix") }},
@@ -638,6 +639,42 @@ func testFSModeKept(t *testing.T, e *env) {
 	ents, err := f.ReadDir(ctx, ".")
 	if err != nil || len(ents) != 1 {
 		t.Fatalf("ReadDir after writes = %v, %v; want only script.sh", ents, err)
+	}
+}
+
+// testFSHardLinks: a file's hard-link count reaches the caller as a
+// *syscall.Stat_t's Nlink, through Lstat and Stat, so the tools can refuse
+// a file whose other name may lie outside the workspace.
+func testFSHardLinks(t *testing.T, e *env) {
+	ctx := ctxT(t)
+	f := e.fsys(t)
+	if err := f.WriteFile(ctx, "one.txt", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WriteFile(ctx, "single.txt", []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, e.sb, &sandbox.Cmd{Args: []string{"ln", path.Join(f.Root(), "one.txt"), path.Join(f.Root(), "two.txt")}})
+	if !r.status.Success() {
+		t.Fatalf("ln: %v %s", r.status, r.stderr)
+	}
+	for _, c := range []struct {
+		name string
+		want uint64
+	}{{"one.txt", 2}, {"two.txt", 2}, {"single.txt", 1}} {
+		for op, stat := range map[string]func(context.Context, string) (fs.FileInfo, error){"Lstat": f.Lstat, "Stat": f.Stat} {
+			fi, err := stat(ctx, c.name)
+			if err != nil {
+				t.Fatalf("%s(%s): %v", op, c.name, err)
+			}
+			st, ok := fi.Sys().(*syscall.Stat_t)
+			if !ok {
+				t.Fatalf("%s(%s).Sys() = %T, want *syscall.Stat_t", op, c.name, fi.Sys())
+			}
+			if uint64(st.Nlink) != c.want {
+				t.Errorf("%s(%s): Nlink = %d, want %d", op, c.name, st.Nlink, c.want)
+			}
+		}
 	}
 }
 

@@ -75,3 +75,22 @@ func TestProjectCheckRunsNoWorkspaceProgramOnHostOverAPI(t *testing.T) {
 		t.Errorf("want a refusal that explains; got %s", text)
 	}
 }
+
+// TestReadRefusesHardLinkInContainer: a hard link in the workspace to a
+// file elsewhere in the container (/etc/passwd) is refused by read, as the
+// editors refuse it, through the agent's file server as well as through
+// the direct path; a file with one link still reads.
+func TestReadRefusesHardLinkInContainer(t *testing.T) {
+	image := needDocker(t)
+	ctr := startContainer(t, image)
+	ctr.sh(t, "ln /etc/passwd "+workspace+"/pw")
+	a := newAPI(t)
+	run, _ := a.open(ctr.conv)
+	res := a.call(run, "read", "plan", `{"path":"pw"}`)
+	if !res.IsError || !strings.Contains(res.text(), "hard links") || strings.Contains(res.text(), "root:") {
+		t.Errorf("read of a hard link to /etc/passwd: want a refusal naming the hard links, got %s", res.text())
+	}
+	if res := a.call(run, "read", "plan", `{"path":"hello.txt"}`); res.IsError || !strings.Contains(res.text(), "hello") {
+		t.Errorf("read of a plain file: %s", res.text())
+	}
+}

@@ -69,22 +69,24 @@ type Info struct {
 	ModTime int64  `json:"mtime"`
 	UID     uint32 `json:"uid"`
 	GID     uint32 `json:"gid"`
+	// Nlink is the file's hard-link count: the tools refuse a file with
+	// more than one, whose other names may lie outside the workspace.
+	Nlink uint64 `json:"nlink,omitempty"`
 }
 
 // InfoOf converts a FileInfo for the wire under the given name.
 func InfoOf(name string, fi fs.FileInfo) Info {
 	in := Info{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode()), ModTime: fi.ModTime().UnixNano()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		in.UID, in.GID = st.Uid, st.Gid
+		in.UID, in.GID, in.Nlink = st.Uid, st.Gid, uint64(st.Nlink)
 	}
 	return in
 }
 
-// FileInfo returns an fs.FileInfo for in. Sys returns *Owner.
+// FileInfo returns an fs.FileInfo for in. Sys returns a *syscall.Stat_t
+// with only Uid, Gid and Nlink set, as the local file systems' do, so
+// callers read owners and link counts the same way for every backend.
 func (in Info) FileInfo() fs.FileInfo { return fileInfo{in} }
-
-// Owner is what FileInfo.Sys returns for files described by the agent.
-type Owner struct{ UID, GID uint32 }
 
 type fileInfo struct{ in Info }
 
@@ -93,7 +95,14 @@ func (f fileInfo) Size() int64        { return f.in.Size }
 func (f fileInfo) Mode() fs.FileMode  { return fs.FileMode(f.in.Mode) }
 func (f fileInfo) ModTime() time.Time { return time.Unix(0, f.in.ModTime) }
 func (f fileInfo) IsDir() bool        { return f.Mode().IsDir() }
-func (f fileInfo) Sys() any           { return &Owner{UID: f.in.UID, GID: f.in.GID} }
+func (f fileInfo) Sys() any {
+	st := &syscall.Stat_t{Uid: f.in.UID, Gid: f.in.GID}
+	setNlink(&st.Nlink, f.in.Nlink)
+	return st
+}
+
+// setNlink sets a Stat_t's Nlink, whose width differs by architecture.
+func setNlink[T ~uint32 | ~uint64](p *T, n uint64) { *p = T(n) }
 
 // errEscapeText is the message os.Root uses when a name leaves the root.
 const errEscapeText = "path escapes from parent"
