@@ -44,6 +44,8 @@ const (
 	maxIdlePerHost = 32
 	// serveLogTail is how much of berth's stderr a failure shows.
 	serveLogTail = 4 << 10
+	// dumpMax is how much of berth's goroutine dump a failed leak check shows.
+	dumpMax = 256 << 10
 )
 
 // unavailable skips the test, or fails it when CI=true.
@@ -108,6 +110,7 @@ type server struct {
 	log    string        // berth's stderr
 	waited chan struct{} // closed when Wait returned
 	werr   error         // Wait's error, after waited
+	dumped bool          // stopped by dump, on purpose
 }
 
 // startServer runs `berth serve --addr 127.0.0.1:0 --mode local` with
@@ -121,7 +124,8 @@ func startServer(t *testing.T, bin string) *server {
 		t.Fatal(err)
 	}
 	s.cmd = exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--mode", "local")
-	s.cmd.Env = append(os.Environ(), "BERTH_TOKEN="+s.token)
+	// GOTRACEBACK=all: on SIGQUIT (dump) berth prints every goroutine.
+	s.cmd.Env = append(os.Environ(), "BERTH_TOKEN="+s.token, "GOTRACEBACK=all")
 	s.cmd.Stdout = logf
 	s.cmd.Stderr = logf
 	err = s.cmd.Start()
@@ -167,6 +171,9 @@ func startServer(t *testing.T, bin string) *server {
 func (s *server) stop() error {
 	select {
 	case <-s.waited:
+		if s.dumped {
+			return nil
+		}
 		return s.werr
 	default:
 	}
@@ -181,6 +188,31 @@ func (s *server) stop() error {
 		<-s.waited
 		return fmt.Errorf("did not exit within %s of SIGTERM; killed", stopTimeout)
 	}
+}
+
+// dump stops berth with SIGQUIT, which makes the Go runtime print every
+// goroutine's stack, and returns that part of its stderr (at most
+// dumpMax), for a failed leak check.
+func (s *server) dump() string {
+	s.dumped = true
+	if err := s.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		return fmt.Sprintf("(SIGQUIT: %v)", err)
+	}
+	select {
+	case <-s.waited:
+	case <-time.After(stopTimeout):
+		s.cmd.Process.Kill()
+		<-s.waited
+		return fmt.Sprintf("(berth did not exit within %s of SIGQUIT; killed)", stopTimeout)
+	}
+	b, _ := os.ReadFile(s.log)
+	if i := bytes.Index(b, []byte("SIGQUIT")); i >= 0 {
+		b = b[i:]
+	}
+	if len(b) > dumpMax {
+		b = append(b[:dumpMax:dumpMax], "\n… (cut)"...)
+	}
+	return string(b)
 }
 
 func (s *server) logTail() string {
@@ -495,6 +527,17 @@ func (c *container) strangers(ctx context.Context) ([]string, error) {
 		}
 	}
 	return left, nil
+}
+
+// tempLeft lists what berth makes under the container's /tmp for a run
+// (kernels' private directories, debug builds: /tmp/berth-*) that is
+// still there.
+func (c *container) tempLeft(ctx context.Context) ([]string, error) {
+	out, err := docker(ctx, nil, "exec", c.id, "find", "/tmp", "-mindepth", "1", "-maxdepth", "1", "-name", "berth-*")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(out), nil
 }
 
 // settle polls cond until it reports done or timeout passes, and returns
