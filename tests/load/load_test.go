@@ -60,21 +60,20 @@ const (
 	// concurrentRuns is how many containers, and runs at once, the test drives.
 	concurrentRuns = 12
 	// defaultDrive is how long the short form drives the runs, after their
-	// cold start (12 pylsp and 12 ipykernel at once: 21-24 s measured on
-	// the 2-CPU test machine when it was otherwise quiet, 2 minutes when
-	// other builds loaded it to 14).
-	defaultDrive = 45 * time.Second
+	// cold start (12 pylsp and 12 ipykernel at once; measured on the 2-CPU
+	// test machine: 15 s quiet, 23 s at load 10, 2 minutes at load 14 while
+	// other builds ran). 30 s of it makes about 3,000 calls of each kind.
+	defaultDrive = 30 * time.Second
 	// defaultCycles is how many run open/close cycles the short form runs:
-	// 500, not the 1000, to keep the short test within 3 minutes.
-	// Measured on the 2-CPU test machine: 7.2 cycles/s with 2 workers per
-	// container, 9.8 to 12.0/s with 4; a cycle's close takes 2.0-2.4 s (p50;
-	// most of it the Docker transport's stopSettle wait after the agent's
-	// exec is cut) and its open 0.8-2.2 s (placing the agent: the copy in
-	// the container is read back and hashed). 1000 cycles take 85-100 s,
-	// which with the rest (build, containers, warm-up, cold start, drive:
-	// about 100 s) is over 3 minutes; 500 take 45-50 s. Run 1000 or more
-	// with BERTH_LOAD_CYCLES.
-	defaultCycles = 500
+	// the 1000, which keeps the short test within 3 minutes on the
+	// 2-CPU test machine when tests/run has it to itself, and only just
+	// when other work loads it. Measured there: one cycle alone is open
+	// 0.17 s, read 0.01 s, close 2.01 s (a Docker run's close always takes
+	// 2 s); 12 workers did 2.7-7.2 cycles/s, 24 (cycleWorkersPerContainer 2)
+	// 7.2/s and 48 (4) 9.8-12.9/s, CPU-bound: 1000 cycles in 78 s quiet,
+	// about 95 s at load 10. With the rest (build, containers, warm-up,
+	// cold start, drive: 70-90 s) the short form takes 2.5-3 minutes.
+	defaultCycles = 1000
 	// cycleWorkersPerContainer is how many workers open and close runs in
 	// each container at once during the cycles.
 	cycleWorkersPerContainer = 4
