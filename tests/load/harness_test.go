@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -21,31 +20,21 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"berth.dev/berth/tests/berthtest"
 )
 
 const (
 	// callTimeout bounds one HTTP request or docker command, so that a hang
 	// fails the test instead of stalling it; it asserts nothing about speed.
 	callTimeout = 2 * time.Minute
-	// buildTimeout bounds one go build (a cold cache compiles the C grammars).
-	buildTimeout = 10 * time.Minute
-	// startTimeout bounds how long berth serve takes to say where it listens.
-	startTimeout = 30 * time.Second
-	// stopTimeout bounds berth's graceful shutdown on SIGTERM (its own grace
-	// is 10 s) before the test kills it.
-	stopTimeout = 20 * time.Second
 	// pollEvery is the interval of every bounded poll below.
 	pollEvery = 250 * time.Millisecond
 	// maxIdlePerHost lets the load client keep one connection per worker
 	// alive, so that the drive does not churn connections.
 	maxIdlePerHost = 32
-	// serveLogTail is how much of berth's stderr a failure shows.
-	serveLogTail = 4 << 10
-	// dumpMax is how much of berth's goroutine dump a failed leak check shows.
-	dumpMax = 256 << 10
 )
 
 // unavailable skips the test, or fails it when CI=true.
@@ -81,146 +70,19 @@ func randomHex(t *testing.T, n int) string {
 	return hex.EncodeToString(b)
 }
 
-// buildBerth builds berth and berth-shim side by side into a temporary
-// directory (berth finds the shim next to its executable).
-func buildBerth(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, b := range []struct{ out, pkg, cgo string }{
-		{"berth", "berth.dev/berth/cmd/berth", "1"},                        // the bundled grammars are C
-		{"berth-shim", "berth.dev/berth/sandbox/shim/cmd/berth-shim", "0"}, // static, for any container
-	} {
-		ctx, cancel := context.WithTimeout(t.Context(), buildTimeout)
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil {
-			t.Fatalf("go build %s: %v\n%s", b.pkg, err, out)
-		}
-	}
-	return filepath.Join(dir, "berth")
-}
-
-// server is a running `berth serve` process.
+// server is a running `berth serve --mode local` and its token.
 type server struct {
-	cmd    *exec.Cmd
-	url    string
-	token  string
-	log    string        // berth's stderr
-	waited chan struct{} // closed when Wait returned
-	werr   error         // Wait's error, after waited
-	dumped bool          // stopped by dump, on purpose
+	*berthtest.Server
+	token string
 }
 
-// startServer runs `berth serve --addr 127.0.0.1:0 --mode local` with
-// BERTH_TOKEN set and reads the address it listens on from its stderr.
-// The test's cleanup stops it if the test did not.
-func startServer(t *testing.T, bin string) *server {
+// startServer runs `berth serve --mode local` with BERTH_TOKEN set; the
+// test's cleanup stops it if the test did not.
+func startServer(t *testing.T) *server {
 	t.Helper()
-	s := &server{token: randomHex(t, 16), log: filepath.Join(t.TempDir(), "serve.log"), waited: make(chan struct{})}
-	logf, err := os.Create(s.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cmd = exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--mode", "local")
-	// GOTRACEBACK=all: on SIGQUIT (dump) berth prints every goroutine.
-	s.cmd.Env = append(os.Environ(), "BERTH_TOKEN="+s.token, "GOTRACEBACK=all")
-	s.cmd.Stdout = logf
-	s.cmd.Stderr = logf
-	err = s.cmd.Start()
-	logf.Close() // the child holds its own copy
-	if err != nil {
-		t.Fatalf("start berth serve: %v", err)
-	}
-	go func() { // owned by s: ends when the process exits, which stop ensures
-		s.werr = s.cmd.Wait()
-		close(s.waited)
-	}()
-	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
-			t.Errorf("berth serve: %v\n%s", err, s.logTail())
-		}
-	})
-	const prefix = "berth: serving on "
-	for deadline := time.Now().Add(startTimeout); s.url == ""; {
-		b, _ := os.ReadFile(s.log)
-		for _, l := range strings.Split(string(b), "\n") {
-			if u, ok := strings.CutPrefix(l, prefix); ok {
-				s.url = strings.TrimSpace(u)
-			}
-		}
-		if s.url != "" {
-			break
-		}
-		select {
-		case <-s.waited:
-			t.Fatalf("berth serve exited at start: %v\n%s", s.werr, s.logTail())
-		case <-time.After(pollEvery):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("berth serve did not say where it listens within %s:\n%s", startTimeout, s.logTail())
-		}
-	}
-	return s
-}
-
-// stop sends SIGTERM, waits for berth to close its runs and exit, and
-// kills it after stopTimeout. It returns an error unless berth exited 0.
-// Calling it again returns the first outcome.
-func (s *server) stop() error {
-	select {
-	case <-s.waited:
-		if s.dumped {
-			return nil
-		}
-		return s.werr
-	default:
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("SIGTERM: %w", err)
-	}
-	select {
-	case <-s.waited:
-		return s.werr
-	case <-time.After(stopTimeout):
-		s.cmd.Process.Kill()
-		<-s.waited
-		return fmt.Errorf("did not exit within %s of SIGTERM; killed", stopTimeout)
-	}
-}
-
-// dump stops berth with SIGQUIT, which makes the Go runtime print every
-// goroutine's stack, and returns that part of its stderr (at most
-// dumpMax), for a failed leak check.
-func (s *server) dump() string {
-	s.dumped = true
-	if err := s.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
-		return fmt.Sprintf("(SIGQUIT: %v)", err)
-	}
-	select {
-	case <-s.waited:
-	case <-time.After(stopTimeout):
-		s.cmd.Process.Kill()
-		<-s.waited
-		return fmt.Sprintf("(berth did not exit within %s of SIGQUIT; killed)", stopTimeout)
-	}
-	b, _ := os.ReadFile(s.log)
-	if i := bytes.Index(b, []byte("SIGQUIT")); i >= 0 {
-		b = b[i:]
-	}
-	if len(b) > dumpMax {
-		b = append(b[:dumpMax:dumpMax], "\n… (cut)"...)
-	}
-	return string(b)
-}
-
-func (s *server) logTail() string {
-	b, _ := os.ReadFile(s.log)
-	if len(b) > serveLogTail {
-		b = b[len(b)-serveLogTail:]
-	}
-	return string(b)
+	tok := randomHex(t, 16)
+	bs := berthtest.Start(t, berthtest.Options{Args: []string{"--mode", "local"}, Env: []string{"BERTH_TOKEN=" + tok}})
+	return &server{Server: bs, token: tok}
 }
 
 // client speaks berth's HTTP API with the server's token.
@@ -249,7 +111,7 @@ func (c *client) do(ctx context.Context, method, path string, body any) (int, []
 		}
 		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.s.url+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, c.s.URL+path, r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -600,4 +462,11 @@ func percentile(s []time.Duration, p int) time.Duration {
 
 func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+}
+
+// TestMain removes the binaries berthtest built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	berthtest.Remove()
+	os.Exit(code)
 }

@@ -170,9 +170,8 @@ func TestLoad(t *testing.T) {
 		phase = time.Now()
 	}
 
-	bin := buildBerth(t)
-	srv := startServer(t, bin)
-	pid := srv.cmd.Process.Pid
+	srv := startServer(t)
+	pid := srv.Pid()
 	lap("build berth and start berth serve")
 	ctrs := startContainers(t, image, labelKey, concurrentRuns, project)
 	lap(fmt.Sprintf("start %d containers from %s", len(ctrs), image))
@@ -183,7 +182,7 @@ func TestLoad(t *testing.T) {
 
 	// 1. Warm-up, then the baseline.
 	if err := drive(ctx, api, ctrs[0], closedWindow(), &warm); err != nil {
-		t.Fatalf("warm-up run: %v\n%s", err, srv.logTail())
+		t.Fatalf("warm-up run: %v\n%s", err, srv.Log())
 	}
 	if left := noneLeft(ctx, t, ctrs[:1]); left != "" {
 		t.Fatalf("after the warm-up run closed: %s", left)
@@ -233,7 +232,7 @@ func TestLoad(t *testing.T) {
 	tick.Stop()
 	dcancel()
 	if err := errors.Join(errs...); err != nil {
-		t.Fatalf("drive: %v\nberth's log:\n%s", err, srv.logTail())
+		t.Fatalf("drive: %v\nberth's log:\n%s", err, srv.Log())
 	}
 	t.Logf("peak while driving: %s", peak)
 	lap(fmt.Sprintf("drive %d runs for %s", len(ctrs), cfg.drive))
@@ -247,7 +246,7 @@ func TestLoad(t *testing.T) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		t.Fatalf("cycles: %v\nberth's log:\n%s", err, srv.logTail())
+		t.Fatalf("cycles: %v\nberth's log:\n%s", err, srv.Log())
 	}
 	elapsed := time.Since(phase)
 	lap(fmt.Sprintf("%d open/close cycles (%.1f/s)", cfg.cycles, float64(cfg.cycles)/elapsed.Seconds()))
@@ -269,7 +268,7 @@ func TestLoad(t *testing.T) {
 	case !ok:
 		t.Errorf("berth did not come back to its baseline within %s: %s, baseline %s (slack %d goroutines, %d fds)",
 			settleTimeout, detail, base, goroutineSlack, fdSlack)
-		t.Logf("berth's goroutines (SIGQUIT):\n%s", srv.dump())
+		t.Logf("berth's goroutines (SIGQUIT):\n%s", srv.Dump())
 	default:
 		// Within the slack; for the report, where it comes to rest.
 		if g, err := steady(ctx, probe); err == nil {
@@ -296,8 +295,8 @@ func TestLoad(t *testing.T) {
 	t.Logf("SUMMARY runs=%d drive=%s cycles=%d goroutines %d→%d fds %d→%d p50/p99: %s",
 		len(ctrs), cfg.drive, cfg.cycles, base.goroutines, after.goroutines, base.fds, after.fds, strings.Join(sum, "; "))
 
-	if err := srv.stop(); err != nil {
-		t.Errorf("berth serve after SIGTERM: %v\n%s", err, srv.logTail())
+	if err := srv.Stop(); err != nil {
+		t.Errorf("berth serve after SIGTERM: %v\n%s", err, srv.Log())
 	}
 }
 

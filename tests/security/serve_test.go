@@ -10,8 +10,6 @@
 package security
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -21,79 +19,30 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"berth.dev/berth/tests/berthtest"
 )
 
 // callTimeout bounds every HTTP request, so a hang fails the test instead
 // of stalling it; it asserts nothing about speed.
 const callTimeout = 2 * time.Minute
 
-// startTimeout bounds berth serve's start, to its "serving on" line.
-const startTimeout = time.Minute
-
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
-
-// berthBinary builds berth and berth-shim once per test binary into a
-// temporary directory (the shim next to berth, where berth looks first)
-// and returns berth's path.
-func berthBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "berth-security-bin-")
-		if buildErr != nil {
-			return
-		}
-		root, err := filepath.Abs("../..")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		for _, b := range []struct{ out, pkg, cgo string }{
-			{"berth", "./cmd/berth", "1"},
-			{"berth-shim", "./sandbox/shim/cmd/berth-shim", "0"},
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, b.out), b.pkg)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
-		// The binaries must be reachable by an unprivileged host user.
-		buildErr = os.Chmod(buildDir, 0o755)
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(buildDir, "berth")
-}
-
-// TestMain removes the built binaries at the end.
+// TestMain removes the binaries berthtest built.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	berthtest.Remove()
 	os.Exit(code)
 }
 
-// server is one berth serve process.
+// server is one berth serve process and the test that talks to it.
 type server struct {
-	t    *testing.T
-	url  string
-	cmd  *exec.Cmd
-	logs *bytes.Buffer // stderr, for failure messages
-	mu   *sync.Mutex
+	*berthtest.Server
+	t   *testing.T
+	url string
 }
 
 // serveOpts is how a test starts berth serve.
@@ -104,89 +53,22 @@ type serveOpts struct {
 	// (--host-env); berth's own environment reaches them otherwise only
 	// through PATH, HOME and LANG.
 	hostEnv []string
-	dir     string // working directory; empty: a new temp dir
 }
 
-// startServe starts berth serve on a free loopback port with opts and
-// stops it (SIGTERM, then kill) when the test ends.
+// startServe starts berth serve on a free loopback port with o; the
+// test's cleanup stops it.
 func startServe(t *testing.T, o serveOpts) *server {
 	t.Helper()
-	bin := berthBinary(t)
-	dir := o.dir
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	args := append([]string{"serve", "--addr", "127.0.0.1:0"}, o.args...)
+	args := o.args
 	for _, e := range o.hostEnv {
 		args = append(args, "--host-env", e)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "BERTH_SHIM="+filepath.Join(filepath.Dir(bin), "berth-shim")), o.env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &server{t: t, cmd: cmd, logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
-	addr := make(chan string, 1)
-	go func() { // owned by the process: ends when its stderr closes
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			s.mu.Lock()
-			s.logs.WriteString(line + "\n")
-			s.mu.Unlock()
-			if a, ok := strings.CutPrefix(line, "berth: serving on "); ok {
-				select {
-				case addr <- strings.TrimSpace(a):
-				default:
-				}
-			}
-		}
-		close(addr)
-	}()
-	t.Cleanup(func() { s.stop() })
-	select {
-	case a, ok := <-addr:
-		if !ok {
-			cmd.Wait()
-			t.Fatalf("berth serve %s exited before serving:\n%s", strings.Join(o.args, " "), s.log())
-		}
-		s.url = a
-	case <-time.After(startTimeout):
-		t.Fatalf("berth serve did not print its address within %v:\n%s", startTimeout, s.log())
-	}
-	return s
+	bs := berthtest.Start(t, berthtest.Options{Args: args, Env: o.env})
+	return &server{Server: bs, t: t, url: bs.URL}
 }
 
-func (s *server) log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.logs.String()
-}
-
-// pid is berth serve's process id.
-func (s *server) pid() int { return s.cmd.Process.Pid }
-
-// stop ends berth serve as an operator would (SIGTERM closes every run),
-// then kills it if it did not exit within the shutdown grace.
-func (s *server) stop() {
-	if s.cmd.ProcessState != nil {
-		return
-	}
-	s.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		s.cmd.Process.Kill()
-		<-done
-	}
-}
+// log is berth's stderr, for failure messages.
+func (s *server) log() string { return s.Log() }
 
 // reply is an HTTP answer.
 type reply struct {

@@ -1,0 +1,214 @@
+// Package berthtest builds berth and runs `berth serve` as a real process
+// for the tests under tests/ that drive berth whole, over HTTP only
+// (tests/security, tests/load): the way an operator starts it, with the
+// flags and environment the test chooses.
+package berthtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	// buildTimeout bounds one go build (a cold cache compiles the C grammars).
+	buildTimeout = 10 * time.Minute
+	// startTimeout bounds how long berth serve takes to say where it listens.
+	startTimeout = time.Minute
+	// stopTimeout bounds berth's graceful shutdown on SIGTERM (its own
+	// grace is 10 s) before the test kills it.
+	stopTimeout = 20 * time.Second
+	// pollEvery is how often Start looks for the address line.
+	pollEvery = 50 * time.Millisecond
+	// logTail is how much of berth's stderr Log returns.
+	logTail = 16 << 10
+	// dumpMax is how much of berth's goroutine dump Dump returns.
+	dumpMax = 256 << 10
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// Build builds berth and berth-shim side by side (berth finds the shim
+// next to its executable) once per test binary, into a directory every
+// user may read and execute, and returns berth's path. Remove removes it.
+func Build(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "berthtest-bin-")
+		if buildErr != nil {
+			return
+		}
+		for _, b := range []struct{ out, pkg, cgo string }{
+			{"berth", "berth.dev/berth/cmd/berth", "1"},                        // the bundled grammars are C
+			{"berth-shim", "berth.dev/berth/sandbox/shim/cmd/berth-shim", "0"}, // static, for any container
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+			cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(buildDir, b.out), b.pkg)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+			out, err := cmd.CombinedOutput()
+			cancel()
+			if err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+		// A --host-user must reach the binaries.
+		buildErr = os.Chmod(buildDir, 0o755)
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "berth")
+}
+
+// Remove removes what Build built; call it from TestMain after m.Run.
+func Remove() {
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+}
+
+// Options say how to start berth serve.
+type Options struct {
+	// Args follow `serve --addr 127.0.0.1:0`.
+	Args []string
+	// Env is added to the test's environment (KEY=VALUE).
+	Env []string
+}
+
+// Server is a running `berth serve` process.
+type Server struct {
+	// URL is where it listens: http://127.0.0.1:PORT.
+	URL string
+
+	cmd    *exec.Cmd
+	log    string        // berth's stderr and stdout
+	waited chan struct{} // closed when Wait returned
+	werr   error         // Wait's error, after waited
+	dumped bool          // stopped by Dump, on purpose
+}
+
+// Start runs `berth serve --addr 127.0.0.1:0` with o, built by Build, and
+// returns once it says where it listens. The test's cleanup stops it
+// (SIGTERM, then a kill after stopTimeout) and fails the test unless it
+// exited cleanly.
+func Start(t testing.TB, o Options) *Server {
+	t.Helper()
+	bin := Build(t)
+	s := &Server{log: filepath.Join(t.TempDir(), "serve.log"), waited: make(chan struct{})}
+	logf, err := os.Create(s.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, o.Args...)...)
+	// GOTRACEBACK=all: on SIGQUIT (Dump) berth prints every goroutine.
+	s.cmd.Env = append(append(os.Environ(), "GOTRACEBACK=all"), o.Env...)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	err = s.cmd.Start()
+	logf.Close() // the child holds its own copy
+	if err != nil {
+		t.Fatalf("start berth serve: %v", err)
+	}
+	go func() { // owned by s: ends when the process exits, which Stop ensures
+		s.werr = s.cmd.Wait()
+		close(s.waited)
+	}()
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("berth serve: %v\n%s", err, s.Log())
+		}
+	})
+	const prefix = "berth: serving on "
+	for deadline := time.Now().Add(startTimeout); ; {
+		b, _ := os.ReadFile(s.log)
+		for _, l := range strings.Split(string(b), "\n") {
+			if u, ok := strings.CutPrefix(l, prefix); ok {
+				s.URL = strings.TrimSpace(u)
+				return s
+			}
+		}
+		select {
+		case <-s.waited:
+			t.Fatalf("berth serve %s exited at start: %v\n%s", strings.Join(o.Args, " "), s.werr, s.Log())
+		case <-time.After(pollEvery):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("berth serve did not say where it listens within %s:\n%s", startTimeout, s.Log())
+		}
+	}
+}
+
+// Pid is berth serve's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Stop sends SIGTERM, waits for berth to close its runs and exit, and
+// kills it after stopTimeout. It returns an error unless berth exited 0.
+// Calling it again returns the first outcome.
+func (s *Server) Stop() error {
+	select {
+	case <-s.waited:
+		if s.dumped {
+			return nil
+		}
+		return s.werr
+	default:
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("SIGTERM: %w", err)
+	}
+	select {
+	case <-s.waited:
+		return s.werr
+	case <-time.After(stopTimeout):
+		s.cmd.Process.Kill()
+		<-s.waited
+		return fmt.Errorf("did not exit within %s of SIGTERM; killed", stopTimeout)
+	}
+}
+
+// Dump stops berth with SIGQUIT, which makes the Go runtime print every
+// goroutine's stack, and returns that part of its stderr (at most
+// dumpMax), for a failed leak check.
+func (s *Server) Dump() string {
+	s.dumped = true
+	if err := s.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		return fmt.Sprintf("(SIGQUIT: %v)", err)
+	}
+	select {
+	case <-s.waited:
+	case <-time.After(stopTimeout):
+		s.cmd.Process.Kill()
+		<-s.waited
+		return fmt.Sprintf("(berth did not exit within %s of SIGQUIT; killed)", stopTimeout)
+	}
+	b, _ := os.ReadFile(s.log)
+	if i := bytes.Index(b, []byte("SIGQUIT")); i >= 0 {
+		b = b[i:]
+	}
+	if len(b) > dumpMax {
+		b = append(b[:dumpMax:dumpMax], "\n… (cut)"...)
+	}
+	return string(b)
+}
+
+// Log returns the end of berth's stderr (at most logTail bytes).
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(s.log)
+	if len(b) > logTail {
+		b = b[len(b)-logTail:]
+	}
+	return string(b)
+}
