@@ -25,7 +25,7 @@ func DefaultTools() []Binder {
 	return []Binder{FileTools, StructuralTools, LSPTools, DebugTools, EvalTools, AskTools}
 }
 
-// AskTools registers ask_user (TOOLS.md §9) when the run has a question
+// AskTools registers ask_user (docs/tools.md §9) when the run has a question
 // port, which is its target surface: the cards go out on the run's event
 // stream (GET /v1/runs/{id}/events) and come back through POST
 // /v1/runs/{id}/cards/{n} (ASK-3). A run opened with Config.NoQuestions
@@ -46,7 +46,7 @@ func AskToolsWith(opts ask.Options) Binder {
 	}
 }
 
-// EvalTools registers eval (TOOLS.md §8) with one kernel supervisor per
+// EvalTools registers eval (docs/tools.md §8) with one kernel supervisor per
 // run: kernels start on the first cell inside the run's sandbox, and the
 // run's close shuts them down. Its tool() bridge calls back into the run's
 // registry.
@@ -66,7 +66,7 @@ func EvalToolsWith(opts eval.Options) Binder {
 	}
 }
 
-// LSPTools registers lsp and lsp_rename (TOOLS.md §2–3) with one
+// LSPTools registers lsp and lsp_rename (docs/tools.md §2–3) with one
 // language-server supervisor per run, and wraps the write tools with
 // diagnostics on write. Servers start lazily inside the run's sandbox; the
 // run's close stops them all.
@@ -92,7 +92,7 @@ func StructuralTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	return nil
 }
 
-// DebugTools registers the debug tool (TOOLS.md §7) when the run has a
+// DebugTools registers the debug tool (docs/tools.md §7) when the run has a
 // conversation id (DBG-1), with one session supervisor per run; the run's
 // close ends its session, killing the adapter and the debuggee.
 func DebugTools(ctx context.Context, r *tools.Registry, env *Env) error {
@@ -105,7 +105,7 @@ func DebugTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	return nil
 }
 
-// VibeConfig says how a run's vibe workers run (TOOLS.md §10). Runner is
+// VibeConfig says how a run's vibe workers run (docs/tools.md §10). Runner is
 // "platform" (the default: berth publishes vibe.spawn, vibe.send and
 // vibe.kill on the run's event stream and the hosting platform, which has
 // its own agent loop, reports back with POST /v1/runs/{id}/workers/{worker}),

@@ -1,7 +1,8 @@
 package syntax
 
 // This file talks to the tree-sitter C runtime directly, bypassing the
-// go-tree-sitter wrappers on the hot path (see deps.md §3):
+// go-tree-sitter wrappers on the hot path (see docs/design.md,
+// "Dependencies and pitfalls"):
 //   - the runtime allocator is replaced (go-tree-sitter routes every
 //     allocation through a Go callback): a parse runs with a fresh parser
 //     whose memory, and its tree's, is bump-allocated from a region that is

@@ -1,6 +1,7 @@
 // Package httpapi serves a [controller.Controller] over HTTP: the /v1 routes
-// of DESIGN.md, /healthz and /metrics. It holds no tool logic; every call
-// goes through [controller.Run.Call] with the request's context.
+// listed below (also in README.md, "HTTP API"), /healthz and /metrics. It
+// holds no tool logic; every call goes through [controller.Run.Call] with
+// the request's context.
 //
 // Routes (all JSON), with the scopes that may use them (H harness, O
 // operator, M metrics; see [Scope]):

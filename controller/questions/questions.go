@@ -1,6 +1,6 @@
 // Package questions is a run's question port: the numbered cards a run
 // draws in the conversation — questions from ask_user and permission
-// requests from the permission gate (TOOLS.md §9, ASK-1..3) — and the
+// requests from the permission gate (docs/tools.md §9, ASK-1..3) — and the
 // run's event stream that carries them.
 //
 // A [Port] numbers cards 1, 2, 3 … per run, whatever their kind. [Port.Ask]

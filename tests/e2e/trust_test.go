@@ -18,7 +18,7 @@ func trustTsc(mark string) string {
 
 // TestProjectCheckRunsProjectToolsInContainer: inside the conversation's
 // container the sandbox is the boundary, so the project's own
-// node_modules/.bin/tsc is what the project check runs (TOOLS.md DBG-4's
+// node_modules/.bin/tsc is what the project check runs (docs/tools.md DBG-4's
 // preference for project-local tools), also from a plan surface — the
 // trust rule is "nothing of the workspace runs on the host", not "never
 // run anything".

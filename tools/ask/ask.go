@@ -1,4 +1,4 @@
-// Package ask is the ask_user tool (TOOLS.md §9): the only way a run asks
+// Package ask is the ask_user tool (docs/tools.md §9): the only way a run asks
 // the operator anything. It draws a numbered question card through the
 // run's question port and blocks until someone answers, skips, or the
 // question times out.

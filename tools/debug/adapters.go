@@ -19,7 +19,7 @@ import (
 )
 
 // Adapter ids, as the tool's adapter argument and the adapters operation name
-// them (TOOLS.md §7).
+// them (docs/tools.md §7).
 const (
 	AdapterDebugpy = "debugpy"
 	AdapterDelve   = "delve"
@@ -44,7 +44,7 @@ type adapterSpec struct {
 	exts []string
 }
 
-// adapterTable is the adapter table of TOOLS.md §7.
+// adapterTable is the adapter table of docs/tools.md §7.
 var adapterTable = []adapterSpec{
 	{id: AdapterDart, markers: []string{"pubspec.yaml"}, binary: "dart", names: []string{"dart"}, exts: []string{".dart"}},
 	{id: AdapterDebugpy, markers: []string{"pyproject.toml", "setup.py", "requirements.txt"}, binary: "python3 with the debugpy module", names: []string{"python3"}, exts: []string{".py"}},

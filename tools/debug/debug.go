@@ -1,4 +1,4 @@
-// Package debug is the debug tool (TOOLS.md §7): one exec-level, serial tool
+// Package debug is the debug tool (docs/tools.md §7): one exec-level, serial tool
 // that drives a Debug Adapter Protocol session (debugpy, delve, lldb-dap,
 // the Dart adapter) inside the run's sandbox.
 //

@@ -1,4 +1,4 @@
-// Package eval is the eval tool (TOOLS.md §8): persistent Python and
+// Package eval is the eval tool (docs/tools.md §8): persistent Python and
 // JavaScript kernels inside the run's sandbox, spoken to over Jupyter's
 // ZeroMQ protocol (package kernel) through the sandbox's Dial.
 //

@@ -1,4 +1,4 @@
-// Package lsp is the lsp and lsp_rename tools (TOOLS.md §2–3) and
+// Package lsp is the lsp and lsp_rename tools (docs/tools.md §2–3) and
 // diagnostics on write (LSP-3, LSP-4), over language servers placed in the
 // run's sandbox.
 //

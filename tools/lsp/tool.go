@@ -19,7 +19,7 @@ import (
 	wspath "berth.dev/berth/tools/workspace"
 )
 
-// Caps of the lsp tool (TOOLS.md §2).
+// Caps of the lsp tool (docs/tools.md §2).
 const (
 	MaxReferences       = 50
 	MaxWorkspaceSymbols = 100

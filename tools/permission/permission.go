@@ -1,4 +1,4 @@
-// Package permission is the permission gate (TOOLS.md ASK-2): a
+// Package permission is the permission gate (docs/tools.md ASK-2): a
 // [tools.Middleware] that decides, per surface and per tool or level,
 // whether a call runs ([Allow]), is refused ([Deny]), or waits for a human
 // ([Ask]) who answers a permission card drawn through the run's question

@@ -1,7 +1,7 @@
 // Package structural provides the structural code tools of a run: ast_grep
 // (read), a search by syntax-tree shape; ast_edit (write), a rewrite that is
 // staged, never written; and resolve (write), which accepts or discards a
-// staged rewrite (TOOLS.md §4–6, AST-1…6).
+// staged rewrite (docs/tools.md §4–6, AST-1…6).
 //
 // An [Engine] holds one run's state: a parse cache keyed on file identity
 // (path, size, modification time, SHA-256 of the content) and the staged

@@ -1,5 +1,5 @@
 // Package projectcheck is the project check behind the lsp tool's
-// diagnostics "*" (TOOLS.md §2): instead of asking a language server about
+// diagnostics "*" (docs/tools.md §2): instead of asking a language server about
 // one file, it runs the project's own checker inside the run's sandbox —
 // go vet, cargo check, tsc, pyright or mypy or pyflakes, dart analyze — and
 // parses what it prints into one [Diagnostic] shape.

@@ -43,7 +43,7 @@ var mypyArgs = []string{
 	"--no-error-summary", "--no-color-output", "--no-pretty", ".",
 }
 
-// table is the per-language command table of TOOLS.md §2 ("*" runs the
+// table is the per-language command table of docs/tools.md §2 ("*" runs the
 // project check).
 var table = []language{
 	{
