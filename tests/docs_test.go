@@ -1,0 +1,187 @@
+package tests
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The contract lives in the repository: docs/tools.md defines the
+// requirement ids and docs/design.md the architecture. These checks scan
+// the tree's text files (no go list, no build) so that a clone never cites
+// a file it does not have, nor an id or section the docs do not define.
+
+// outsideFile matches citations of the documents the contract was written
+// from, which are not in the repository.
+var outsideFile = regexp.MustCompile(`\b(TOOLS|DESIGN|STYLE)\.md\b|\b(deps|reliability|ast-grep-semantics|aesthetics|anchors-features|k8s-feasibility)\.md\b|seed-original|/work/shared/`)
+
+// reqID matches anything shaped like a requirement id.
+var reqID = regexp.MustCompile(`\b([A-Z][A-Z0-9]{1,6})-([0-9]+)\b`)
+
+// notRequirements are prefixes of names that look like requirement ids
+// and are not (SHA-256, UTF-8).
+var notRequirements = map[string]bool{"SHA": true, "UTF": true, "ISO": true, "RFC": true, "CVE": true, "TLS": true, "HTTP": true}
+
+// defined matches a definition in docs/tools.md: "- **LSP-4** …".
+var defined = regexp.MustCompile(`(?m)^- \*\*([A-Z]+-[0-9]+)\*\*`)
+
+// toolsSection matches a citation of a section of docs/tools.md, "§7" or
+// "§2–3", and designSection one of docs/design.md by its quoted heading.
+var (
+	toolsSection  = regexp.MustCompile(`docs/tools\.md §([0-9]+)(?:[–-]([0-9]+))?`)
+	designSection = regexp.MustCompile("docs/design\\.md`?" + `,?\s*(?://\s*)?\(?"([^"]+)"`)
+	heading       = regexp.MustCompile(`(?m)^#+ (.+)$`)
+)
+
+// textFile is one scanned file.
+type textFile struct {
+	rel  string // slash-separated, from the module root
+	data []byte
+}
+
+// textFiles returns the tree's text files: everything but .git, binary
+// files (a NUL byte) and files over 1 MiB.
+func textFiles(t *testing.T, root string) []textFile {
+	t.Helper()
+	var out []textFile
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" || d.Name() == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil || info.Size() > 1<<20 {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		if rel == "go.sum" {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if bytes.IndexByte(data, 0) >= 0 {
+			return nil
+		}
+		out = append(out, textFile{rel: filepath.ToSlash(rel), data: data})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// lineOf returns the 1-based line of byte offset off in data.
+func lineOf(data []byte, off int) int { return bytes.Count(data[:off], []byte("\n")) + 1 }
+
+func TestDocsCiteOnlyWhatTheRepositoryHas(t *testing.T) {
+	root := moduleRoot(t)
+	for _, f := range textFiles(t, root) {
+		if strings.HasPrefix(f.rel, "docs/") || f.rel == "tests/docs_test.go" {
+			continue
+		}
+		for _, m := range outsideFile.FindAllIndex(f.data, -1) {
+			t.Errorf("%s:%d cites %s, which is not in the repository: cite docs/tools.md (the tool contract and its ids) or docs/design.md (architecture, dependencies and pitfalls) instead",
+				f.rel, lineOf(f.data, m[0]), f.data[m[0]:m[1]])
+		}
+	}
+}
+
+func TestRequirementIDsAreDefined(t *testing.T) {
+	root := moduleRoot(t)
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "tools.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	prefixes := map[string]bool{}
+	for _, m := range defined.FindAllSubmatch(doc, -1) {
+		id := string(m[1])
+		if ids[id] {
+			t.Errorf("docs/tools.md defines %s twice", id)
+		}
+		ids[id] = true
+		prefixes[id[:strings.IndexByte(id, '-')]] = true
+	}
+	if len(ids) == 0 {
+		t.Fatal(`docs/tools.md defines no requirement ids (lines "- **LSP-1** …")`)
+	}
+	for _, f := range textFiles(t, root) {
+		if f.rel == "tests/docs_test.go" {
+			continue
+		}
+		for _, m := range reqID.FindAllSubmatchIndex(f.data, -1) {
+			id, prefix := string(f.data[m[0]:m[1]]), string(f.data[m[2]:m[3]])
+			if ids[id] || notRequirements[prefix] {
+				continue
+			}
+			if prefixes[prefix] {
+				t.Errorf("%s:%d uses %s, which docs/tools.md does not define", f.rel, lineOf(f.data, m[0]), id)
+			} else {
+				t.Errorf("%s:%d uses %s, which looks like a requirement id of a kind docs/tools.md does not have: define it there, or add %s to notRequirements if it is not one",
+					f.rel, lineOf(f.data, m[0]), id, prefix)
+			}
+		}
+	}
+}
+
+func TestDocSectionCitationsResolve(t *testing.T) {
+	root := moduleRoot(t)
+	sections := map[int]bool{}
+	tools, err := os.ReadFile(filepath.Join(root, "docs", "tools.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^## §([0-9]+) `).FindAllSubmatch(tools, -1) {
+		n, _ := strconv.Atoi(string(m[1]))
+		sections[n] = true
+	}
+	design, err := os.ReadFile(filepath.Join(root, "docs", "design.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	headings := map[string]bool{}
+	for _, m := range heading.FindAllSubmatch(design, -1) {
+		headings[strings.TrimSpace(string(m[1]))] = true
+	}
+	for _, f := range textFiles(t, root) {
+		if f.rel == "tests/docs_test.go" {
+			continue
+		}
+		for _, m := range toolsSection.FindAllSubmatchIndex(f.data, -1) {
+			for _, g := range [][2]int{{m[2], m[3]}, {m[4], m[5]}} {
+				if g[0] < 0 {
+					continue
+				}
+				n, _ := strconv.Atoi(string(f.data[g[0]:g[1]]))
+				if !sections[n] {
+					t.Errorf("%s:%d cites docs/tools.md §%d, which has no such section", f.rel, lineOf(f.data, m[0]), n)
+				}
+			}
+		}
+		for _, m := range designSection.FindAllSubmatchIndex(f.data, -1) {
+			name := string(f.data[m[2]:m[3]])
+			if !headings[name] {
+				t.Errorf("%s:%d cites docs/design.md %q, which has no such heading", f.rel, lineOf(f.data, m[0]), name)
+			}
+		}
+	}
+}
