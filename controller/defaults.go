@@ -126,7 +126,7 @@ type VibeConfig struct {
 }
 
 // VibeTools registers the vibe_* tools for runs opened with Vibe set
-// (VIBE-1: registered only while vibe mode is on), with the runner of
+// (docs/tools.md §10: registered only while vibe mode is on), with the runner of
 // cfg. Worker status changes are published on the run's event stream as
 // "vibe.worker"; the run's close kills every worker and what it started.
 func VibeTools(cfg VibeConfig) Binder {

@@ -1,6 +1,6 @@
 // Package vibe is vibe mode (docs/tools.md §10): background workers the lead
 // agent starts with a brief and collects later. Five read-level tools
-// (VIBE-1) drive them — vibe_spawn, vibe_send, vibe_wait, vibe_kill and
+// drive them — vibe_spawn, vibe_send, vibe_wait, vibe_kill and
 // vibe_list; the gate belongs on the workers' own tools, where the editing
 // happens.
 //
