@@ -2,7 +2,7 @@
 // (the conversation's container, or the host), builds the run's tool
 // registry, routes every tool call through that registry's level gate and
 // the run's permission gate (tools/permission), gives each run a question
-// port (controller/questions) for ask_user and permission cards, and closes
+// port (package questions) for ask_user and permission cards, and closes
 // everything a run started when the run ends.
 //
 // The controller sees sandboxes only through [sandbox.Provider]; which
@@ -26,7 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/permission"

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/ask"
 	"berth.dev/berth/tools/debug"

@@ -98,7 +98,7 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/console"
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/vibe"
