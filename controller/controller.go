@@ -2,7 +2,7 @@
 // (the conversation's container, or the host), builds the run's tool
 // registry, routes every tool call through that registry's level gate and
 // the run's permission gate (tools/permission), gives each run a question
-// port (controller/questions) for ask_user and permission cards, and closes
+// port (package questions) for ask_user and permission cards, and closes
 // everything a run started when the run ends.
 //
 // The controller sees sandboxes only through [sandbox.Provider]; which
@@ -26,11 +26,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/permission"
-	"berth.dev/berth/tools/vibe"
 )
 
 // DefaultLabelKey is the container label whose value is a conversation id.
@@ -87,9 +86,11 @@ type Env struct {
 	// Uses Gate.Wrap on it to share the same policy and "allow for this
 	// run" decisions.
 	Gate *permission.Gate
-	// Workers is set by the binder that wires the vibe_* tools, so the API
-	// can take a hosting platform's reports about them.
-	Workers *vibe.Supervisor
+	// Workers is set by the binder that wires a run's background worker
+	// tools (vibe_*), so the API can list the workers, take a hosting
+	// platform's reports about them and check a call's worker identity.
+	// Nil when the run has none.
+	Workers Workers
 
 	closers   *[]func() error
 	reporters *[]tools.Reporter
@@ -641,9 +642,29 @@ func (r *Run) Sandbox() string { return r.info.Sandbox }
 // Info describes the run.
 func (r *Run) Info() RunInfo { return r.info }
 
-// Workers returns the run's vibe worker supervisor, or nil when the run
-// has no vibe tools.
-func (r *Run) Workers() *vibe.Supervisor { return r.env.Workers }
+// Workers returns the run's background workers, or nil when the run has
+// no worker tools.
+func (r *Run) Workers() Workers { return r.env.Workers }
+
+// Workers is a run's background workers as the HTTP API reaches them. The
+// binder that wires the worker tools sets [Env.Workers]; defaults.go wires
+// tools/vibe's Supervisor.
+type Workers interface {
+	// Workers returns a snapshot of the workers, in spawn order, as a value
+	// the API encodes as JSON.
+	Workers() any
+	// Report takes a hosting platform's report about a worker it runs:
+	// status "running" (result a progress note), "done" or "failed". Its
+	// error wraps [ErrUnknownWorker] for an id the run does not know.
+	Report(workerID, status, result string) error
+	// Authorize checks the worker identity a tool call presents and returns
+	// the surface the worker may call at.
+	Authorize(workerID, token string) (tools.Surface, error)
+}
+
+// ErrUnknownWorker is what [Workers.Report] wraps for a worker id the run
+// does not know.
+var ErrUnknownWorker = errors.New("no such worker")
 
 // Resources returns a snapshot of the run's live resources, as the
 // binders' reporters (Env.AddResources) see them, in registration order.

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/ask"
 	"berth.dev/berth/tools/debug"
@@ -162,12 +162,34 @@ func VibeTools(cfg VibeConfig) Binder {
 			opts.Notify = func(w vibe.WorkerInfo) { env.Questions.Publish("vibe.worker", w) }
 		}
 		sup := vibe.Register(r, env.Context, opts)
-		env.Workers = sup
+		env.Workers = vibeWorkers{sup}
 		env.OnClose(sup.Close)
 		env.AddResources(sup.Resources)
 		return nil
 	}
 }
+
+// vibeWorkers is a vibe [vibe.Supervisor] as the run's [Workers].
+type vibeWorkers struct{ *vibe.Supervisor }
+
+var _ Workers = vibeWorkers{}
+
+func (v vibeWorkers) Workers() any { return v.Supervisor.Workers() }
+
+func (v vibeWorkers) Report(workerID, status, result string) error {
+	err := v.Supervisor.Report(workerID, status, result)
+	if errors.Is(err, vibe.ErrNotFound) {
+		return unknownWorker{err}
+	}
+	return err
+}
+
+// unknownWorker is vibe's error for a worker id it does not know, keeping
+// its message, as [ErrUnknownWorker].
+type unknownWorker struct{ error }
+
+func (e unknownWorker) Is(target error) bool { return target == ErrUnknownWorker }
+func (e unknownWorker) Unwrap() error        { return e.error }
 
 // publisher publishes vibe's platform events on a run's event stream. An
 // event that cannot be published (the run is closing) is dropped: the

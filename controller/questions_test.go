@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/tools"
 )
 

@@ -17,9 +17,9 @@ import (
 var forbidden = []string{"github.com/moby/", "github.com/docker/", "github.com/containerd/", "k8s.io/"}
 
 // layered are the package patterns that must stay free of container-engine
-// clients: the tool layer, the controller, the sandbox contract and the
-// protocol engines (those that exist).
-var layered = []string{"./tools/...", "./controller/...", "./sandbox", "./lsp/...", "./dap/...", "./kernel/...", "./syntax/..."}
+// clients: the tool layer, the controller, the question port, the sandbox
+// contract and the protocol engines (those that exist).
+var layered = []string{"./tools/...", "./controller/...", "./questions", "./sandbox", "./lsp/...", "./dap/...", "./kernel/...", "./syntax/..."}
 
 func moduleRoot(t *testing.T) string {
 	t.Helper()
@@ -137,4 +137,62 @@ func TestEnginesStandAlone(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sharedTools are the packages under tools/ that every tool may import: the
+// helpers a tool is built from, not tools of their own.
+var sharedTools = []string{"internal", "workspace"}
+
+// TestToolsImportNoControllerNorSibling keeps the tool layer below the
+// controller and its tools apart. For every package under tools/, call its
+// tool the first path element after tools/ (tools/lsp/projectcheck belongs
+// to lsp; tools itself, the registry, belongs to none). Then:
+//
+//   - no file of it, test files included, imports controller or anything
+//     under controller/: what a tool shares with the controller (the
+//     question port, the sandbox contract) lives beside sandbox;
+//   - its non-test files import from tools/ only the registry (tools), its
+//     own tool's packages, the shared pieces under tools/internal/ and
+//     tools/workspace, and test helper packages (named …test, such as
+//     tools/lsp/lsptest), never another tool.
+//
+// Test files may import another tool: a test that builds a registry of
+// several tools (apply_patch beside eval, a permission card before an LSP
+// call) is the caller that composes them, as the controller is.
+func TestToolsImportNoControllerNorSibling(t *testing.T) {
+	root := moduleRoot(t)
+	const mod = "berth.dev/berth/"
+	format := "{{.ImportPath}}|{{join .Imports \" \"}}|{{join .TestImports \" \"}} {{join .XTestImports \" \"}}"
+	for _, line := range goList(t, root, "-e", "-f", format, "./tools/...") {
+		pkg, rest, _ := strings.Cut(line, "|")
+		imports, testImports, _ := strings.Cut(rest, "|")
+		own := toolOf(strings.TrimPrefix(pkg, mod))
+		all := strings.Fields(imports + " " + testImports)
+		slices.Sort(all)
+		for _, imp := range slices.Compact(all) {
+			if imp == mod+"controller" || strings.HasPrefix(imp, mod+"controller/") {
+				t.Errorf("%s imports %s: a tool may not import the controller; move what both need beside sandbox", pkg, imp)
+			}
+		}
+		for _, imp := range strings.Fields(imports) {
+			rel, ok := strings.CutPrefix(imp, mod)
+			if !ok || !strings.HasPrefix(rel, "tools/") || strings.HasSuffix(rel, "test") {
+				continue
+			}
+			if other := toolOf(rel); other != own && !slices.Contains(sharedTools, other) {
+				t.Errorf("%s imports %s: a tool may not import another tool; share it through tools/workspace or tools/internal/", pkg, imp)
+			}
+		}
+	}
+}
+
+// toolOf returns the tool a package path relative to the module belongs to:
+// "lsp" for tools/lsp and tools/lsp/projectcheck, "" for tools itself.
+func toolOf(rel string) string {
+	rest, ok := strings.CutPrefix(rel, "tools/")
+	if !ok {
+		return ""
+	}
+	tool, _, _ := strings.Cut(rest, "/")
+	return tool
 }

@@ -99,10 +99,9 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/console"
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
-	"berth.dev/berth/tools/vibe"
 )
 
 // MaxBodyBytes caps a request body.
@@ -663,7 +662,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // workers returns the run's vibe worker supervisor, answering 404 when the
 // run has none.
-func (s *server) workers(w http.ResponseWriter, r *http.Request) (*vibe.Supervisor, bool) {
+func (s *server) workers(w http.ResponseWriter, r *http.Request) (controller.Workers, bool) {
 	run, err := s.lookup(r)
 	if err != nil {
 		s.fail(w, r, err)
@@ -702,7 +701,7 @@ func (s *server) reportWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch err := sup.Report(r.PathValue("worker"), rep.Status, rep.Result); {
-	case errors.Is(err, vibe.ErrNotFound):
+	case errors.Is(err, controller.ErrUnknownWorker):
 		writeError(w, http.StatusNotFound, "unknown_worker", err.Error())
 	case err != nil:
 		writeError(w, http.StatusConflict, "bad_report", err.Error())

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/tools"
 )
 

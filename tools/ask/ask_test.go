@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/ask"
 )

@@ -10,18 +10,16 @@
 package files
 
 import (
-	wspath "berth.dev/berth/tools/workspace"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path"
 	"strings"
-	"syscall"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	wspath "berth.dev/berth/tools/workspace"
 )
 
 // Caps on what the tools return and accept.
@@ -34,9 +32,6 @@ const (
 	MaxLineChars = 2000
 	// MaxListEntries bounds the entries read lists for a directory.
 	MaxListEntries = 1000
-	// binarySniff is how many leading bytes are searched for a NUL byte to
-	// tell a binary file from text, as git does.
-	binarySniff = 8000
 )
 
 // Register adds read, write, edit and apply_patch to r, bound to the
@@ -103,104 +98,32 @@ func local(err error) error {
 }
 
 // isBinary reports whether data looks like a binary file.
-func isBinary(data []byte) bool {
-	return bytes.IndexByte(data[:min(len(data), binarySniff)], 0) >= 0
-}
+func isBinary(data []byte) bool { return wspath.IsBinary(data) }
 
-// hardLinks returns the link count of fi, or 1 when the FS cannot tell.
-func hardLinks(fi fs.FileInfo) uint64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Nlink)
-	}
-	return 1
-}
-
-// singleLink refuses a file with more than one hard link: another name for
-// it may lie outside the workspace, where the tools must not reach. not
-// says what the tool does not do with it ("changed in place", "read").
+// singleLink refuses a file with more than one hard link (see
+// [wspath.SingleLink]).
 func singleLink(name string, fi fs.FileInfo, not string) error {
-	if n := hardLinks(fi); n > 1 {
-		return errorf("%s has %d hard links, which may reach outside the workspace, so it is not %s: copy it first (cp %s %s.tmp && mv %s.tmp %s) and retry", name, n, not, name, name, name, name)
-	}
-	return nil
+	return local(wspath.SingleLink(name, fi, not))
 }
 
-// readText reads the regular text file name for a tool that changes it:
-// missing files, symbolic links, non-regular files, binary files and files
-// with more than one hard link (which may reach outside the workspace) are
-// refused.
+// readText reads the regular text file name for a tool that changes it
+// (see [wspath.ReadText]).
 func (w *workspace) readText(ctx context.Context, name string) ([]byte, fs.FileInfo, error) {
-	if name == "." {
-		return nil, nil, errorf("%s is the workspace directory, not a file: give a file path", w.root)
-	}
-	fi, err := w.fs.Lstat(ctx, name)
-	if err != nil {
-		return nil, nil, w.fsError(name, err)
-	}
-	if err := w.changeable(ctx, name, fi); err != nil {
-		return nil, nil, err
-	}
-	if err := singleLink(name, fi, "changed in place"); err != nil {
-		return nil, nil, err
-	}
-	data, err := w.fs.ReadFile(ctx, name)
-	if err != nil {
-		return nil, nil, w.fsError(name, err)
-	}
-	if isBinary(data) {
-		return nil, nil, errorf("%s is a binary file: this tool changes text files only", name)
-	}
-	return data, fi, nil
+	data, fi, err := wspath.ReadText(ctx, w.fs, name)
+	return data, fi, local(err)
 }
 
-// changeable refuses to replace anything but a regular file: a directory,
-// a device, or a symbolic link (writing would replace the link itself, not
-// the file it points to).
+// changeable refuses to replace anything but a regular file (see
+// [wspath.Changeable]).
 func (w *workspace) changeable(ctx context.Context, name string, fi fs.FileInfo) error {
-	switch {
-	case fi.IsDir():
-		return errorf("%s is a directory, not a file: give a file path (read %s lists it)", name, name)
-	case fi.Mode()&fs.ModeSymlink != 0:
-		_, err := w.fs.Stat(ctx, name)
-		if errors.Is(err, sandbox.ErrEscape) {
-			return w.fsError(name, err)
-		}
-		return errorf("%s is a symbolic link: change the file it points to instead (readlink -f %s names it), or delete the link first", name, name)
-	case !fi.Mode().IsRegular():
-		return errorf("%s is not a regular file (%s): only regular files can be changed", name, fi.Mode().Type())
-	}
-	return nil
+	return local(wspath.Changeable(ctx, w.fs, name, fi))
 }
 
 // mkdirParents creates the missing parent directories of name and returns
 // those it created, deepest last.
 func (w *workspace) mkdirParents(ctx context.Context, name string) ([]string, error) {
-	var missing []string
-	for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-		fi, err := w.fs.Stat(ctx, dir)
-		if err == nil {
-			if !fi.IsDir() {
-				return nil, errorf("cannot create %s: %s is a file, not a directory", name, dir)
-			}
-			break
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, w.fsError(dir, err)
-		}
-		missing = append(missing, dir)
-	}
-	if len(missing) == 0 {
-		return nil, nil
-	}
-	if err := w.fs.MkdirAll(ctx, missing[0], 0o755); err != nil {
-		return nil, w.fsError(missing[0], err)
-	}
-	// Reverse: shallowest first, so removing in reverse order empties
-	// the deepest directory first.
-	for i, j := 0, len(missing)-1; i < j; i, j = i+1, j-1 {
-		missing[i], missing[j] = missing[j], missing[i]
-	}
-	return missing, nil
+	dirs, err := wspath.MkdirParents(ctx, w.fs, name)
+	return dirs, local(err)
 }
 
 // plural returns "n word" or "n words".

@@ -1,7 +1,6 @@
 package files
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	wspath "berth.dev/berth/tools/workspace"
 )
 
 const patchDescription = `Apply a patch that adds, updates, moves and deletes files of the workspace, all or nothing. Format:
@@ -507,150 +507,49 @@ func (w *workspace) readPatchTarget(ctx context.Context, name string, op *fileOp
 
 // mustNotExist fails when name exists (as anything, a dangling link too).
 func (w *workspace) mustNotExist(ctx context.Context, name string, op *fileOp, instead string) error {
-	fi, err := w.fs.Lstat(ctx, name)
-	if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-		if _, serr := w.fs.Stat(ctx, name); errors.Is(serr, sandbox.ErrEscape) {
-			err = serr
+	return local(wspath.MustNotExist(ctx, w.fs, name, op.where(), instead))
+}
+
+// commitChanges are changes as the workspace's multi-file commit takes them.
+func commitChanges(changes []*change) []wspath.Change {
+	out := make([]wspath.Change, len(changes))
+	for i, c := range changes {
+		wc := wspath.Change{Path: c.name, Where: c.op.where()}
+		switch c.op.kind {
+		case opAdd:
+			wc.New = c.new
+		case opDelete:
+			wc.Old = c.old
+		case opUpdate:
+			wc.Old, wc.New = c.old, c.new
+			if c.dest != c.name {
+				wc.MoveTo = c.dest
+			}
 		}
-	}
-	switch {
-	case err == nil:
-		return errorf("%s%s already exists: use %s for it, or delete it first. No file was changed.", op.where(), name, instead)
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	default:
-		var te *toolError
-		if errors.As(w.fsError(name, err), &te) {
-			return errorf("%s%s. No file was changed.", op.where(), te.msg)
+		// Old nil means create and New nil delete: an empty file is
+		// neither.
+		if c.op.kind != opAdd && wc.Old == nil {
+			wc.Old = []byte{}
 		}
-		return err
+		if c.op.kind != opDelete && wc.New == nil {
+			wc.New = []byte{}
+		}
+		wc.Perm = 0o644
+		if c.oldInfo != nil {
+			wc.Perm = c.oldInfo.Mode().Perm()
+		}
+		out[i] = wc
 	}
+	return out
 }
 
 // verify checks that no file changed on disk since plan read it.
 func (w *workspace) verify(ctx context.Context, changes []*change) error {
-	for _, c := range changes {
-		var err error
-		switch c.op.kind {
-		case opAdd:
-			err = w.mustNotExist(ctx, c.name, c.op, "*** Update File:")
-		case opUpdate, opDelete:
-			var now []byte
-			now, err = w.fs.ReadFile(ctx, c.name)
-			if err == nil && !bytes.Equal(now, c.old) {
-				err = errorf("%s changed on disk while the patch was being applied: read it again and retry. No file was changed.", c.name)
-			} else if err != nil {
-				err = w.fsError(c.name, err)
-			}
-			if err == nil && c.dest != c.name {
-				err = w.mustNotExist(ctx, c.dest, c.op, "another *** Move to: path")
-			}
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return local(wspath.Verify(ctx, w.fs, commitChanges(changes)))
 }
 
 // commit writes every change. When one fails it undoes the changes already
 // made, newest first, and reports both.
 func (w *workspace) commit(ctx context.Context, changes []*change) error {
-	var undo []func(context.Context) error
-	fail := func(c *change, err error) error {
-		// Roll back even when ctx is done: a half-applied patch is worse.
-		rctx := context.WithoutCancel(ctx)
-		var bad []string
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](rctx); uerr != nil {
-				bad = append(bad, uerr.Error())
-			}
-		}
-		msg := err.Error()
-		var te *toolError
-		if errors.As(w.fsError(c.dest, err), &te) {
-			msg = te.msg
-		}
-		if len(bad) > 0 {
-			return errorf("writing %s failed: %s. Rolling back the files already written failed too, so the workspace is partly patched: %s. Read the files named and repair them.",
-				c.dest, msg, strings.Join(bad, "; "))
-		}
-		return errorf("writing %s failed: %s. Every file already written was restored: the workspace is as before the patch.", c.dest, msg)
-	}
-	for _, c := range changes {
-		switch c.op.kind {
-		case opAdd:
-			dirs, err := w.mkdirParents(ctx, c.name)
-			if err != nil {
-				return fail(c, err)
-			}
-			undo = append(undo, w.removeDirs(dirs))
-			if err := w.fs.WriteFile(ctx, c.name, c.new, 0o644); err != nil {
-				return fail(c, err)
-			}
-			undo = append(undo, w.remove(c.name))
-		case opDelete:
-			if err := w.fs.Remove(ctx, c.name); err != nil {
-				return fail(c, err)
-			}
-			undo = append(undo, w.restore(c.name, c.old, c.oldInfo))
-		case opUpdate:
-			if c.dest != c.name {
-				dirs, err := w.mkdirParents(ctx, c.dest)
-				if err != nil {
-					return fail(c, err)
-				}
-				undo = append(undo, w.removeDirs(dirs))
-				if err := w.fs.Rename(ctx, c.name, c.dest); err != nil {
-					return fail(c, err)
-				}
-				undo = append(undo, func(ctx context.Context) error {
-					if err := w.fs.Rename(ctx, c.dest, c.name); err != nil {
-						return fmt.Errorf("%s could not be moved back to %s: %v", c.dest, c.name, err)
-					}
-					return nil
-				})
-			}
-			if err := w.fs.WriteFile(ctx, c.dest, c.new, c.oldInfo.Mode().Perm()); err != nil {
-				return fail(c, err)
-			}
-			undo = append(undo, w.restore(c.dest, c.old, c.oldInfo))
-		}
-	}
-	return nil
-}
-
-// removeDirs returns an undo step that removes the directories dirs
-// created, deepest first.
-func (w *workspace) removeDirs(dirs []string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := w.fs.Remove(ctx, dirs[i]); err != nil {
-				return fmt.Errorf("the directory %s it created could not be removed: %v", dirs[i], err)
-			}
-		}
-		return nil
-	}
-}
-
-// remove returns an undo step that removes the added file name.
-func (w *workspace) remove(name string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		if err := w.fs.Remove(ctx, name); err != nil {
-			return fmt.Errorf("the added file %s could not be removed: %v", name, err)
-		}
-		return nil
-	}
-}
-
-// restore returns an undo step that puts back the content of name: over the
-// patched file (which keeps its mode and owner) or, after a delete, as a new
-// file with the old permission bits.
-func (w *workspace) restore(name string, data []byte, fi fs.FileInfo) func(context.Context) error {
-	return func(ctx context.Context) error {
-		if err := w.fs.WriteFile(ctx, name, data, fi.Mode().Perm()); err != nil {
-			return fmt.Errorf("the old content of %s could not be restored: %v", name, err)
-		}
-		return nil
-	}
+	return wspath.Write(ctx, w.fs, commitChanges(changes), wspath.WriteOptions{})
 }

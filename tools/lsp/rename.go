@@ -10,7 +10,6 @@ import (
 
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/tools"
-	"berth.dev/berth/tools/files"
 	wspath "berth.dev/berth/tools/workspace"
 )
 
@@ -85,7 +84,7 @@ func (s *Supervisor) doRename(ctx context.Context, in RenameInput) (_ *tools.Res
 		return tools.Textf("renaming %q to %q changes nothing", t.symbol, in.NewName), nil
 	}
 	committed = true
-	if err := files.Commit(ctx, s.ws, plan.changes); err != nil {
+	if err := wspath.Commit(ctx, s.ws, plan.changes); err != nil {
 		return nil, errorf("renaming %q to %q: %v", t.symbol, in.NewName, err)
 	}
 	var b strings.Builder
@@ -119,7 +118,7 @@ func (s *Supervisor) doRename(ctx context.Context, in RenameInput) (_ *tools.Res
 
 // editPlan is a WorkspaceEdit turned into file changes.
 type editPlan struct {
-	changes []files.Change
+	changes []wspath.Change
 	edits   int
 	perFile map[string]int // by Change.Path
 }
@@ -261,19 +260,19 @@ func (s *Supervisor) planEdit(ctx context.Context, c *lspc.Client, we lspc.Works
 	}
 	plan := &editPlan{edits: edits, perFile: map[string]int{}}
 	for _, st := range order {
-		var ch files.Change
+		var ch wspath.Change
 		switch {
 		case st.orig == "" && st.cur == nil:
 			continue // created and deleted again
 		case st.orig == "":
-			ch = files.Change{Path: st.path, New: st.cur}
+			ch = wspath.Change{Path: st.path, New: st.cur}
 		case st.cur == nil:
-			ch = files.Change{Path: st.orig, Old: st.old}
+			ch = wspath.Change{Path: st.orig, Old: st.old}
 		default:
 			if st.path == st.orig && bytes.Equal(st.old, st.cur) {
 				continue
 			}
-			ch = files.Change{Path: st.orig, Old: st.old, New: st.cur}
+			ch = wspath.Change{Path: st.orig, Old: st.old, New: st.cur}
 			if st.path != st.orig {
 				ch.MoveTo = st.path
 			}
@@ -281,7 +280,7 @@ func (s *Supervisor) planEdit(ctx context.Context, c *lspc.Client, we lspc.Works
 		plan.changes = append(plan.changes, ch)
 		plan.perFile[ch.Path] = st.n
 	}
-	slices.SortFunc(plan.changes, func(a, b files.Change) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(plan.changes, func(a, b wspath.Change) int { return strings.Compare(a.Path, b.Path) })
 	return plan, nil
 }
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/sandbox/host"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/files"

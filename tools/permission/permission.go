@@ -26,7 +26,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/tools"
 )
 

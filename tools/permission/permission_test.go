@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"berth.dev/berth/controller/questions"
+	"berth.dev/berth/questions"
 	"berth.dev/berth/tools"
 )
 

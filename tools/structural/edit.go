@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/syntax"
+	"berth.dev/berth/tools/workspace"
 )
 
 // diffContext is how many unchanged lines surround a change in Diff.
@@ -40,7 +40,7 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 		if len(f.matches) == 0 {
 			return
 		}
-		if hardLinks(f.info) > 1 {
+		if workspace.HardLinks(f.info) > 1 {
 			mu.Lock()
 			links++
 			mu.Unlock()
@@ -95,12 +95,12 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 	return p, nil
 }
 
-// hardLinks returns the link count of fi, or 1 when the FS cannot tell.
-func hardLinks(fi fs.FileInfo) uint64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Nlink)
+// nonNil returns b, or an empty slice for nil.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
 	}
-	return 1
+	return b
 }
 
 // Pending returns the ids of the staged edits not yet resolved, in order.
@@ -208,40 +208,41 @@ func (e *Engine) apply(ctx context.Context, fsys sandbox.FS, p *Proposal) (*Appl
 		return nil, errorf("%s was refused and dropped, nothing was written: %s. Search again and stage a new edit with ast_edit.",
 			p.ID, strings.Join(changed, "; "))
 	}
-	var written []FileEdit
-	fail := func(f FileEdit, err error) error {
-		rctx := context.WithoutCancel(ctx) // roll back even when ctx is done
-		var bad []string
-		for i := len(written) - 1; i >= 0; i-- {
-			w := written[i]
-			// Restore only what still holds this edit's content: a file
-			// another writer changed since is theirs now.
-			if now, err := fsys.ReadFile(rctx, w.Path); err != nil || !bytes.Equal(now, w.New) {
-				bad = append(bad, fmt.Sprintf("%s was changed by another writer after resolve wrote it and is left as that writer left it", w.Path))
-				continue
-			}
-			if err := fsys.WriteFile(rctx, w.Path, w.Old, w.Mode); err != nil {
-				bad = append(bad, fmt.Sprintf("%s could not be restored: %v", w.Path, err))
-			}
-		}
-		msg := err.Error()
-		if len(bad) > 0 {
-			return errorf("%s: writing %s failed: %s. Restoring the files already written failed too, so the workspace is partly rewritten: %s. Read those files and repair them.",
-				p.ID, f.Path, msg, strings.Join(bad, "; "))
-		}
-		return errorf("%s: writing %s failed: %s. Every file already written was restored; nothing changed. The edit is dropped; stage it again with ast_edit.",
-			p.ID, f.Path, msg)
+	changes := make([]workspace.Change, len(p.Files))
+	for i, f := range p.Files {
+		// Old nil would create the file and New nil delete it: an empty
+		// file is neither.
+		changes[i] = workspace.Change{Path: f.Path, Old: nonNil(f.Old), New: nonNil(f.New), Perm: f.Mode}
 	}
-	for _, f := range p.Files {
-		// Check again right before the write, to keep the window in which
-		// another writer's change could be lost as short as possible.
-		if err := e.unchanged(ctx, fsys, f); err != nil {
-			return nil, fail(f, err)
+	err := workspace.Write(ctx, fsys, changes, workspace.WriteOptions{
+		// Check again right before each write, to keep the window in
+		// which another writer's change could be lost as short as
+		// possible.
+		Check: func(ctx context.Context, i int) error { return e.unchanged(ctx, fsys, p.Files[i]) },
+		// Restore only what still holds this edit's content: a file
+		// another writer changed since is theirs now.
+		KeepOthers: true,
+	})
+	var ce *workspace.CommitError
+	if errors.As(err, &ce) {
+		var bad []string
+		for _, u := range ce.Undo {
+			if errors.Is(u.Err, workspace.ErrChangedSince) {
+				bad = append(bad, fmt.Sprintf("%s was changed by another writer after resolve wrote it and is left as that writer left it", u.Path))
+			} else {
+				bad = append(bad, fmt.Sprintf("%s could not be restored: %v", u.Path, u.Err))
+			}
 		}
-		if err := fsys.WriteFile(ctx, f.Path, f.New, f.Mode); err != nil {
-			return nil, fail(f, fsError(fsys, f.Path, err))
+		msg := ce.Err.Error()
+		if len(bad) > 0 {
+			return nil, errorf("%s: writing %s failed: %s. Restoring the files already written failed too, so the workspace is partly rewritten: %s. Read those files and repair them.",
+				p.ID, ce.Path, msg, strings.Join(bad, "; "))
 		}
-		written = append(written, f)
+		return nil, errorf("%s: writing %s failed: %s. Every file already written was restored; nothing changed. The edit is dropped; stage it again with ast_edit.",
+			p.ID, ce.Path, msg)
+	}
+	if err != nil {
+		return nil, err
 	}
 	a := &Applied{ID: p.ID, Action: ActionAccept, Replacements: p.Replacements}
 	rctx := context.WithoutCancel(ctx)
@@ -270,8 +271,8 @@ func (e *Engine) unchanged(ctx context.Context, fsys sandbox.FS, f FileEdit) err
 	if !fi.Mode().IsRegular() {
 		return errorf("%s is no longer a regular file", f.Path)
 	}
-	if hardLinks(fi) > 1 {
-		return errorf("%s has %d hard links now, which may reach outside the workspace", f.Path, hardLinks(fi))
+	if workspace.HardLinks(fi) > 1 {
+		return errorf("%s has %d hard links now, which may reach outside the workspace", f.Path, workspace.HardLinks(fi))
 	}
 	now, err := fsys.ReadFile(ctx, f.Path)
 	if err != nil {

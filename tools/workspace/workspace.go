@@ -1,6 +1,9 @@
-// Package workspace maps the paths a model gives to names of a run's
-// workspace FS, and explains FS errors as instructions, the same way for
-// every tool.
+// Package workspace holds what every tool that touches a run's workspace
+// FS shares, so that they behave the same: it maps the paths a model gives
+// to names of the FS, explains FS errors as instructions, reads a file the
+// way a tool that changes it must ([ReadText]), and writes an edit that
+// spans files all or nothing ([Commit], [Write]): apply_patch, lsp_rename
+// and resolve use it.
 package workspace
 
 import (
