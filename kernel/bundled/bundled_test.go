@@ -729,7 +729,7 @@ func TestPythonKernels(t *testing.T) {
 			testKernelInfo(t, r, c)
 			testStreaming(t, c, "print('first')\nimport time\ntime.sleep(2)\nprint('second')")
 			testExecutionCount(t, c)
-			testStopOnError(t, c, "import time\ntime.sleep(1.5)\n1/0")
+			testStopOnError(t, c, "import time\nprint('running', flush=True)\ntime.sleep(1.5)\n1/0")
 			testKernelVerifies(t, k, c, "tampered = 'MARKER-AAAA'", "'tampered' in globals()", "False")
 			testHeartbeatWhileBusy(t, c, pythonBusyCell(t, c))
 			testInterrupt(t, c, "interrupt_request stops time.sleep", "import time\nprint('started', flush=True)\ntime.sleep(30)", nil)
@@ -741,7 +741,7 @@ func TestPythonKernels(t *testing.T) {
 				if err := k.cmd.Process.Signal(syscall.SIGINT); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(300 * time.Millisecond)
+				awaitDelivered(t, k.cmd.Process.Pid, syscall.SIGINT)
 				if rep, ev := run(t, c, "'alive'", kernel.ExecuteOptions{}); rep.Status != "ok" || resultText(t, ev) != "'alive'" {
 					t.Errorf("after SIGINT: %+v %s", rep, describe(ev))
 				}
@@ -996,20 +996,30 @@ func testInterrupt(t *testing.T, c *kernel.Client, name, code string, signal fun
 }
 
 // testStopOnError queues a cell behind a failing one run with
-// StopOnError and checks that the queued cell is aborted.
+// StopOnError and checks that the queued cell is aborted. failing prints
+// a line first, which says it is running, and fails a while later.
 func testStopOnError(t *testing.T, c *kernel.Client, failing string) {
 	t.Run("stop_on_error aborts queued cells", func(t *testing.T) {
 		first := make(chan *kernel.ExecuteReply, 1)
+		running := make(chan struct{})
+		var once sync.Once
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), execTimeout)
 			defer cancel()
-			r, err := c.Execute(ctx, failing, kernel.ExecuteOptions{StopOnError: true})
+			r, err := c.Execute(ctx, failing, kernel.ExecuteOptions{
+				StopOnError: true,
+				OnEvent:     func(kernel.Event) { once.Do(func() { close(running) }) },
+			})
 			if err != nil {
 				t.Error(err)
 			}
 			first <- r
 		}()
-		time.Sleep(300 * time.Millisecond) // the failing cell is running
+		select {
+		case <-running:
+		case r := <-first:
+			t.Fatalf("the failing cell ended before it printed: %+v", r)
+		}
 		r2, ev := run(t, c, "'queued'", kernel.ExecuteOptions{})
 		r1 := <-first
 		if r1 == nil || r1.Status != "error" {
@@ -1034,6 +1044,60 @@ func testStopOnError(t *testing.T, c *kernel.Client, failing string) {
 			t.Errorf("after the abort: %+v %s", r3, describe(ev3))
 		}
 	})
+}
+
+// awaitDelivered waits until no thread of process pid has sig pending:
+// the kernel has delivered it, and the process's handler ran (for a
+// Python kernel, its C part, whose Python part runs on the main thread's
+// next bytecode or interrupted wait, long before another cell can arrive).
+func awaitDelivered(t *testing.T, pid int, sig syscall.Signal) {
+	t.Helper()
+	bit := uint64(1) << (sig - 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pending, err := pendingSignals(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pending&bit == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still has %v pending after 10 s", pid, sig)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pendingSignals returns the signals pending for process pid or any of its
+// threads, as a mask with bit n-1 for signal n (/proc's SigPnd and ShdPnd).
+func pendingSignals(pid int) (uint64, error) {
+	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(files) == 0 {
+		return 0, fmt.Errorf("threads of process %d: %v", pid, err)
+	}
+	var mask uint64
+	for _, f := range append(files, fmt.Sprintf("/proc/%d/status", pid)) {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // a thread that ended
+		}
+		if err != nil {
+			return 0, err
+		}
+		for line := range strings.Lines(string(b)) {
+			name, val, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || name != "SigPnd" && name != "ShdPnd" {
+				continue
+			}
+			m, err := strconv.ParseUint(strings.TrimSpace(val), 16, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %s: %v", f, name, err)
+			}
+			mask |= m
+		}
+	}
+	return mask, nil
 }
 
 func testShutdown(t *testing.T, k *testKernel, c *kernel.Client) {
@@ -1365,7 +1429,7 @@ func TestJavaScriptKernel(t *testing.T) {
 			testKernelInfo(t, r, c)
 			testStreaming(t, c, "console.log('first')\nconst end = Date.now() + 2000\nwhile (Date.now() < end) {}\nconsole.log('second')")
 			testExecutionCount(t, c)
-			testStopOnError(t, c, "await new Promise(r => setTimeout(r, 1500))\nnull.x")
+			testStopOnError(t, c, "console.log('running')\nawait new Promise(r => setTimeout(r, 1500))\nnull.x")
 			testKernelVerifies(t, k, c, "globalThis.tampered = 'MARKER-AAAA'", "typeof tampered", "'undefined'")
 			testHeartbeatWhileBusy(t, c, "const until = Date.now() + 5000\nwhile (Date.now() < until) {}")
 			testInterrupt(t, c, "interrupt_request stops a synchronous loop", "console.log('started')\nwhile (true) {}", nil)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"testing/iotest"
+	"testing/synctest"
 	"time"
 )
 
@@ -99,7 +100,11 @@ func TestDemux(t *testing.T) {
 	}
 }
 
-func TestDemuxClose(t *testing.T) {
+// TestDemuxClose runs in a synctest bubble: the connection is an io.Pipe,
+// so synctest.Wait sees when both readers wait.
+func TestDemuxClose(t *testing.T) { synctest.Test(t, testDemuxClose) }
+
+func testDemuxClose(t *testing.T) {
 	pr, pw := io.Pipe()
 	d := newDemux(pr)
 	go pw.Write([]byte(muxFrame(1, "first")))
@@ -110,7 +115,7 @@ func TestDemuxClose(t *testing.T) {
 	readErrs := make(chan error, 2)
 	go func() { _, err := (demuxReader{d: d}).Read(buf); readErrs <- err }()
 	go func() { _, err := (demuxReader{d: d, stderr: true}).Read(make([]byte, 8)); readErrs <- err }()
-	time.Sleep(20 * time.Millisecond) // both readers wait: one in the connection, one for stderr
+	synctest.Wait() // both readers wait: one in the connection, one for stderr
 	d.close()
 	pr.Close() // what closing the connection does to a read inside it
 	for range 2 {
@@ -143,37 +148,41 @@ func TestDemuxDrain(t *testing.T) {
 		{name: "much output waits for a reader", stdout: 2 * maxStdoutBacklog, wantWait: false},
 	}
 	for _, tt := range tests {
+		// In a synctest bubble the 300 ms given to drain are fake time:
+		// they pass as soon as drain waits for good, or not at all.
 		t.Run(tt.name, func(t *testing.T) {
-			want := strings.Repeat("o", tt.stdout)
-			var in strings.Builder
-			for rest := want; len(rest) > 0; {
-				n := min(len(rest), 30000)
-				in.WriteString(muxFrame(1, rest[:n]))
-				rest = rest[n:]
-			}
-			in.WriteString(muxFrame(2, "bye"))
-			d := newDemux(strings.NewReader(in.String()))
-			drained := make(chan struct{})
-			go func() { d.drain(); close(drained) }()
-			select {
-			case <-drained:
-				if !tt.wantWait {
-					t.Fatal("drain read everything ahead; it must stop at maxStdoutBacklog")
+			synctest.Test(t, func(t *testing.T) {
+				want := strings.Repeat("o", tt.stdout)
+				var in strings.Builder
+				for rest := want; len(rest) > 0; {
+					n := min(len(rest), 30000)
+					in.WriteString(muxFrame(1, rest[:n]))
+					rest = rest[n:]
 				}
-			case <-time.After(300 * time.Millisecond):
-				if tt.wantWait {
-					t.Fatal("drain did not return for a stream with little output")
+				in.WriteString(muxFrame(2, "bye"))
+				d := newDemux(strings.NewReader(in.String()))
+				drained := make(chan struct{})
+				go func() { d.drain(); close(drained) }()
+				select {
+				case <-drained:
+					if !tt.wantWait {
+						t.Fatal("drain read everything ahead; it must stop at maxStdoutBacklog")
+					}
+				case <-time.After(300 * time.Millisecond):
+					if tt.wantWait {
+						t.Fatal("drain did not return for a stream with little output")
+					}
 				}
-			}
-			out, errOut, err := readBoth(d, 4096)
-			if err != nil || out != want || errOut != "bye" {
-				t.Fatalf("read %d bytes of stdout, stderr %q, %v; want %d bytes and %q", len(out), errOut, err, len(want), "bye")
-			}
-			select {
-			case <-drained:
-			case <-time.After(5 * time.Second):
-				t.Fatal("drain did not return after stdout was read to its end")
-			}
+				out, errOut, err := readBoth(d, 4096)
+				if err != nil || out != want || errOut != "bye" {
+					t.Fatalf("read %d bytes of stdout, stderr %q, %v; want %d bytes and %q", len(out), errOut, err, len(want), "bye")
+				}
+				select {
+				case <-drained:
+				case <-time.After(5 * time.Second):
+					t.Fatal("drain did not return after stdout was read to its end")
+				}
+			})
 		})
 	}
 }
@@ -181,8 +190,11 @@ func TestDemuxDrain(t *testing.T) {
 // TestDemuxStderrFirst: before anyone reads stdout, the stderr reader reads
 // the connection itself (the agent's greeting comes on stderr), and stdout
 // it met on the way is there for the first stdout Read even while the
-// stderr reader waits inside the connection for more.
-func TestDemuxStderrFirst(t *testing.T) {
+// stderr reader waits inside the connection for more. It runs in a
+// synctest bubble, so synctest.Wait sees the stderr reader wait there.
+func TestDemuxStderrFirst(t *testing.T) { synctest.Test(t, testDemuxStderrFirst) }
+
+func testDemuxStderrFirst(t *testing.T) {
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	d := newDemux(pr)
@@ -193,7 +205,7 @@ func TestDemuxStderrFirst(t *testing.T) {
 	}
 	// The stderr reader goes back to the connection and waits there.
 	go (demuxReader{d: d, stderr: true}).Read(make([]byte, 64))
-	time.Sleep(20 * time.Millisecond)
+	synctest.Wait()
 	got := make(chan string, 1)
 	go func() {
 		n, _ := (demuxReader{d: d}).Read(buf)

@@ -16,6 +16,7 @@ import (
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/host"
 	"berth.dev/berth/sandbox/shim"
+	"go.uber.org/goleak"
 )
 
 // envHelper makes the test binary act as a berth-like parent instead of
@@ -29,11 +30,13 @@ const huntedSecret = "berth-test-parent-secret-41c2"
 
 const prSetDumpable = 4
 
+// TestMain runs the helper parent when asked to, and otherwise the tests,
+// failing the package when a test leaves a goroutine running.
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(envHelper); mode != "" {
 		os.Exit(helperParent(mode))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func helperParent(mode string) int {

@@ -5,13 +5,19 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
 // TestOutPipe checks that writes before the first read never block (the
 // agent's greeting on stderr must not wait behind unread stdout), that
-// later writes wait for the reader, and both ends of an outPipe.
-func TestOutPipe(t *testing.T) {
+// later writes wait for the reader, and both ends of an outPipe. It runs
+// in a synctest bubble: the waits are fake time, which passes only once
+// every goroutine of the test waits for good, and synctest.Wait sees the
+// reader and the writer wait.
+func TestOutPipe(t *testing.T) { synctest.Test(t, testOutPipe) }
+
+func testOutPipe(t *testing.T) {
 	p := newOutPipe()
 	big := bytes.Repeat([]byte("x"), 4<<20)
 	wrote := make(chan error, 1)
@@ -56,7 +62,7 @@ func TestOutPipe(t *testing.T) {
 	q.Read(make([]byte, 0))
 	go func() { q.Read(buf[:1]) }()
 	go func() { _, err := q.Write([]byte("abcdef")); wrote <- err }()
-	time.Sleep(10 * time.Millisecond)
+	synctest.Wait()
 	q.closeRead()
 	select {
 	case err := <-wrote:

@@ -60,6 +60,7 @@ func Run(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config)) 
 		{"Parallel", testParallel},
 		{"MissingProgram", testMissingProgram},
 		{"EnvAndDir", testEnvDir},
+		{"Pipe", testPipe},
 		{"FSRoundTrip", testFSRoundTrip},
 		{"FSModeKept", testFSModeKept},
 		{"FSNotExist", testFSNotExist},

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -43,8 +44,12 @@ func TestQueueOrder(t *testing.T) {
 }
 
 // TestQueueBounded checks that a full queue holds the walk back until a
-// worker takes a file, and lets it go when its context ends.
-func TestQueueBounded(t *testing.T) {
+// worker takes a file, and lets it go when its context ends. It runs in a
+// synctest bubble: the 50 ms window is fake time, which passes only once
+// the pushing goroutine waits for good, and synctest.Wait sees it wait.
+func TestQueueBounded(t *testing.T) { synctest.Test(t, testQueueBounded) }
+
+func testQueueBounded(t *testing.T) {
 	q := newQueue(2, true)
 	ctx := context.Background()
 	q.push(ctx, &fileResult{info: sizeInfo{size: 1}})
@@ -72,7 +77,7 @@ func TestQueueBounded(t *testing.T) {
 			t.Error("push into a full queue succeeded after its context ended")
 		}
 	}()
-	time.Sleep(20 * time.Millisecond)
+	synctest.Wait()
 	cancel()
 	wg.Wait()
 	q.close()

@@ -1,4 +1,4 @@
-package sandbox_test
+package sandboxtest
 
 import (
 	"bufio"
@@ -7,96 +7,88 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"berth.dev/berth/sandbox"
-	"berth.dev/berth/sandbox/host"
 )
 
-func TestPipe(t *testing.T) {
-	sb := host.New(host.Options{})
-	t.Cleanup(func() { sb.Close() })
-	ctx := context.Background()
-
-	t.Run("echo", func(t *testing.T) {
-		p, err := sandbox.Pipe(ctx, sb, &sandbox.Cmd{Args: []string{"cat"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.Write([]byte("hello\n")); err != nil {
-			t.Fatal(err)
-		}
-		line, err := bufio.NewReader(p).ReadString('\n')
-		if err != nil || line != "hello\n" {
-			t.Fatalf("read %q, %v", line, err)
-		}
-		if err := p.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-		st, err := p.ExitStatus()
-		if err != nil || !st.Success() {
-			t.Errorf("cat after stdin EOF: %v, %v; want exit 0", st, err)
-		}
-	})
-
-	t.Run("refuses caller streams", func(t *testing.T) {
-		if _, err := sandbox.Pipe(ctx, sb, &sandbox.Cmd{Args: []string{"cat"}, Stdout: new(bufio.Writer)}); err == nil {
-			t.Error("Pipe with a caller Stdout: no error")
-		}
-	})
-
-	t.Run("escalates to KILL", func(t *testing.T) {
-		// Ignores stdin EOF and SIGTERM: only SIGKILL ends it.
-		p, err := sandbox.Pipe(ctx, sb, &sandbox.Cmd{
-			Args:      []string{"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 1; done`},
-			WaitDelay: 200 * time.Millisecond,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if line, err := bufio.NewReader(p).ReadString('\n'); err != nil || line != "ready\n" {
-			t.Fatalf("read %q, %v", line, err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- p.Close() }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("Close did not return: the escalation to SIGKILL is broken")
-		}
-		st, _ := p.ExitStatus()
-		if st.Signal != syscall.SIGKILL {
-			t.Errorf("exit status %v, want killed by SIGKILL", st)
-		}
-	})
-}
-
-// TestPipeStreams checks the stream's flow control and end on the host
-// backend, whose agent takes Pipe's direct stdin and stdout.
-func TestPipeStreams(t *testing.T) {
-	sb := host.New(host.Options{})
-	t.Cleanup(func() { sb.Close() })
-	for _, tc := range pipeCases {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, sb) })
+// testPipe runs the [sandbox.Pipe] checks, one sandbox for all of them:
+// the stream's echo, flow control and end, whichever of
+// [sandbox.DirectStdin] and [sandbox.DirectStdout] the backend takes.
+func testPipe(t *testing.T, e *env) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, sb sandbox.Sandbox)
+	}{
+		{"Echo", pipeEcho},
+		{"RefusesCallerStreams", pipeRefusesCallerStreams},
+		{"EscalatesToKILL", pipeEscalates},
+		{"LargeEcho", pipeLargeEcho},
+		{"StdinBackpressureSparesSignalsAndStdout", pipeBackpressure},
+		{"ExitAndStderrArriveUnread", pipeExitUnread},
+		{"OutputWaitsForReader", pipeOutputWaits},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, e.sb) })
 	}
 }
 
-// pipeCases are the Pipe checks; sandbox/docker runs the same ones.
-var pipeCases = []struct {
-	name string
-	fn   func(t *testing.T, sb sandbox.Sandbox)
-}{
-	{"large echo", pipeLargeEcho},
-	{"stdin backpressure spares signals and stdout", pipeBackpressure},
-	{"exit and stderr arrive unread", pipeExitUnread},
-	{"output waits for a reader", pipeOutputWaits},
+// pipeEcho: a line goes through cat, and Close after stdin's EOF is a
+// clean exit.
+func pipeEcho(t *testing.T, sb sandbox.Sandbox) {
+	p, err := sandbox.Pipe(context.Background(), sb, &sandbox.Cmd{Args: []string{"cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(p).ReadString('\n')
+	if err != nil || line != "hello\n" {
+		t.Fatalf("read %q, %v", line, err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	st, err := p.ExitStatus()
+	if err != nil || !st.Success() {
+		t.Errorf("cat after stdin EOF: %v, %v; want exit 0", st, err)
+	}
 }
 
-// pipeHang bounds every wait, only so that a broken stream fails.
-const pipeHang = 30 * time.Second
+func pipeRefusesCallerStreams(t *testing.T, sb sandbox.Sandbox) {
+	if _, err := sandbox.Pipe(context.Background(), sb, &sandbox.Cmd{Args: []string{"cat"}, Stdout: new(bufio.Writer)}); err == nil {
+		t.Error("Pipe with a caller Stdout: no error")
+	}
+}
+
+// pipeEscalates: Close ends a child that ignores stdin's EOF and SIGTERM
+// with SIGKILL.
+func pipeEscalates(t *testing.T, sb sandbox.Sandbox) {
+	p, err := sandbox.Pipe(context.Background(), sb, &sandbox.Cmd{
+		Args:      []string{"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 1; done`},
+		WaitDelay: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(p).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("read %q, %v", line, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Close() }()
+	select {
+	case <-done:
+	case <-time.After(hang):
+		t.Fatal("Close did not return: the escalation to SIGKILL is broken")
+	}
+	st, _ := p.ExitStatus()
+	if st.Signal != syscall.SIGKILL {
+		t.Errorf("exit status %v, want killed by SIGKILL", st)
+	}
+}
 
 // pipeLargeEcho sends several stdin windows through cat while reading.
 func pipeLargeEcho(t *testing.T, sb sandbox.Sandbox) {
@@ -158,14 +150,13 @@ func pipeBackpressure(t *testing.T, sb sandbox.Sandbox) {
 		_, err := p.Write(make([]byte, 8<<20))
 		werr <- err
 	}()
+	// Only a window of time can show that the write blocks.
 	select {
 	case err := <-werr:
 		t.Fatalf("an 8 MiB write to a child that does not read returned: %v", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), pipeHang)
-	defer cancel()
-	if err := p.Process().Signal(ctx, syscall.SIGUSR1); err != nil {
+	if err := p.Process().Signal(ctxT(t), syscall.SIGUSR1); err != nil {
 		t.Fatalf("Signal while stdin is full: %v", err)
 	}
 	line := make(chan string, 1)
@@ -175,7 +166,7 @@ func pipeBackpressure(t *testing.T, sb sandbox.Sandbox) {
 		if l != "got-usr1\n" {
 			t.Fatalf("read %q after the signal, want %q", l, "got-usr1\n")
 		}
-	case <-time.After(pipeHang):
+	case <-time.After(hang):
 		t.Fatal("the signal or its output did not get through a full stdin")
 	}
 	closed := make(chan error, 1)
@@ -183,7 +174,7 @@ func pipeBackpressure(t *testing.T, sb sandbox.Sandbox) {
 	for _, c := range []chan error{werr, closed} {
 		select {
 		case <-c:
-		case <-time.After(pipeHang):
+		case <-time.After(hang):
 			t.Fatal("Close or the blocked Write did not return")
 		}
 	}
@@ -208,7 +199,7 @@ func pipeExitUnread(t *testing.T, sb sandbox.Sandbox) {
 	}
 	select {
 	case <-p.Done():
-	case <-time.After(pipeHang):
+	case <-time.After(hang):
 		t.Fatal("Done did not close for a process nobody reads")
 	}
 	if st, err := p.ExitStatus(); err != nil || st.Code != 3 {
@@ -232,6 +223,7 @@ func pipeOutputWaits(t *testing.T, sb sandbox.Sandbox) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Give the child time to write and exit before anyone reads.
 	time.Sleep(200 * time.Millisecond)
 	got := make(chan []byte, 1)
 	go func() { b, _ := io.ReadAll(p); got <- b }()
@@ -240,7 +232,7 @@ func pipeOutputWaits(t *testing.T, sb sandbox.Sandbox) {
 		if string(b) != "out\n" {
 			t.Fatalf("read %q, want %q", b, "out\n")
 		}
-	case <-time.After(pipeHang):
+	case <-time.After(hang):
 		t.Fatal("reading to the end did not return")
 	}
 	select {
@@ -251,22 +243,4 @@ func pipeOutputWaits(t *testing.T, sb sandbox.Sandbox) {
 	if st, err := p.ExitStatus(); err != nil || !st.Success() {
 		t.Fatalf("exit %v, %v", st, err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

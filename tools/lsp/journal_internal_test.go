@@ -1,0 +1,206 @@
+package lsp
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	lspc "berth.dev/berth/lsp"
+)
+
+// diag is a diagnostic at line:0 with a severity, a code (JSON: a number,
+// a string or empty for none) and a message.
+func diag(line uint32, sev lspc.DiagnosticSeverity, code, msg string) lspc.Diagnostic {
+	d := lspc.Diagnostic{Severity: sev, Message: msg}
+	d.Range.Start.Line = line
+	if code != "" {
+		d.Code = json.RawMessage(code)
+	}
+	return d
+}
+
+func dset(uri string, ds ...lspc.Diagnostic) lspc.DiagnosticSet {
+	return lspc.DiagnosticSet{URI: uri, Diagnostics: ds}
+}
+
+const (
+	errSev  = lspc.SeverityError
+	warnSev = lspc.SeverityWarning
+)
+
+// TestFresh is a table of the journal's "what is new" decisions (LSP-4):
+// a diagnostic is known by severity, code and message, counted over all
+// files; a key whose count grew is new that many times, the instances
+// taken first from files whose count of it grew, touched files first.
+func TestFresh(t *testing.T) {
+	tests := []struct {
+		name    string
+		before  []lspc.DiagnosticSet // what the journal holds (nil: an empty journal)
+		skip    []string             // URIs the journal left out (a baseline's pending files)
+		after   []lspc.DiagnosticSet
+		touched []string
+		want    []string // uri:line severity code message, in the order fresh returns
+	}{
+		{
+			name:  "empty journal: every error is new",
+			after: []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, `"E1"`, "undefined: x"))},
+			want:  []string{"a.go:3 error E1 undefined: x"},
+		},
+		{
+			name:   "same error moved lines is not new",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, `"E1"`, "undefined: x"))},
+			after:  []lspc.DiagnosticSet{dset("a.go", diag(10, errSev, `"E1"`, "undefined: x"))},
+		},
+		{
+			name:   "same error moved to another file is not new",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, `"E1"`, "undefined: x"))},
+			after:  []lspc.DiagnosticSet{dset("a.go"), dset("b.go", diag(1, errSev, `"E1"`, "undefined: x"))},
+		},
+		{
+			name:   "a second instance in the same file is new, once",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, `"E1"`, "undefined: x"))},
+			after: []lspc.DiagnosticSet{dset("a.go",
+				diag(3, errSev, `"E1"`, "undefined: x"),
+				diag(7, errSev, `"E1"`, "undefined: x"))},
+			want: []string{"a.go:3 error E1 undefined: x"},
+		},
+		{
+			name:   "a second instance in another file: the file that gained it",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, `"E1"`, "undefined: x"))},
+			after: []lspc.DiagnosticSet{
+				dset("a.go", diag(3, errSev, `"E1"`, "undefined: x")),
+				dset("b.go", diag(5, errSev, `"E1"`, "undefined: x")),
+			},
+			want: []string{"b.go:5 error E1 undefined: x"},
+		},
+		{
+			name:   "of two files that gained one, the touched one",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(9, errSev, "", "cycle"))},
+			after: []lspc.DiagnosticSet{
+				dset("b.go", diag(1, errSev, "", "cycle")),
+				dset("c.go", diag(2, errSev, "", "cycle")),
+			},
+			touched: []string{"c.go"},
+			want:    []string{"c.go:2 error  cycle"},
+		},
+		{
+			name:   "counts: three after one are two new",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(1, errSev, "", "unused"))},
+			after: []lspc.DiagnosticSet{dset("a.go",
+				diag(1, errSev, "", "unused"), diag(2, errSev, "", "unused"), diag(4, errSev, "", "unused"))},
+			want: []string{"a.go:1 error  unused", "a.go:2 error  unused"},
+		},
+		{
+			name: "counts: fewer than before is nothing new",
+			before: []lspc.DiagnosticSet{dset("a.go",
+				diag(1, errSev, "", "unused"), diag(2, errSev, "", "unused"))},
+			after: []lspc.DiagnosticSet{dset("a.go", diag(8, errSev, "", "unused"))},
+		},
+		{
+			name:   "severity is part of the key",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(3, warnSev, `"U"`, "x unused"))},
+			after:  []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, `"U"`, "x unused"))},
+			want:   []string{"a.go:3 error U x unused"},
+		},
+		{
+			name:   "code is part of the key",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, `"E1"`, "bad"))},
+			after:  []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, `"E2"`, "bad"))},
+			want:   []string{"a.go:3 error E2 bad"},
+		},
+		{
+			name:   "a numeric code equals the same code as a string",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, `2304`, "bad"))},
+			after:  []lspc.DiagnosticSet{dset("a.go", diag(4, errSev, `"2304"`, "bad"))},
+		},
+		{
+			name:   "message is part of the key",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, "", "undefined: x"))},
+			after:  []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, "", "undefined: y"))},
+			want:   []string{"a.go:3 error  undefined: y"},
+		},
+		{
+			name:   "the message's surrounding space is not",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, "", "undefined: x"))},
+			after:  []lspc.DiagnosticSet{dset("a.go", diag(5, errSev, "", "  undefined: x\n"))},
+		},
+		{
+			name: "info and hints are never new, unranked ones are",
+			after: []lspc.DiagnosticSet{dset("a.go",
+				diag(1, lspc.SeverityInformation, "", "consider"),
+				diag(2, lspc.SeverityHint, "", "could"),
+				diag(3, 0, "", "unranked"),
+				diag(4, warnSev, "", "careful"))},
+			want: []string{"a.go:3 unknown  unranked", "a.go:4 warning  careful"},
+		},
+		{
+			name:   "a fixed error does not hide a new one",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, "", "old"))},
+			after:  []lspc.DiagnosticSet{dset("a.go", diag(3, errSev, "", "new"))},
+			want:   []string{"a.go:3 error  new"},
+		},
+		{
+			name:   "a file the baseline left out counts as new",
+			before: []lspc.DiagnosticSet{dset("a.go", diag(1, errSev, "", "old")), dset("b.go", diag(2, errSev, "", "pending"))},
+			skip:   []string{"b.go"},
+			after:  []lspc.DiagnosticSet{dset("a.go", diag(1, errSev, "", "old")), dset("b.go", diag(2, errSev, "", "pending"))},
+			want:   []string{"b.go:2 error  pending"},
+		},
+		{
+			name: "new ones come by file, then line",
+			after: []lspc.DiagnosticSet{
+				dset("b.go", diag(7, errSev, "", "z"), diag(2, errSev, "", "y")),
+				dset("a.go", diag(9, warnSev, "", "w")),
+			},
+			want: []string{"a.go:9 warning  w", "b.go:2 error  y", "b.go:7 error  z"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			skip := map[string]bool{}
+			for _, u := range tt.skip {
+				skip[u] = true
+			}
+			prev := snapshot(tt.before, skip)
+			now := snapshot(tt.after, nil)
+			touched := map[string]bool{}
+			for _, u := range tt.touched {
+				touched[u] = true
+			}
+			var got []string
+			for _, l := range fresh(prev, now, tt.after, touched) {
+				got = append(got, fmt.Sprintf("%s:%d %v %s %s", l.uri, l.d.Range.Start.Line, l.d.Severity, l.d.CodeString(), l.d.Message))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("fresh =\n\t%q\nwant\n\t%q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSnapshot checks the journal's counts: per key over all files and per
+// file, reported severities only, skipped URIs left out.
+func TestSnapshot(t *testing.T) {
+	e1 := diag(1, errSev, `"E1"`, "bad")
+	j := snapshot([]lspc.DiagnosticSet{
+		dset("a.go", e1, diag(5, errSev, `"E1"`, "bad "), diag(6, lspc.SeverityHint, "", "hint")),
+		dset("b.go", diag(2, errSev, `"E1"`, "bad"), diag(3, warnSev, "", "careful")),
+		dset("c.go"),
+		dset("d.go", e1),
+	}, map[string]bool{"d.go": true})
+	k1, kw := keyOf(e1), keyOf(diag(0, warnSev, "", "careful"))
+	if want := map[diagKey]int{k1: 3, kw: 1}; !maps.Equal(j.known, want) {
+		t.Errorf("known = %v, want %v", j.known, want)
+	}
+	want := map[string]map[diagKey]int{"a.go": {k1: 2}, "b.go": {k1: 1, kw: 1}}
+	if len(j.files) != len(want) {
+		t.Errorf("files = %v, want %v", j.files, want)
+	}
+	for uri, counts := range want {
+		if !maps.Equal(j.files[uri], counts) {
+			t.Errorf("files[%s] = %v, want %v", uri, j.files[uri], counts)
+		}
+	}
+}
