@@ -7,6 +7,7 @@ package berthtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -211,4 +212,24 @@ func (s *Server) Log() string {
 		b = b[len(b)-logTail:]
 	}
 	return string(b)
+}
+
+// Result is a tool result as the HTTP API returns it.
+type Result struct {
+	Content []struct {
+		Type, Text string
+	}
+	IsError           bool
+	StructuredContent json.RawMessage
+}
+
+// Text is the result's text blocks, joined by newlines.
+func (r Result) Text() string {
+	var s []string
+	for _, c := range r.Content {
+		if c.Type == "text" {
+			s = append(s, c.Text)
+		}
+	}
+	return strings.Join(s, "\n")
 }

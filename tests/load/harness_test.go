@@ -162,23 +162,7 @@ func (c *client) closeRun(ctx context.Context, id string) error {
 }
 
 // toolReply is a tool result as the API returns it.
-type toolReply struct {
-	Content []struct {
-		Type, Text string
-	}
-	IsError           bool
-	StructuredContent json.RawMessage
-}
-
-func (r toolReply) text() string {
-	var s []string
-	for _, c := range r.Content {
-		if c.Type == "text" {
-			s = append(s, c.Text)
-		}
-	}
-	return strings.Join(s, "\n")
-}
+type toolReply = berthtest.Result
 
 // call calls a tool on the default surface and wants a 200 result that is
 // not an error and contains every want.
@@ -195,11 +179,11 @@ func (c *client) call(ctx context.Context, run, tool string, args map[string]any
 		return res, fmt.Errorf("%s: %v: %s", tool, err, b)
 	}
 	if res.IsError {
-		return res, fmt.Errorf("%s %v: error result: %s", tool, args, res.text())
+		return res, fmt.Errorf("%s %v: error result: %s", tool, args, res.Text())
 	}
 	for _, w := range wants {
-		if !strings.Contains(res.text(), w) {
-			return res, fmt.Errorf("%s %v: result lacks %q:\n%s", tool, args, w, res.text())
+		if !strings.Contains(res.Text(), w) {
+			return res, fmt.Errorf("%s %v: result lacks %q:\n%s", tool, args, w, res.Text())
 		}
 	}
 	return res, nil

@@ -77,11 +77,11 @@ func (s *server) lootOf(t *testing.T, tok, run, dir string, wide bool) string {
 	code := fmt.Sprintf("LOOT = %q\nWIDE = %s\n", loot, map[bool]string{true: "True", false: "False"}[wide]) + hunt
 	res, r := s.call(tok, run, "eval", fmt.Sprintf(`{"code":%q,"description":"look for berth credentials in every process"}`, code))
 	if r.status != 200 || res.IsError {
-		t.Fatalf("the hunting cell did not run: %s / %s", r, res.text())
+		t.Fatalf("the hunting cell did not run: %s / %s", r, res.Text())
 	}
 	b, err := os.ReadFile(loot)
 	if err != nil {
-		t.Fatalf("the cell wrote no loot (%v); it said: %s", err, res.text())
+		t.Fatalf("the cell wrote no loot (%v); it said: %s", err, res.Text())
 	}
 	if !strings.Contains(string(b), "PATH") {
 		t.Fatalf("the cell's loot has no environment at all, so it did not really look: %.400s", b)
@@ -173,14 +173,14 @@ func TestHarnessCannotApproveItsOwnCall(t *testing.T) {
 	}
 	select {
 	case res := <-done:
-		t.Fatalf("the call returned before the operator answered: %s", res.text())
+		t.Fatalf("the call returned before the operator answered: %s", res.Text())
 	case <-time.After(200 * time.Millisecond):
 	}
 	if r, err := s.answer(operator, run, c.N, "deny"); err != nil || r.status != http.StatusOK {
 		t.Fatalf("operator deny: %v %v", r, err)
 	}
 	if res := <-done; !res.IsError {
-		t.Errorf("a denied write returned success: %s", res.text())
+		t.Errorf("a denied write returned success: %s", res.Text())
 	}
 	if fileExists(filepath.Join(ws, "pwned.txt")) {
 		t.Error("the denied write wrote its file")

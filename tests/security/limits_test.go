@@ -105,9 +105,9 @@ func TestRunCapAndIdleExpiry(t *testing.T) {
 	run := s.open(tok, spec)
 
 	res, r := s.call(tok, run, "eval", `{"code":"import os; print('pid', os.getpid())","description":"start a kernel and print its process id"}`)
-	m := regexp.MustCompile(`pid (\d+)`).FindStringSubmatch(res.text())
+	m := regexp.MustCompile(`pid (\d+)`).FindStringSubmatch(res.Text())
 	if r.status != 200 || m == nil {
-		t.Fatalf("eval: %s / %s", r, res.text())
+		t.Fatalf("eval: %s / %s", r, res.Text())
 	}
 	pid, _ := strconv.Atoi(m[1])
 	if syscall.Kill(pid, 0) != nil {
@@ -160,17 +160,17 @@ func TestForkBombStopsAtItsLimit(t *testing.T) {
 	ws := t.TempDir()
 	run := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q}`, ws))
 	res, r := s.call(tok, run, "eval", fmt.Sprintf(`{"code":%q,"description":"fork children until the system says no"}`, fmt.Sprintf(forkBomb, forkBombMax)))
-	t.Logf("fork bomb: %s", res.text())
-	m := regexp.MustCompile(`forked (\d+) then (.*)`).FindStringSubmatch(res.text())
+	t.Logf("fork bomb: %s", res.Text())
+	m := regexp.MustCompile(`forked (\d+) then (.*)`).FindStringSubmatch(res.Text())
 	if r.status != 200 || m == nil {
-		t.Fatalf("the fork bomb cell: %s / %s", r, res.text())
+		t.Fatalf("the fork bomb cell: %s / %s", r, res.Text())
 	}
 	if n, _ := strconv.Atoi(m[1]); n >= forkBombMax || m[2] == "None" {
 		t.Errorf("the cell forked %d children without hitting a limit", n)
 	}
 	other := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q}`, t.TempDir()))
-	if res, r := s.call(tok, other, "eval", `{"code":"print(6*7)","description":"check that a neighbouring run still works"}`); r.status != 200 || !strings.Contains(res.text(), "42") {
-		t.Errorf("another run during the fork bomb: %s / %s", r, res.text())
+	if res, r := s.call(tok, other, "eval", `{"code":"print(6*7)","description":"check that a neighbouring run still works"}`); r.status != 200 || !strings.Contains(res.Text(), "42") {
+		t.Errorf("another run during the fork bomb: %s / %s", r, res.Text())
 	}
 	if r := s.do("DELETE", "/v1/runs/"+run, tok, ""); r.status != http.StatusNoContent {
 		t.Errorf("close the fork bomb's run: %s", r)

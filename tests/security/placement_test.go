@@ -51,8 +51,8 @@ func TestHostPlacementIsTheOperatorsChoice(t *testing.T) {
 		os.Mkdir(ws, 0o755)
 		run := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q}`, ws))
 		res, _ := s.call(tok, run, "read", `{"path":"/etc/shadow"}`)
-		if !res.IsError || strings.Contains(res.text(), "root:") {
-			t.Errorf("read /etc/shadow from a run under the root: %s", res.text())
+		if !res.IsError || strings.Contains(res.Text(), "root:") {
+			t.Errorf("read /etc/shadow from a run under the root: %s", res.Text())
 		}
 	})
 

@@ -147,20 +147,7 @@ func (s *server) open(tok, spec string) string {
 }
 
 // result is a tool result.
-type result struct {
-	Content []struct {
-		Type, Text string
-	}
-	IsError bool
-}
-
-func (r result) text() string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
-}
+type result = berthtest.Result
 
 // call calls a tool and returns its result; a call error (not 200) is
 // returned as the reply with a zero result.

@@ -83,8 +83,8 @@ func TestTenantsDoNotSeeEachOther(t *testing.T) {
 		}
 	}
 	res, r := s.call(tn.a, run, "read", `{"path":"secret.txt"}`)
-	if r.status != 200 || !strings.Contains(res.text(), "tenant a's secret") {
-		t.Errorf("tenant a cannot read its own file after b's attempts: %s / %s", r, res.text())
+	if r.status != 200 || !strings.Contains(res.Text(), "tenant a's secret") {
+		t.Errorf("tenant a cannot read its own file after b's attempts: %s / %s", r, res.Text())
 	}
 	// The metrics credential reads metrics and nothing else; the
 	// harness credential does not read metrics.

@@ -76,7 +76,7 @@ func TestRepositoryCodeDoesNotRunOnTheHost(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("plan run: lsp diagnostics *: %s", r)
 	}
-	t.Logf("plan run, diagnostics *: %s", res.text())
+	t.Logf("plan run, diagnostics *: %s", res.Text())
 
 	run := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q,"conversation_id":"c-trust"}`, ws))
 	for _, c := range []struct{ tool, args string }{
@@ -89,11 +89,11 @@ func TestRepositoryCodeDoesNotRunOnTheHost(t *testing.T) {
 		if r.status != 200 {
 			t.Fatalf("%s %s: %s", c.tool, c.args, r)
 		}
-		t.Logf("%s %s: %s", c.tool, c.args, res.text())
+		t.Logf("%s %s: %s", c.tool, c.args, res.Text())
 		if c.tool == "eval" {
-			_, exe, ok := strings.Cut(res.text(), "EXE=")
+			_, exe, ok := strings.Cut(res.Text(), "EXE=")
 			if !ok || strings.HasPrefix(exe, ws) {
-				t.Errorf("the cell ran under the workspace's own interpreter (or not at all): %s", res.text())
+				t.Errorf("the cell ran under the workspace's own interpreter (or not at all): %s", res.Text())
 			}
 		}
 	}
@@ -145,8 +145,8 @@ func TestBuildScriptNeedsExecApproval(t *testing.T) {
 
 	plan := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q,"mode":"plan"}`, ws))
 	res, r := s.call(tok, plan, "lsp", `{"action":"diagnostics","file":"*"}`)
-	if r.status != 200 || !res.IsError || !strings.Contains(res.text(), "cargo") {
-		t.Errorf("plan run: want a tool error naming cargo, got %s / %s", r, res.text())
+	if r.status != 200 || !res.IsError || !strings.Contains(res.Text(), "cargo") {
+		t.Errorf("plan run: want a tool error naming cargo, got %s / %s", r, res.Text())
 	}
 	for _, p := range []string{"Cargo.lock", "target"} {
 		if fileExists(filepath.Join(ws, p)) {
@@ -159,9 +159,9 @@ func TestBuildScriptNeedsExecApproval(t *testing.T) {
 
 	run := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q}`, ws))
 	res, r = s.call(tok, run, "lsp", `{"action":"diagnostics","file":"*"}`)
-	t.Logf("local run: %d / %s", r.status, res.text())
+	t.Logf("local run: %d / %s", r.status, res.Text())
 	if !fileExists(filepath.Join(markers, "build-rs")) {
-		t.Errorf("a local run allows exec, so cargo check should have run the build script; result: %s", res.text())
+		t.Errorf("a local run allows exec, so cargo check should have run the build script; result: %s", res.Text())
 	}
 }
 
