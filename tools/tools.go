@@ -114,7 +114,9 @@ type Info struct {
 	InputSchema *jsonschema.Schema `json:"inputSchema"`
 }
 
-// Handler runs a tool with raw JSON arguments.
+// Handler runs a tool with raw JSON arguments. An error that is not a call
+// error (see [IsCallError]) is the tool's failure: the registry returns it
+// to the caller as a Result with IsError.
 type Handler func(ctx context.Context, args json.RawMessage) (*Result, error)
 
 // Middleware wraps the handler of a tool, for cross-cutting behaviour such as
@@ -123,7 +125,10 @@ type Handler func(ctx context.Context, args json.RawMessage) (*Result, error)
 type Middleware func(t Tool, next Handler) Handler
 
 // Call errors. A tool's own failure that the model should act on is a
-// Result with IsError set, not an error.
+// Result with IsError set, not an error: a handler returns it as any other
+// error (an [*Error] or a wrapped one) and the registry turns it into that
+// Result. Only these, an [*InputError] and the end of the call's context
+// stay errors of the call.
 var (
 	// ErrUnknownTool: no tool of that name is registered for this run (HTTP 404).
 	ErrUnknownTool = errors.New("unknown tool")
@@ -148,6 +153,59 @@ func (e *InputError) Error() string {
 }
 
 func (e *InputError) Unwrap() error { return e.Err }
+
+// Error is a tool's failure written for the model: what failed, why, and
+// what to call next. A handler returns it like any error; so do the shared
+// pieces under tools/ (tools/workspace's path checks), so that a message
+// reaches the model as written, whichever package wrote it.
+type Error struct {
+	Msg   string
+	cause error
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+func (e *Error) Unwrap() error { return e.cause }
+
+// Fail returns an [*Error] with a formatted message. Use %w to keep a cause
+// for errors.Is; the message is the whole text.
+func Fail(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return &Error{Msg: err.Error(), cause: errors.Unwrap(err)}
+}
+
+// IsCallError reports whether err, returned by a handler or middleware while
+// ctx is the call's context, ends the call as an error rather than becoming
+// a tool error for the model: unknown tool, denied, bad input, or ctx's end.
+func IsCallError(ctx context.Context, err error) bool {
+	var ie *InputError
+	switch {
+	case errors.Is(err, ErrUnknownTool), errors.Is(err, ErrDenied), errors.As(err, &ie):
+		return true
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return true
+	}
+	return false
+}
+
+// settle is what every handler's answer goes through: a call error stays
+// one (ctx's end as ctx.Err()), any other error becomes a Result with
+// IsError and the error's text, and a nil Result an empty one.
+func settle(ctx context.Context, res *Result, err error) (*Result, error) {
+	if err == nil {
+		if res == nil {
+			res = &Result{}
+		}
+		return res, nil
+	}
+	if IsCallError(ctx, err) {
+		if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	return Errorf("%s", err.Error()), nil
+}
 
 // Registry is one run's set of tools. It is safe for concurrent use.
 type Registry struct {
@@ -222,7 +280,10 @@ func (r *Registry) add(t Tool, schema *jsonschema.Schema, h Handler) {
 	if _, dup := r.tools[t.Name]; dup {
 		panic("tools: duplicate tool " + t.Name)
 	}
-	r.tools[t.Name] = &entry{tool: t, schema: schema, handler: h}
+	r.tools[t.Name] = &entry{tool: t, schema: schema, handler: func(ctx context.Context, args json.RawMessage) (*Result, error) {
+		res, err := h(ctx, args)
+		return settle(ctx, res, err)
+	}}
 }
 
 // Use adds middleware that wraps every tool's handler, outermost last.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -288,5 +289,65 @@ func TestSurfaceOf(t *testing.T) {
 		if seen != s {
 			t.Errorf("called on %q, handler saw %q", s, seen)
 		}
+	}
+}
+
+// TestHandlerErrors pins the one tool-error path: what a handler returns
+// reaches the caller either as a Result with IsError (the model acts on
+// it) or as a call error, whichever package wrote it.
+func TestHandlerErrors(t *testing.T) {
+	cause := errors.New("disk full")
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name     string
+		ctx      context.Context
+		err      error
+		res      *Result
+		wantText string // the IsError result's text; "" means a call error
+		wantIs   error  // for a call error: errors.Is target
+	}{
+		{name: "plain error", err: errors.New("no such symbol: give another"), wantText: "no such symbol: give another"},
+		{name: "tools.Error", err: Fail("file %s is binary: read another", "a.bin"), wantText: "file a.bin is binary: read another"},
+		{name: "wrapped tools.Error", err: fmt.Errorf("patch line 3: %w", Fail("a.txt changed")), wantText: "patch line 3: a.txt changed"},
+		{name: "Fail keeps its cause", err: Fail("writing a.txt failed: %w; nothing changed", cause), wantText: "writing a.txt failed: disk full; nothing changed"},
+		{name: "step refused is the model's", err: fmt.Errorf("lsp did not run cargo check: %w", ErrStepRefused), wantText: "lsp did not run cargo check: step refused"},
+		{name: "denied", err: fmt.Errorf("gate: %w", ErrDenied), wantIs: ErrDenied},
+		{name: "unknown tool", err: fmt.Errorf("%w x", ErrUnknownTool), wantIs: ErrUnknownTool},
+		{name: "input error", err: &InputError{Tool: "t", Msg: "bad"}},
+		{name: "the call's end", ctx: canceled, err: fmt.Errorf("waiting for the server: %w", context.Canceled), wantIs: context.Canceled},
+		{name: "a deadline of the tool's own", err: fmt.Errorf("the server did not answer in 30s: %w", context.DeadlineExceeded), wantText: "the server did not answer in 30s: context deadline exceeded"},
+		{name: "nil result", wantText: ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewRegistry()
+			Register(r, Tool{Name: "t", Level: LevelRead}, func(ctx context.Context, in pathIn) (*Result, error) {
+				return tc.res, tc.err
+			})
+			ctx := tc.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			res, err := r.Call(ctx, SurfaceDefault, "t", json.RawMessage(`{"path":"a"}`))
+			switch {
+			case tc.err == nil:
+				if err != nil || res == nil || res.IsError {
+					t.Fatalf("res %+v, err %v: want an empty result", res, err)
+				}
+			case tc.wantText != "":
+				if err != nil || res == nil || !res.IsError || res.AllText() != tc.wantText {
+					t.Fatalf("res %+v, err %v: want an IsError result %q", res, err, tc.wantText)
+				}
+			default:
+				var ie *InputError
+				if res != nil || err == nil || (tc.wantIs != nil && !errors.Is(err, tc.wantIs)) || (tc.wantIs == nil && !errors.As(err, &ie)) {
+					t.Fatalf("res %+v, err %v: want a call error", res, err)
+				}
+			}
+		})
+	}
+	if !errors.Is(Fail("x: %w", cause), cause) {
+		t.Error("Fail lost its %w cause")
 	}
 }

@@ -152,7 +152,7 @@ func (s *Supervisor) resolve(p, what string) (string, error) {
 		return "", errorf("%s is empty: give a path relative to the workspace %s", what, s.root)
 	}
 	name, err := workspace.Name(s.root, p)
-	var we *workspace.Error
+	var we *tools.Error
 	if errors.As(err, &we) {
 		return "", errorf("%s: %s", what, we.Msg)
 	}
@@ -236,7 +236,7 @@ func (s *Supervisor) adapters(ctx context.Context, in Input) (reply, error) {
 
 // fsError explains an error of the workspace FS for name, as every tool does.
 func (s *Supervisor) fsError(name string, err error) error {
-	var we *workspace.Error
+	var we *tools.Error
 	if errors.As(workspace.Explain(s.root, name, err), &we) {
 		return errorf("%s", we.Msg)
 	}

@@ -90,7 +90,7 @@ func (w *workspace) fsError(name string, err error) error {
 
 // local makes a workspace path error one of this package's tool errors.
 func local(err error) error {
-	var we *wspath.Error
+	var we *tools.Error
 	if errors.As(err, &we) {
 		return &toolError{msg: we.Msg}
 	}

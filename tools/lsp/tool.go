@@ -111,7 +111,7 @@ func finish(ctx context.Context, res *tools.Result, err error) (*tools.Result, e
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return nil, ctx.Err()
 	}
-	var we *wspath.Error
+	var we *tools.Error
 	if errors.As(err, &we) {
 		return tools.Errorf("%s", we.Msg), nil
 	}

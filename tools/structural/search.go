@@ -1,6 +1,7 @@
 package structural
 
 import (
+	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/workspace"
 	"bytes"
 	"container/heap"
@@ -62,7 +63,7 @@ func fsError(fsys sandbox.FS, name string, err error) error {
 
 // local makes a workspace path error one of this package's errors.
 func local(err error) error {
-	var we *workspace.Error
+	var we *tools.Error
 	if errors.As(err, &we) {
 		return &Error{Msg: we.Msg}
 	}

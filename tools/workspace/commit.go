@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
 )
 
 // Change is one file of a multi-file commit ([Commit], [Write]). Old and
@@ -48,7 +49,7 @@ func (c *Change) dest() string {
 // hold Old; a new one, or a MoveTo, must not exist), then [Write] writes
 // them, restoring every file already written when one write fails. A tool
 // whose edit spans files (lsp_rename) uses it so that its writes behave
-// like apply_patch's. A check's error is an *Error and nothing is written;
+// like apply_patch's. A check's error is a *tools.Error and nothing is written;
 // a write's is a *CommitError.
 func Commit(ctx context.Context, fsys sandbox.FS, changes []Change) error {
 	cs := make([]Change, len(changes))
@@ -72,7 +73,7 @@ func Commit(ctx context.Context, fsys sandbox.FS, changes []Change) error {
 				return err
 			}
 			if !bytes.Equal(data, ch.Old) {
-				return errorf("%s changed on disk since the edit was computed: read it again and retry. No file was changed", ch.Path)
+				return tools.Fail("%s changed on disk since the edit was computed: read it again and retry. No file was changed", ch.Path)
 			}
 			ch.Old, ch.Perm = data, fi.Mode().Perm()
 		} else {
@@ -88,7 +89,7 @@ func Commit(ctx context.Context, fsys sandbox.FS, changes []Change) error {
 
 // Verify checks, right before a commit, that no file changed on disk since
 // its Old was read and that no file to create, or MoveTo, exists. Its
-// error is an *Error naming the first file that fails (after the change's
+// error is a *tools.Error naming the first file that fails (after the change's
 // Where), or the context's.
 func Verify(ctx context.Context, fsys sandbox.FS, changes []Change) error {
 	root := path.Clean(fsys.Root())
@@ -100,7 +101,7 @@ func Verify(ctx context.Context, fsys sandbox.FS, changes []Change) error {
 			var now []byte
 			now, err = fsys.ReadFile(ctx, c.Path)
 			if err == nil && !bytes.Equal(now, c.Old) {
-				err = errorf("%s changed on disk while the patch was being applied: read it again and retry. No file was changed.", c.Path)
+				err = tools.Fail("%s changed on disk while the patch was being applied: read it again and retry. No file was changed.", c.Path)
 			} else if err != nil {
 				err = Explain(root, c.Path, err)
 			}
@@ -253,7 +254,7 @@ func restore(fsys sandbox.FS, c *Change, written []byte) func(context.Context) *
 type CommitError struct {
 	// Path is the file whose write failed (its MoveTo when it moves).
 	Path string
-	// Err is why: an FS error explained as an *Error, or Check's error.
+	// Err is why: an FS error explained as a *tools.Error, or Check's error.
 	Err error
 	// Undo are the undo steps that failed, newest first; empty when the
 	// workspace is as before the commit.

@@ -12,6 +12,7 @@ import (
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/dirfs"
+	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/workspace"
 )
 
@@ -116,7 +117,7 @@ func TestCommitRefusesStale(t *testing.T) {
 		{Path: "a.txt", Old: []byte("a\n"), New: []byte("A\n")},
 		{Path: "b.txt", Old: []byte("b\n"), New: []byte("B\n")},
 	})
-	var we *workspace.Error
+	var we *tools.Error
 	if !errors.As(err, &we) || !strings.Contains(we.Msg, "b.txt changed on disk") || !strings.Contains(we.Msg, "No file was changed") {
 		t.Fatalf("err = %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
 )
 
 // binarySniff is how many leading bytes [IsBinary] searches for a NUL byte
@@ -33,7 +34,7 @@ func HardLinks(fi fs.FileInfo) uint64 {
 // says what the tool does not do with it ("changed in place", "read").
 func SingleLink(name string, fi fs.FileInfo, not string) error {
 	if n := HardLinks(fi); n > 1 {
-		return errorf("%s has %d hard links, which may reach outside the workspace, so it is not %s: copy it first (cp %s %s.tmp && mv %s.tmp %s) and retry", name, n, not, name, name, name, name)
+		return tools.Fail("%s has %d hard links, which may reach outside the workspace, so it is not %s: copy it first (cp %s %s.tmp && mv %s.tmp %s) and retry", name, n, not, name, name, name, name)
 	}
 	return nil
 }
@@ -41,11 +42,11 @@ func SingleLink(name string, fi fs.FileInfo, not string) error {
 // ReadText reads the regular text file name of fsys for a tool that
 // changes it: missing files, symbolic links, non-regular files, binary
 // files and files with more than one hard link (which may reach outside the
-// workspace) are refused with an *Error.
+// workspace) are refused with a *tools.Error.
 func ReadText(ctx context.Context, fsys sandbox.FS, name string) ([]byte, fs.FileInfo, error) {
 	root := path.Clean(fsys.Root())
 	if name == "." {
-		return nil, nil, errorf("%s is the workspace directory, not a file: give a file path", root)
+		return nil, nil, tools.Fail("%s is the workspace directory, not a file: give a file path", root)
 	}
 	fi, err := fsys.Lstat(ctx, name)
 	if err != nil {
@@ -62,7 +63,7 @@ func ReadText(ctx context.Context, fsys sandbox.FS, name string) ([]byte, fs.Fil
 		return nil, nil, Explain(root, name, err)
 	}
 	if IsBinary(data) {
-		return nil, nil, errorf("%s is a binary file: this tool changes text files only", name)
+		return nil, nil, tools.Fail("%s is a binary file: this tool changes text files only", name)
 	}
 	return data, fi, nil
 }
@@ -73,15 +74,15 @@ func ReadText(ctx context.Context, fsys sandbox.FS, name string) ([]byte, fs.Fil
 func Changeable(ctx context.Context, fsys sandbox.FS, name string, fi fs.FileInfo) error {
 	switch {
 	case fi.IsDir():
-		return errorf("%s is a directory, not a file: give a file path (read %s lists it)", name, name)
+		return tools.Fail("%s is a directory, not a file: give a file path (read %s lists it)", name, name)
 	case fi.Mode()&fs.ModeSymlink != 0:
 		_, err := fsys.Stat(ctx, name)
 		if errors.Is(err, sandbox.ErrEscape) {
 			return Explain(path.Clean(fsys.Root()), name, err)
 		}
-		return errorf("%s is a symbolic link: change the file it points to instead (readlink -f %s names it), or delete the link first", name, name)
+		return tools.Fail("%s is a symbolic link: change the file it points to instead (readlink -f %s names it), or delete the link first", name, name)
 	case !fi.Mode().IsRegular():
-		return errorf("%s is not a regular file (%s): only regular files can be changed", name, fi.Mode().Type())
+		return tools.Fail("%s is not a regular file (%s): only regular files can be changed", name, fi.Mode().Type())
 	}
 	return nil
 }
@@ -98,13 +99,13 @@ func MustNotExist(ctx context.Context, fsys sandbox.FS, name, where, instead str
 	}
 	switch {
 	case err == nil:
-		return errorf("%s%s already exists: use %s for it, or delete it first. No file was changed.", where, name, instead)
+		return tools.Fail("%s%s already exists: use %s for it, or delete it first. No file was changed.", where, name, instead)
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	default:
-		var we *Error
+		var we *tools.Error
 		if errors.As(Explain(path.Clean(fsys.Root()), name, err), &we) {
-			return errorf("%s%s. No file was changed.", where, we.Msg)
+			return tools.Fail("%s%s. No file was changed.", where, we.Msg)
 		}
 		return err
 	}
@@ -119,7 +120,7 @@ func MkdirParents(ctx context.Context, fsys sandbox.FS, name string) ([]string, 
 		fi, err := fsys.Stat(ctx, dir)
 		if err == nil {
 			if !fi.IsDir() {
-				return nil, errorf("cannot create %s: %s is a file, not a directory", name, dir)
+				return nil, tools.Fail("cannot create %s: %s is a file, not a directory", name, dir)
 			}
 			break
 		}

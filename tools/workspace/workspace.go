@@ -9,7 +9,6 @@ package workspace
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"path"
 	"strings"
@@ -17,30 +16,23 @@ import (
 	"unicode/utf8"
 
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
 )
-
-// Error is a message for the model: what is wrong with a path and what to
-// do instead.
-type Error struct{ Msg string }
-
-func (e *Error) Error() string { return e.Msg }
-
-func errorf(format string, args ...any) error { return &Error{Msg: fmt.Sprintf(format, args...)} }
 
 // Name maps p — relative to the workspace, or absolute under root — to a
 // name of the workspace FS ("." for the root). A path that leaves the
 // workspace, starts with "~", is empty, holds a NUL byte or is not UTF-8 is
-// an *Error. Symbolic links are the FS's to refuse (sandbox.ErrEscape).
+// a *tools.Error. Symbolic links are the FS's to refuse (sandbox.ErrEscape).
 func Name(root, p string) (string, error) {
 	root = path.Clean(root)
 	if p == "" {
-		return "", errorf("path is empty: give a path relative to the workspace %s", root)
+		return "", tools.Fail("path is empty: give a path relative to the workspace %s", root)
 	}
 	if strings.IndexByte(p, 0) >= 0 {
-		return "", errorf("path %q contains a NUL byte: give a plain path inside the workspace %s", p, root)
+		return "", tools.Fail("path %q contains a NUL byte: give a plain path inside the workspace %s", p, root)
 	}
 	if !utf8.ValidString(p) {
-		return "", errorf("path %q is not valid UTF-8: give the path as text", p)
+		return "", tools.Fail("path %q is not valid UTF-8: give the path as text", p)
 	}
 	switch {
 	case path.IsAbs(p):
@@ -65,7 +57,7 @@ func Name(root, p string) (string, error) {
 }
 
 func outside(root, p string) error {
-	return errorf("path %q is outside the workspace %s: use a path inside it, relative to the workspace (src/main.go) or absolute under it (%s)",
+	return tools.Fail("path %q is outside the workspace %s: use a path inside it, relative to the workspace (src/main.go) or absolute under it (%s)",
 		p, root, path.Join(root, "src/main.go"))
 }
 
@@ -77,30 +69,30 @@ func Show(name string) string {
 	return name
 }
 
-// Explain turns an error of the workspace FS for name into an *Error that
-// tells the model what to do. nil stays nil; an *Error and a context's
+// Explain turns an error of the workspace FS for name into a *tools.Error that
+// tells the model what to do. nil stays nil; a *tools.Error and a context's
 // error are returned unchanged.
 func Explain(root, name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var we *Error
+	var we *tools.Error
 	if errors.As(err, &we) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	switch {
 	case errors.Is(err, sandbox.ErrEscape):
-		return errorf("path %q leads outside the workspace %s (through a symbolic link): use a path inside it", name, root)
+		return tools.Fail("path %q leads outside the workspace %s (through a symbolic link): use a path inside it", name, root)
 	case errors.Is(err, fs.ErrNotExist):
-		return errorf("%s does not exist: list its parent directory %s with read to see what is there", Show(name), Show(path.Dir(name)))
+		return tools.Fail("%s does not exist: list its parent directory %s with read to see what is there", Show(name), Show(path.Dir(name)))
 	case errors.Is(err, fs.ErrPermission):
-		return errorf("permission denied for %s: the sandbox user may not do this; choose another path or fix the permissions with a shell command", Show(name))
+		return tools.Fail("permission denied for %s: the sandbox user may not do this; choose another path or fix the permissions with a shell command", Show(name))
 	case errors.Is(err, sandbox.ErrTooLarge):
-		return errorf("%s is larger than %d MiB, too large for this tool: inspect it with a shell command (head, sed -n, grep)", Show(name), sandbox.MaxFileSize>>20)
+		return tools.Fail("%s is larger than %d MiB, too large for this tool: inspect it with a shell command (head, sed -n, grep)", Show(name), sandbox.MaxFileSize>>20)
 	case errors.Is(err, sandbox.ErrGone):
-		return errorf("the sandbox is gone (%v): the run cannot use its files any more", err)
+		return tools.Fail("the sandbox is gone (%v): the run cannot use its files any more", err)
 	case errors.Is(err, syscall.ENOTDIR):
-		return errorf("a parent of %s is not a directory: check the path", Show(name))
+		return tools.Fail("a parent of %s is not a directory: check the path", Show(name))
 	}
-	return errorf("%s: %v", Show(name), err)
+	return tools.Fail("%s: %v", Show(name), err)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
 )
 
 func TestName(t *testing.T) {
@@ -34,9 +35,9 @@ func TestName(t *testing.T) {
 	for _, tc := range tests {
 		got, err := Name(tc.root, tc.p)
 		if tc.bad != "" {
-			var we *Error
+			var we *tools.Error
 			if !errors.As(err, &we) || !strings.Contains(err.Error(), tc.bad) {
-				t.Errorf("Name(%q, %q) = %q, %v; want an *Error with %q", tc.root, tc.p, got, err, tc.bad)
+				t.Errorf("Name(%q, %q) = %q, %v; want a *tools.Error with %q", tc.root, tc.p, got, err, tc.bad)
 			}
 			continue
 		}
@@ -60,7 +61,7 @@ func TestExplain(t *testing.T) {
 	}
 	for _, tc := range tests {
 		err := Explain("/ws", "a/x", tc.err)
-		var we *Error
+		var we *tools.Error
 		if !errors.As(err, &we) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Explain(%v) = %v; want %q", tc.err, err, tc.want)
 		}
