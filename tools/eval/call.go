@@ -53,7 +53,7 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 	if lang == Python {
 		var err error
 		if code, err = rewritePython(code); err != nil {
-			return tools.Errorf("%v", err), nil
+			return nil, err
 		}
 	} else {
 		code = rewriteJavaScript(code)

@@ -97,10 +97,10 @@ func parsePatch(text string) ([]*fileOp, error) {
 		last--
 	}
 	if first > last || strings.TrimSpace(lines[first]) != beginPatch {
-		return nil, errorf("the patch must start with the line %q", beginPatch)
+		return nil, tools.Fail("the patch must start with the line %q", beginPatch)
 	}
 	if strings.TrimSpace(lines[last]) != endPatch || last == first {
-		return nil, errorf("the patch must end with the line %q", endPatch)
+		return nil, tools.Fail("the patch must end with the line %q", endPatch)
 	}
 	var ops []*fileOp
 	i := first + 1
@@ -124,7 +124,7 @@ func parsePatch(text string) ([]*fileOp, error) {
 				case lines[i] == "":
 					blanks++ // an empty line whose + was dropped, unless trailing
 				default:
-					return nil, errorf("patch line %d: every line of an added file starts with +, found %q (in *** Add File: %s)", i+1, lines[i], op.path)
+					return nil, tools.Fail("patch line %d: every line of an added file starts with +, found %q (in *** Add File: %s)", i+1, lines[i], op.path)
 				}
 			}
 			ops = append(ops, op)
@@ -144,21 +144,21 @@ func parsePatch(text string) ([]*fileOp, error) {
 				return nil, err
 			}
 			if len(op.hunks) == 0 && op.moveTo == "" {
-				return nil, errorf("patch line %d: *** Update File: %s has no hunks: add lines starting with space, - or +", ln, op.path)
+				return nil, tools.Fail("patch line %d: *** Update File: %s has no hunks: add lines starting with space, - or +", ln, op.path)
 			}
 			ops = append(ops, op)
 		case strings.TrimSpace(l) == endPatch:
-			return nil, errorf("patch line %d: %q comes before the end of the patch: give one patch per call, ending with %q", ln, endPatch, endPatch)
+			return nil, tools.Fail("patch line %d: %q comes before the end of the patch: give one patch per call, ending with %q", ln, endPatch, endPatch)
 		default:
-			return nil, errorf("patch line %d: expected *** Add File:, *** Update File: or *** Delete File:, found %q", ln, l)
+			return nil, tools.Fail("patch line %d: expected *** Add File:, *** Update File: or *** Delete File:, found %q", ln, l)
 		}
 	}
 	if len(ops) == 0 {
-		return nil, errorf("the patch changes no file: put *** Add File:, *** Update File: or *** Delete File: sections between %q and %q", beginPatch, endPatch)
+		return nil, tools.Fail("the patch changes no file: put *** Add File:, *** Update File: or *** Delete File: sections between %q and %q", beginPatch, endPatch)
 	}
 	for _, op := range ops {
 		if op.path == "" {
-			return nil, errorf("patch line %d: the file path is missing", op.line)
+			return nil, tools.Fail("patch line %d: the file path is missing", op.line)
 		}
 	}
 	return ops, nil
@@ -184,11 +184,11 @@ func parseHunks(lines []string, i, last int, op *fileOp) (int, error) {
 			}
 		case strings.TrimSpace(l) == endOfFile:
 			if cur == nil || len(cur.lines) == 0 {
-				return 0, errorf("patch line %d: %q must follow the lines of a hunk (in *** Update File: %s)", ln, endOfFile, op.path)
+				return 0, tools.Fail("patch line %d: %q must follow the lines of a hunk (in *** Update File: %s)", ln, endOfFile, op.path)
 			}
 			cur.eof = true
 		case strings.HasPrefix(l, moveTo):
-			return 0, errorf("patch line %d: %q must come right after *** Update File: %s", ln, strings.TrimSpace(moveTo), op.path)
+			return 0, tools.Fail("patch line %d: %q must come right after *** Update File: %s", ln, strings.TrimSpace(moveTo), op.path)
 		case l == "" || l[0] == ' ' || l[0] == '-' || l[0] == '+':
 			if cur == nil || cur.eof {
 				start(ln)
@@ -199,7 +199,7 @@ func parseHunks(lines []string, i, last int, op *fileOp) (int, error) {
 				cur.lines = append(cur.lines, hunkLine{l[0], l[1:]})
 			}
 		default:
-			return 0, errorf("patch line %d: lines of a hunk start with a space (context), - (removed) or + (added), found %q (in *** Update File: %s)", ln, l, op.path)
+			return 0, tools.Fail("patch line %d: lines of a hunk start with a space (context), - (removed) or + (added), found %q (in *** Update File: %s)", ln, l, op.path)
 		}
 	}
 	// Trailing empty context lines are usually blank lines between sections.
@@ -210,7 +210,7 @@ func parseHunks(lines []string, i, last int, op *fileOp) (int, error) {
 		}
 		op.hunks[h].lines = hl
 		if len(hl) == 0 {
-			return 0, errorf("patch line %d: a hunk of *** Update File: %s has no lines", op.hunks[h].line, op.path)
+			return 0, tools.Fail("patch line %d: a hunk of *** Update File: %s has no lines", op.hunks[h].line, op.path)
 		}
 	}
 	return i, nil
@@ -230,7 +230,7 @@ func applyHunks(name string, text string, hunks []hunk) (string, error) {
 		for _, a := range h.anchors {
 			idx := seek(lines, []string{a}, cursor, trimBoth)
 			if idx < 0 {
-				return "", errorf("%s did not apply: its @@ line %q was not found in %s%s: use a line that exists in the file, or leave the text after @@ empty",
+				return "", tools.Fail("%s did not apply: its @@ line %q was not found in %s%s: use a line that exists in the file, or leave the text after @@ empty",
 					label, a, name, afterLine(cursor))
 			}
 			cursor = idx + 1
@@ -349,7 +349,7 @@ func hunkError(label, name string, lines, old []string, cursor int) error {
 		b.WriteString(l + "\n")
 	}
 	fmt.Fprintf(&b, "Read %s again and copy the context and - lines exactly. No file was changed.", name)
-	return errorf("%s", b.String())
+	return tools.Fail("%s", b.String())
 }
 
 // change is the planned effect of one fileOp.
@@ -365,11 +365,6 @@ type change struct {
 }
 
 func (w *workspace) applyPatch(ctx context.Context, in PatchInput) (*tools.Result, error) {
-	res, err := w.doPatch(ctx, in)
-	return finish(ctx, res, err)
-}
-
-func (w *workspace) doPatch(ctx context.Context, in PatchInput) (*tools.Result, error) {
 	ops, err := parsePatch(in.Patch)
 	if err != nil {
 		return nil, err
@@ -415,7 +410,7 @@ func (w *workspace) plan(ctx context.Context, ops []*fileOp) ([]*change, error) 
 	claimed := map[string]int{} // workspace name -> patch line of the section using it
 	claim := func(name string, op *fileOp) error {
 		if ln, dup := claimed[name]; dup {
-			return errorf("patch line %d: %s is already changed by the section at patch line %d: put all changes of a file in one section", op.line, name, ln)
+			return tools.Fail("patch line %d: %s is already changed by the section at patch line %d: put all changes of a file in one section", op.line, name, ln)
 		}
 		claimed[name] = op.line
 		return nil
@@ -427,7 +422,7 @@ func (w *workspace) plan(ctx context.Context, ops []*fileOp) ([]*change, error) 
 			return nil, err
 		}
 		if name == "." {
-			return nil, errorf("patch line %d: %s is the workspace directory, not a file", op.line, op.path)
+			return nil, tools.Fail("patch line %d: %s is the workspace directory, not a file", op.line, op.path)
 		}
 		if err := claim(name, op); err != nil {
 			return nil, err
@@ -472,7 +467,7 @@ func (w *workspace) plan(ctx context.Context, ops []*fileOp) ([]*change, error) 
 					return nil, err
 				}
 				if dest == "." {
-					return nil, errorf("patch line %d: cannot move %s onto the workspace directory", op.line, name)
+					return nil, tools.Fail("patch line %d: cannot move %s onto the workspace directory", op.line, name)
 				}
 				if dest != name {
 					if err := claim(dest, op); err != nil {
@@ -486,7 +481,7 @@ func (w *workspace) plan(ctx context.Context, ops []*fileOp) ([]*change, error) 
 			}
 		}
 		if len(c.new) > sandbox.MaxFileSize {
-			return nil, errorf("patch line %d: %s would be %d bytes, more than the %d MiB limit", op.line, c.dest, len(c.new), sandbox.MaxFileSize>>20)
+			return nil, tools.Fail("patch line %d: %s would be %d bytes, more than the %d MiB limit", op.line, c.dest, len(c.new), sandbox.MaxFileSize>>20)
 		}
 		changes = append(changes, c)
 	}
@@ -494,11 +489,11 @@ func (w *workspace) plan(ctx context.Context, ops []*fileOp) ([]*change, error) 
 }
 
 func (w *workspace) readPatchTarget(ctx context.Context, name string, op *fileOp) ([]byte, fs.FileInfo, error) {
-	data, fi, err := w.readText(ctx, name)
+	data, fi, err := wspath.ReadText(ctx, w.fs, name)
 	if err != nil {
-		var te *toolError
+		var te *tools.Error
 		if errors.As(err, &te) {
-			return nil, nil, errorf("patch line %d: %s. No file was changed.", op.line, te.msg)
+			return nil, nil, tools.Fail("patch line %d: %s. No file was changed.", op.line, te.Msg)
 		}
 		return nil, nil, err
 	}
@@ -507,7 +502,7 @@ func (w *workspace) readPatchTarget(ctx context.Context, name string, op *fileOp
 
 // mustNotExist fails when name exists (as anything, a dangling link too).
 func (w *workspace) mustNotExist(ctx context.Context, name string, op *fileOp, instead string) error {
-	return local(wspath.MustNotExist(ctx, w.fs, name, op.where(), instead))
+	return wspath.MustNotExist(ctx, w.fs, name, op.where(), instead)
 }
 
 // commitChanges are changes as the workspace's multi-file commit takes them.
@@ -545,7 +540,7 @@ func commitChanges(changes []*change) []wspath.Change {
 
 // verify checks that no file changed on disk since plan read it.
 func (w *workspace) verify(ctx context.Context, changes []*change) error {
-	return local(wspath.Verify(ctx, w.fs, commitChanges(changes)))
+	return wspath.Verify(ctx, w.fs, commitChanges(changes))
 }
 
 // commit writes every change. When one fails it undoes the changes already

@@ -11,6 +11,7 @@ import (
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	wspath "berth.dev/berth/tools/workspace"
 )
 
 const readDescription = `Read a text file of the workspace, or list a directory.
@@ -25,13 +26,8 @@ type ReadInput struct {
 }
 
 func (w *workspace) read(ctx context.Context, in ReadInput) (*tools.Result, error) {
-	res, err := w.doRead(ctx, in)
-	return finish(ctx, res, err)
-}
-
-func (w *workspace) doRead(ctx context.Context, in ReadInput) (*tools.Result, error) {
 	if in.Offset < 0 || in.Limit < 0 {
-		return nil, errorf("offset and limit must not be negative: offset is the 1-based first line, limit the number of lines")
+		return nil, tools.Fail("offset and limit must not be negative: offset is the 1-based first line, limit the number of lines")
 	}
 	name, err := w.rel(in.Path)
 	if err != nil {
@@ -45,17 +41,17 @@ func (w *workspace) doRead(ctx context.Context, in ReadInput) (*tools.Result, er
 		return w.list(ctx, name)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, errorf("%s is not a regular file (%s) and cannot be read", name, fi.Mode().Type())
+		return nil, tools.Fail("%s is not a regular file (%s) and cannot be read", name, fi.Mode().Type())
 	}
-	if err := singleLink(name, fi, "read"); err != nil {
+	if err := wspath.SingleLink(name, fi, "read"); err != nil {
 		return nil, err
 	}
 	data, err := w.fs.ReadFile(ctx, name)
 	if err != nil {
 		return nil, w.fsError(name, err)
 	}
-	if isBinary(data) {
-		return nil, errorf("%s is a binary file (%d bytes) and is not shown: inspect it with a shell command (file, xxd | head) if you need to", name, len(data))
+	if wspath.IsBinary(data) {
+		return nil, tools.Fail("%s is a binary file (%d bytes) and is not shown: inspect it with a shell command (file, xxd | head) if you need to", name, len(data))
 	}
 	text, err := numbered(name, string(data), in.Offset, in.Limit)
 	if err != nil {
@@ -82,7 +78,7 @@ func numbered(name, text string, offset, limit int) (string, error) {
 	}
 	total := len(lines)
 	if offset > total {
-		return "", errorf("%s has %s; offset %d is past the end: read from offset 1", name, plural(total, "line"), offset)
+		return "", tools.Fail("%s has %s; offset %d is past the end: read from offset 1", name, plural(total, "line"), offset)
 	}
 	crlf := strings.Count(text, "\r\n")*2 > strings.Count(text, "\n")
 

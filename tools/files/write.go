@@ -9,6 +9,7 @@ import (
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	wspath "berth.dev/berth/tools/workspace"
 )
 
 const writeDescription = `Write a file of the workspace: create it, or replace its whole content. Missing parent directories are created; an existing file keeps its mode and owner.
@@ -31,33 +32,28 @@ type EditInput struct {
 }
 
 func (w *workspace) write(ctx context.Context, in WriteInput) (*tools.Result, error) {
-	res, err := w.doWrite(ctx, in)
-	return finish(ctx, res, err)
-}
-
-func (w *workspace) doWrite(ctx context.Context, in WriteInput) (*tools.Result, error) {
 	name, err := w.rel(in.Path)
 	if err != nil {
 		return nil, err
 	}
 	if name == "." {
-		return nil, errorf("%s is the workspace directory, not a file: give a file path", w.root)
+		return nil, tools.Fail("%s is the workspace directory, not a file: give a file path", w.root)
 	}
 	if len(in.Content) > sandbox.MaxFileSize {
-		return nil, errorf("content is %d bytes, more than the %d MiB this tool writes", len(in.Content), sandbox.MaxFileSize>>20)
+		return nil, tools.Fail("content is %d bytes, more than the %d MiB this tool writes", len(in.Content), sandbox.MaxFileSize>>20)
 	}
 	verb := "created"
 	old, err := w.fs.Lstat(ctx, name)
 	switch {
 	case err == nil:
-		if err := w.changeable(ctx, name, old); err != nil {
+		if err := wspath.Changeable(ctx, w.fs, name, old); err != nil {
 			return nil, err
 		}
 		verb = fmt.Sprintf("overwrote (was %d bytes)", old.Size())
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, w.fsError(name, err)
 	}
-	if _, err := w.mkdirParents(ctx, name); err != nil {
+	if _, err := wspath.MkdirParents(ctx, w.fs, name); err != nil {
 		return nil, err
 	}
 	if err := w.fs.WriteFile(ctx, name, []byte(in.Content), 0o644); err != nil {
@@ -76,26 +72,21 @@ func lineCount(s string) int {
 	return n
 }
 
-func (w *workspace) edit(ctx context.Context, in EditInput) (*tools.Result, error) {
-	res, err := w.doEdit(ctx, in)
-	return finish(ctx, res, err)
-}
-
 // maxListed bounds the line numbers an edit error lists.
 const maxListed = 10
 
-func (w *workspace) doEdit(ctx context.Context, in EditInput) (*tools.Result, error) {
+func (w *workspace) edit(ctx context.Context, in EditInput) (*tools.Result, error) {
 	if in.OldString == "" {
-		return nil, errorf("old_string is empty: to create a file use write; to insert text, put a neighbouring line in old_string and the same line plus the new text in new_string")
+		return nil, tools.Fail("old_string is empty: to create a file use write; to insert text, put a neighbouring line in old_string and the same line plus the new text in new_string")
 	}
 	if in.OldString == in.NewString {
-		return nil, errorf("old_string and new_string are the same, so there is nothing to change: give the new text in new_string")
+		return nil, tools.Fail("old_string and new_string are the same, so there is nothing to change: give the new text in new_string")
 	}
 	name, err := w.rel(in.Path)
 	if err != nil {
 		return nil, err
 	}
-	data, _, err := w.readText(ctx, name)
+	data, _, err := wspath.ReadText(ctx, w.fs, name)
 	if err != nil {
 		return nil, err
 	}
@@ -116,10 +107,10 @@ func (w *workspace) doEdit(ctx context.Context, in EditInput) (*tools.Result, er
 		} else {
 			msg += "; read the file again and copy the text you want to replace"
 		}
-		return nil, errorf("%s", msg)
+		return nil, tools.Fail("%s", msg)
 	}
 	if count > 1 && !in.ReplaceAll {
-		return nil, errorf("old_string occurs %d times in %s (at %s): add surrounding lines to old_string so it matches exactly one place, or set replace_all to replace all %d",
+		return nil, tools.Fail("old_string occurs %d times in %s (at %s): add surrounding lines to old_string so it matches exactly one place, or set replace_all to replace all %d",
 			count, name, lineList("line", occurrenceLines(text, oldS)), count)
 	}
 	var out string
@@ -131,7 +122,7 @@ func (w *workspace) doEdit(ctx context.Context, in EditInput) (*tools.Result, er
 	}
 	at = occurrenceLinesAfterReplace(text, oldS, newS, count)
 	if len(out) > sandbox.MaxFileSize {
-		return nil, errorf("the edited %s would be %d bytes, more than the %d MiB limit", name, len(out), sandbox.MaxFileSize>>20)
+		return nil, tools.Fail("the edited %s would be %d bytes, more than the %d MiB limit", name, len(out), sandbox.MaxFileSize>>20)
 	}
 	if err := w.fs.WriteFile(ctx, name, []byte(out), 0o644); err != nil {
 		return nil, w.fsError(name, err)

@@ -14,6 +14,7 @@ import (
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/syntax"
+	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/workspace"
 )
 
@@ -55,7 +56,7 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 		defer mu.Unlock()
 		if err != nil {
 			if firstErr == nil {
-				firstErr = errorf("rewriting %s failed: %s; fix the rewrite template", f.name, strings.TrimPrefix(err.Error(), "syntax: "))
+				firstErr = tools.Fail("rewriting %s failed: %s; fix the rewrite template", f.name, strings.TrimPrefix(err.Error(), "syntax: "))
 			}
 			return
 		}
@@ -138,9 +139,9 @@ func (e *Engine) take(id string) (*Proposal, error) {
 	p, ok := e.pending[id]
 	if !ok {
 		if state, ok := e.done[id]; ok {
-			return nil, errorf("edit_id %q was already %s; %s", id, state, e.pendingHint())
+			return nil, tools.Fail("edit_id %q was already %s; %s", id, state, e.pendingHint())
 		}
-		return nil, errorf("unknown edit_id %q; %s", id, e.pendingHint())
+		return nil, tools.Fail("unknown edit_id %q; %s", id, e.pendingHint())
 	}
 	delete(e.pending, id)
 	e.done[id] = "being resolved"
@@ -162,7 +163,7 @@ func (e *Engine) finish(id, state string) {
 // an error.
 func (e *Engine) Resolve(ctx context.Context, fsys sandbox.FS, id, action string) (*Applied, error) {
 	if action != ActionAccept && action != ActionDiscard {
-		return nil, errorf("unknown action %q: use %q to write the staged edit or %q to drop it", action, ActionAccept, ActionDiscard)
+		return nil, tools.Fail("unknown action %q: use %q to write the staged edit or %q to drop it", action, ActionAccept, ActionDiscard)
 	}
 	p, err := e.take(id)
 	if err != nil {
@@ -197,7 +198,7 @@ func (e *Engine) apply(ctx context.Context, fsys sandbox.FS, p *Proposal) (*Appl
 	var changed []string
 	for _, f := range p.Files {
 		if err := e.unchanged(ctx, fsys, f); err != nil {
-			var se *Error
+			var se *tools.Error
 			if !errors.As(err, &se) {
 				return nil, err
 			}
@@ -205,7 +206,7 @@ func (e *Engine) apply(ctx context.Context, fsys sandbox.FS, p *Proposal) (*Appl
 		}
 	}
 	if len(changed) > 0 {
-		return nil, errorf("%s was refused and dropped, nothing was written: %s. Search again and stage a new edit with ast_edit.",
+		return nil, tools.Fail("%s was refused and dropped, nothing was written: %s. Search again and stage a new edit with ast_edit.",
 			p.ID, strings.Join(changed, "; "))
 	}
 	changes := make([]workspace.Change, len(p.Files))
@@ -235,10 +236,10 @@ func (e *Engine) apply(ctx context.Context, fsys sandbox.FS, p *Proposal) (*Appl
 		}
 		msg := ce.Err.Error()
 		if len(bad) > 0 {
-			return nil, errorf("%s: writing %s failed: %s. Restoring the files already written failed too, so the workspace is partly rewritten: %s. Read those files and repair them.",
+			return nil, tools.Fail("%s: writing %s failed: %s. Restoring the files already written failed too, so the workspace is partly rewritten: %s. Read those files and repair them.",
 				p.ID, ce.Path, msg, strings.Join(bad, "; "))
 		}
-		return nil, errorf("%s: writing %s failed: %s. Every file already written was restored; nothing changed. The edit is dropped; stage it again with ast_edit.",
+		return nil, tools.Fail("%s: writing %s failed: %s. Every file already written was restored; nothing changed. The edit is dropped; stage it again with ast_edit.",
 			p.ID, ce.Path, msg)
 	}
 	if err != nil {
@@ -264,15 +265,15 @@ func (e *Engine) unchanged(ctx context.Context, fsys sandbox.FS, f FileEdit) err
 			return ctx.Err()
 		}
 		if errors.Is(err, fs.ErrNotExist) {
-			return errorf("%s was removed after staging", f.Path)
+			return tools.Fail("%s was removed after staging", f.Path)
 		}
 		return fsError(fsys, f.Path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return errorf("%s is no longer a regular file", f.Path)
+		return tools.Fail("%s is no longer a regular file", f.Path)
 	}
 	if workspace.HardLinks(fi) > 1 {
-		return errorf("%s has %d hard links now, which may reach outside the workspace", f.Path, workspace.HardLinks(fi))
+		return tools.Fail("%s has %d hard links now, which may reach outside the workspace", f.Path, workspace.HardLinks(fi))
 	}
 	now, err := fsys.ReadFile(ctx, f.Path)
 	if err != nil {
@@ -282,7 +283,7 @@ func (e *Engine) unchanged(ctx context.Context, fsys sandbox.FS, f FileEdit) err
 		return fsError(fsys, f.Path, err)
 	}
 	if sha256.Sum256(now) != f.OldHash {
-		return errorf("%s changed after staging", f.Path)
+		return tools.Fail("%s changed after staging", f.Path)
 	}
 	return nil
 }

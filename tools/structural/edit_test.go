@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/structural"
 )
 
@@ -224,7 +225,7 @@ func TestResolveRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := ev.e.Resolve(ctx, ffs, "edit_1", structural.ActionAccept)
-	var se *structural.Error
+	var se *tools.Error
 	if !errors.As(err, &se) || !strings.Contains(se.Msg, "writing pkg/b.py failed") || !strings.Contains(se.Msg, "restored") {
 		t.Fatalf("err %v", err)
 	}
@@ -335,7 +336,7 @@ func TestResolveRace(t *testing.T) {
 		}
 		if rerr != nil {
 			refused++
-			var se *structural.Error
+			var se *tools.Error
 			if !errors.As(rerr, &se) || !strings.Contains(se.Msg, "b.py") {
 				t.Fatalf("round %d: refusal does not name b.py: %v", i, rerr)
 			}

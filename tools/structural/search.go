@@ -52,22 +52,12 @@ func rel(fsys sandbox.FS, p string) (string, error) {
 	if p == "" || p == "." {
 		return ".", nil
 	}
-	name, err := workspace.Name(fsys.Root(), p)
-	return name, local(err)
+	return workspace.Name(fsys.Root(), p)
 }
 
 // fsError explains an error of the workspace FS for name.
 func fsError(fsys sandbox.FS, name string, err error) error {
-	return local(workspace.Explain(fsys.Root(), name, err))
-}
-
-// local makes a workspace path error one of this package's errors.
-func local(err error) error {
-	var we *tools.Error
-	if errors.As(err, &we) {
-		return &Error{Msg: we.Msg}
-	}
-	return err
+	return workspace.Explain(fsys.Root(), name, err)
 }
 
 // languageList is the list of language ids for error messages.
@@ -76,7 +66,7 @@ func languageList() string { return strings.Join(syntax.IDs(), ", ") }
 // prepare resolves the path and the language and compiles the pattern.
 func (e *Engine) prepare(ctx context.Context, fsys sandbox.FS, pattern, language, p string) (*target, error) {
 	if strings.TrimSpace(pattern) == "" {
-		return nil, errorf("the pattern is empty: give a code fragment such as foo($A)")
+		return nil, tools.Fail("the pattern is empty: give a code fragment such as foo($A)")
 	}
 	name, err := rel(fsys, p)
 	if err != nil {
@@ -88,26 +78,26 @@ func (e *Engine) prepare(ctx context.Context, fsys sandbox.FS, pattern, language
 	}
 	t := &target{name: name, isFile: !fi.IsDir()}
 	if t.isFile && !fi.Mode().IsRegular() {
-		return nil, errorf("%s is not a regular file (%s): give a source file or a directory", name, fi.Mode().Type())
+		return nil, tools.Fail("%s is not a regular file (%s): give a source file or a directory", name, fi.Mode().Type())
 	}
 	switch {
 	case language != "":
 		l, err := syntax.Lookup(language)
 		if err != nil {
-			return nil, errorf("unknown language %q: use one of %s", language, languageList())
+			return nil, tools.Fail("unknown language %q: use one of %s", language, languageList())
 		}
 		t.lang = l
 	case t.isFile:
 		t.lang = syntax.LanguageForPath(name)
 		if t.lang == nil {
-			return nil, errorf("cannot tell the language of %s from its name: pass language, one of %s", name, languageList())
+			return nil, tools.Fail("cannot tell the language of %s from its name: pass language, one of %s", name, languageList())
 		}
 	default:
-		return nil, errorf("%s is a directory, so the language cannot be inferred: pass language, one of %s", shownDir(name), languageList())
+		return nil, tools.Fail("%s is a directory, so the language cannot be inferred: pass language, one of %s", shownDir(name), languageList())
 	}
 	t.pat, err = syntax.Compile(t.lang, pattern)
 	if err != nil {
-		return nil, errorf("%s", strings.TrimPrefix(err.Error(), "syntax: "))
+		return nil, tools.Fail("%s", strings.TrimPrefix(err.Error(), "syntax: "))
 	}
 	return t, nil
 }
@@ -499,7 +489,7 @@ func (e *Engine) match(ctx context.Context, t *target, f *fileResult, tree *synt
 }
 
 // Search finds the matches of req.Pattern under req.Path. Errors the caller
-// should show a model are *Error; ctx's error is returned as is.
+// should show a model are *tools.Error; ctx's error is returned as is.
 func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest) (*SearchResult, error) {
 	limit := req.MaxResults
 	if limit == 0 {

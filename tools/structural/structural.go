@@ -250,16 +250,6 @@ func (a *Applied) Paths() []string {
 	return out
 }
 
-// Error is a failure caused by the request or the workspace (a bad
-// pattern, an unknown language, a path outside the workspace, a changed
-// file), written for a model: what failed and what to do next. The tools
-// turn it into a tool error; other errors (ctx's) are call errors.
-type Error struct{ Msg string }
-
-func (e *Error) Error() string { return e.Msg }
-
-func errorf(format string, args ...any) error { return &Error{Msg: fmt.Sprintf(format, args...)} }
-
 // skipSummary writes skip counts as "2 binary, 1 too_large" in a fixed order.
 func skipSummary(m map[string]int) string {
 	keys := make([]string, 0, len(m))

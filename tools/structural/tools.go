@@ -2,7 +2,6 @@ package structural
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -65,22 +64,6 @@ type handlers struct {
 	e  *Engine
 }
 
-// finish turns an error into the handler's return values: ctx's error stays
-// a call error; everything else is a tool error for the model.
-func finish(ctx context.Context, res *tools.Result, err error) (*tools.Result, error) {
-	if err == nil {
-		return res, nil
-	}
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return nil, ctx.Err()
-	}
-	var se *Error
-	if errors.As(err, &se) {
-		return tools.Errorf("%s", se.Msg), nil
-	}
-	return tools.Errorf("%v", err), nil
-}
-
 // structured is ast_grep's structuredContent.
 type structured struct {
 	Matches   []FileMatch `json:"matches"`
@@ -94,7 +77,7 @@ func (h *handlers) grep(ctx context.Context, in GrepInput) (*tools.Result, error
 	}
 	res, err := h.e.Search(ctx, h.fs, SearchRequest{Pattern: in.Pattern, Language: in.Language, Path: in.Path, MaxResults: in.MaxResults})
 	if err != nil {
-		return finish(ctx, nil, err)
+		return nil, err
 	}
 	out := tools.Text(FormatSearch(res))
 	matches := res.Matches
@@ -146,7 +129,7 @@ func FormatSearch(res *SearchResult) string {
 func (h *handlers) edit(ctx context.Context, in EditInput) (*tools.Result, error) {
 	p, err := h.e.Stage(ctx, h.fs, EditRequest{Pattern: in.Pattern, Rewrite: in.Rewrite, Language: in.Language, Path: in.Path})
 	if err != nil {
-		return finish(ctx, nil, err)
+		return nil, err
 	}
 	return tools.Text(FormatProposal(p)), nil
 }
@@ -182,7 +165,7 @@ func FormatProposal(p *Proposal) string {
 func (h *handlers) resolve(ctx context.Context, in ResolveInput) (*tools.Result, error) {
 	a, err := h.e.Resolve(ctx, h.fs, in.EditID, in.Action)
 	if err != nil {
-		return finish(ctx, nil, err)
+		return nil, err
 	}
 	if a.Action == ActionDiscard {
 		return tools.Textf("discarded %s: nothing was written", a.ID), nil
