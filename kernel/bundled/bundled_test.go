@@ -732,9 +732,10 @@ func TestPythonKernels(t *testing.T) {
 			testStopOnError(t, c, "import time\nprint('running', flush=True)\ntime.sleep(1.5)\n1/0")
 			testKernelVerifies(t, k, c, "tampered = 'MARKER-AAAA'", "'tampered' in globals()", "False")
 			testHeartbeatWhileBusy(t, c, pythonBusyCell(t, c))
-			testInterrupt(t, c, "interrupt_request stops time.sleep", "import time\nprint('started', flush=True)\ntime.sleep(30)", nil)
-			testInterrupt(t, c, "interrupt_request stops input", "print('started', flush=True)\ninput('never answered')", nil)
-			testInterrupt(t, c, "SIGINT stops time.sleep", "import time\nprint('started', flush=True)\ntime.sleep(30)", func() error {
+			pid := k.cmd.Process.Pid
+			testInterrupt(t, c, pid, "interrupt_request stops time.sleep", "import time\nprint('started', flush=True)\ntime.sleep(30)", nil)
+			testInterrupt(t, c, pid, "interrupt_request stops input", "print('started', flush=True)\ninput('never answered')", nil)
+			testInterrupt(t, c, pid, "SIGINT stops time.sleep", "import time\nprint('started', flush=True)\ntime.sleep(30)", func() error {
 				return k.cmd.Process.Signal(syscall.SIGINT)
 			})
 			t.Run("SIGINT between cells is ignored", func(t *testing.T) {
@@ -937,10 +938,12 @@ func testHeartbeatWhileBusy(t *testing.T, c *kernel.Client, code string) {
 	})
 }
 
-// testInterrupt starts code, waits for its first output, interrupts it
+// testInterrupt starts code, waits for its first output and, with a pid,
+// for the kernel process to block in the wait that follows it (a
+// JavaScript kernel, pid 0, is interruptible all through), interrupts it
 // (Client.Interrupt when signal is nil) and checks that the cell ends
 // with KeyboardInterrupt and the kernel still answers.
-func testInterrupt(t *testing.T, c *kernel.Client, name, code string, signal func() error) {
+func testInterrupt(t *testing.T, c *kernel.Client, pid int, name, code string, signal func() error) {
 	t.Run(name, func(t *testing.T) {
 		started := make(chan struct{})
 		var once sync.Once
@@ -966,7 +969,12 @@ func testInterrupt(t *testing.T, c *kernel.Client, name, code string, signal fun
 		case got := <-res:
 			t.Fatalf("the cell ended before it was interrupted: %+v %v", got.r, got.err)
 		}
-		time.Sleep(200 * time.Millisecond) // into the sleep or the wait
+		// A SIGINT that lands between the print and the sleep's system call
+		// only sets CPython's flag, which a C call does not check: the cell
+		// would sleep on. Interrupt once the main thread is blocked.
+		if pid != 0 {
+			awaitWaiting(t, pid)
+		}
 		begin := time.Now()
 		if signal != nil {
 			if err := signal(); err != nil {
@@ -1066,6 +1074,30 @@ func awaitDelivered(t *testing.T, pid int, sig syscall.Signal) {
 			t.Fatalf("process %d still has %v pending after 10 s", pid, sig)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// awaitWaiting waits until the main thread of process pid is blocked in
+// a system call (state S in its stat): a signal then interrupts the call
+// and CPython runs its handler at once, whatever the call is (a sleep, a
+// poll, a lock of the input wait, a pipe write).
+func awaitWaiting(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The state follows the command name's closing parenthesis.
+		stat := string(b)
+		if i := strings.LastIndexByte(stat, ')'); i >= 0 && strings.HasPrefix(stat[i+1:], " S") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the kernel's main thread (pid %d) is not waiting after 10 s: %s", pid, stat)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -1432,10 +1464,10 @@ func TestJavaScriptKernel(t *testing.T) {
 			testStopOnError(t, c, "console.log('running')\nawait new Promise(r => setTimeout(r, 1500))\nnull.x")
 			testKernelVerifies(t, k, c, "globalThis.tampered = 'MARKER-AAAA'", "typeof tampered", "'undefined'")
 			testHeartbeatWhileBusy(t, c, "const until = Date.now() + 5000\nwhile (Date.now() < until) {}")
-			testInterrupt(t, c, "interrupt_request stops a synchronous loop", "console.log('started')\nwhile (true) {}", nil)
-			testInterrupt(t, c, "interrupt_request stops an await", "console.log('started')\nawait new Promise(r => setTimeout(r, 30000))", nil)
-			testInterrupt(t, c, "interrupt_request stops input", "console.log('started')\nawait input('never answered')", nil)
-			testInterrupt(t, c, "SIGINT stops a synchronous loop", "console.log('started')\nwhile (true) {}", func() error {
+			testInterrupt(t, c, 0, "interrupt_request stops a synchronous loop", "console.log('started')\nwhile (true) {}", nil)
+			testInterrupt(t, c, 0, "interrupt_request stops an await", "console.log('started')\nawait new Promise(r => setTimeout(r, 30000))", nil)
+			testInterrupt(t, c, 0, "interrupt_request stops input", "console.log('started')\nawait input('never answered')", nil)
+			testInterrupt(t, c, 0, "SIGINT stops a synchronous loop", "console.log('started')\nwhile (true) {}", func() error {
 				return k.cmd.Process.Signal(syscall.SIGINT)
 			})
 			testShutdown(t, k, c)
