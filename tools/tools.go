@@ -102,7 +102,8 @@ type Tool struct {
 	Description string
 	Level       Level
 	// Serial tools (debug, eval) keep state across calls; the registry runs
-	// at most one call of all Serial tools of a run at a time.
+	// at most one call of each Serial tool of a run at a time. Each has its
+	// own slot: a cell that keeps running does not hold off a debug call.
 	Serial bool
 }
 
@@ -209,8 +210,6 @@ func settle(ctx context.Context, res *Result, err error) (*Result, error) {
 
 // Registry is one run's set of tools. It is safe for concurrent use.
 type Registry struct {
-	serial chan struct{} // a token held by the running call of a Serial tool
-
 	mu         sync.RWMutex
 	tools      map[string]*entry
 	middleware []Middleware
@@ -220,11 +219,12 @@ type entry struct {
 	tool    Tool
 	schema  *jsonschema.Schema
 	handler Handler
+	serial  chan struct{} // for a Serial tool: the token its running call holds
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{tools: map[string]*entry{}, serial: make(chan struct{}, 1)}
+	return &Registry{tools: map[string]*entry{}}
 }
 
 // Register adds a tool whose input is decoded into In, with its JSON Schema
@@ -280,10 +280,14 @@ func (r *Registry) add(t Tool, schema *jsonschema.Schema, h Handler) {
 	if _, dup := r.tools[t.Name]; dup {
 		panic("tools: duplicate tool " + t.Name)
 	}
-	r.tools[t.Name] = &entry{tool: t, schema: schema, handler: func(ctx context.Context, args json.RawMessage) (*Result, error) {
+	e := &entry{tool: t, schema: schema, handler: func(ctx context.Context, args json.RawMessage) (*Result, error) {
 		res, err := h(ctx, args)
 		return settle(ctx, res, err)
 	}}
+	if t.Serial {
+		e.serial = make(chan struct{}, 1)
+	}
+	r.tools[t.Name] = e
 }
 
 // Use adds middleware that wraps every tool's handler, outermost last.
@@ -344,13 +348,13 @@ func (r *Registry) Call(ctx context.Context, s Surface, name string, args json.R
 		h = m(e.tool, h)
 	}
 	ctx = context.WithValue(ctx, surfaceKey{}, s)
-	if e.tool.Serial {
+	if e.serial != nil {
 		select {
-		case r.serial <- struct{}{}:
+		case e.serial <- struct{}{}:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("tools: %s waited for another debug/eval call of this run to finish: %w", name, ctx.Err())
+			return nil, fmt.Errorf("tools: %s waited for another %s call of this run to finish: %w", name, name, ctx.Err())
 		}
-		defer func() { <-r.serial }()
+		defer func() { <-e.serial }()
 	}
 	res, err := h(ctx, args)
 	if err == nil && res == nil {

@@ -147,18 +147,19 @@ func TestSchemaFromInputType(t *testing.T) {
 
 func TestSerialToolsRunOneAtATime(t *testing.T) {
 	r := NewRegistry()
-	var running, most atomic.Int32
+	running := map[string]*atomic.Int32{"debug": {}, "eval": {}}
+	most := map[string]*atomic.Int32{"debug": {}, "eval": {}}
 	for _, name := range []string{"debug", "eval"} {
 		Register(r, Tool{Name: name, Description: name, Level: LevelExec, Serial: true}, func(ctx context.Context, in struct{}) (*Result, error) {
-			n := running.Add(1)
+			n := running[name].Add(1)
 			for {
-				m := most.Load()
-				if n <= m || most.CompareAndSwap(m, n) {
+				m := most[name].Load()
+				if n <= m || most[name].CompareAndSwap(m, n) {
 					break
 				}
 			}
 			time.Sleep(5 * time.Millisecond)
-			running.Add(-1)
+			running[name].Add(-1)
 			return Text("ok"), nil
 		})
 	}
@@ -174,8 +175,41 @@ func TestSerialToolsRunOneAtATime(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if most.Load() != 1 {
-		t.Errorf("%d serial calls ran at once, want 1", most.Load())
+	for name, m := range most {
+		if m.Load() != 1 {
+			t.Errorf("%d %s calls ran at once, want 1", m.Load(), name)
+		}
+	}
+}
+
+// TestSerialSlotsPerTool: a cell that keeps running holds off the next
+// eval call, not a debug call (terminate must get through).
+func TestSerialSlotsPerTool(t *testing.T) {
+	r := NewRegistry()
+	release := make(chan struct{})
+	started := make(chan struct{})
+	Register(r, Tool{Name: "eval", Description: "e", Level: LevelExec, Serial: true}, func(ctx context.Context, in struct{}) (*Result, error) {
+		close(started)
+		<-release
+		return Text("ok"), nil
+	})
+	Register(r, Tool{Name: "debug", Description: "d", Level: LevelExec, Serial: true}, func(ctx context.Context, in struct{}) (*Result, error) {
+		return Text("terminated"), nil
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Call(context.Background(), SurfaceDefault, "eval", nil)
+		done <- err
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res, err := r.Call(ctx, SurfaceDefault, "debug", nil); err != nil || res.AllText() != "terminated" {
+		t.Errorf("debug while eval runs: %+v %v", res, err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Error(err)
 	}
 }
 

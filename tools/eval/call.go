@@ -398,7 +398,7 @@ func (s *Supervisor) bridge(ctx, callCtx context.Context, req kernel.InputReques
 		return "", fmt.Errorf("the cell asked for input (%q), which eval cannot give: pass values in the code instead", proc.Clip(req.Prompt, 100))
 	}
 	if t, found := s.reg.Lookup(tr.Tool); found && t.Serial {
-		return bundled.ReplyError(fmt.Sprintf("tool(%q) cannot be called from inside a cell: it would wait for this cell to finish", tr.Tool)), nil
+		return bundled.ReplyError(fmt.Sprintf("tool(%q) cannot be called from inside a cell: %s keeps state across calls (one call at a time), so call it as a tool yourself", tr.Tool, tr.Tool)), nil
 	}
 	res, err := s.reg.Call(ctx, tools.SurfaceOf(callCtx), tr.Tool, tr.Args)
 	if err != nil {
