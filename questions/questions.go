@@ -13,7 +13,10 @@
 // with [Port.Publish].
 //
 // The port fails closed: with no subscriber connected, Ask fails at once
-// with [ErrNoSubscriber] instead of waiting for nobody.
+// with [ErrNoSubscriber] instead of waiting for nobody, and when the last
+// subscriber leaves while cards are open and none returns within
+// [ListenerGrace], those cards close as abandoned and their Ask calls fail
+// with ErrNoSubscriber too.
 package questions
 
 import (
@@ -37,6 +40,11 @@ const MaxEventBytes = 32 << 20
 
 // MaxOpenCards caps the cards open at once on one port; Ask beyond it fails.
 const MaxOpenCards = 256
+
+// ListenerGrace is how long open cards wait for a subscriber after the
+// last one left — long enough for an event stream to reconnect with
+// Last-Event-ID — before they close as [Abandoned].
+const ListenerGrace = 15 * time.Second
 
 // Event types the port itself publishes.
 const (
@@ -135,6 +143,7 @@ const (
 	TimedOut  Outcome = "timeout"
 	Cancelled Outcome = "cancelled" // the waiting call went away
 	RunClosed Outcome = "closed"    // the port closed with its run
+	Abandoned Outcome = "abandoned" // every subscriber left and none came back within ListenerGrace
 )
 
 // Closed is the data of an [EventCardClosed] event.
@@ -164,11 +173,15 @@ type Port struct {
 	lastID  uint64
 	changed chan struct{} // closed and replaced on every event
 	subs    int
+	// orphaned runs abandon when the last subscriber left with cards open;
+	// a new subscriber or Close stops it.
+	orphaned *time.Timer
 }
 
 type waiter struct {
 	card Card
-	ans  chan Answer // buffered 1; sent under mu when answered
+	ans  chan Answer   // buffered 1; sent under mu when answered
+	gone chan struct{} // closed under mu when the card is abandoned
 }
 
 // New returns an open port with no cards and no subscribers.
@@ -269,7 +282,7 @@ func (p *Port) Ask(ctx context.Context, c Card) (Card, Answer, error) {
 	c.N = p.nextN
 	p.nextN++
 	c.Opened = time.Now()
-	w := &waiter{card: c, ans: make(chan Answer, 1)}
+	w := &waiter{card: c, ans: make(chan Answer, 1), gone: make(chan struct{})}
 	p.open[c.N] = w
 	p.publishLocked(EventCardOpened, mustJSON(c))
 	p.mu.Unlock()
@@ -277,6 +290,8 @@ func (p *Port) Ask(ctx context.Context, c Card) (Card, Answer, error) {
 	select {
 	case a := <-w.ans:
 		return c, a, nil
+	case <-w.gone:
+		return c, Answer{}, fmt.Errorf("questions: card %d %s: %w: everyone watching the run's events left and no one came back within %v", c.N, Abandoned, ErrNoSubscriber, ListenerGrace)
 	case <-ctx.Done():
 	}
 	p.mu.Lock()
@@ -338,6 +353,7 @@ func (p *Port) Close() error {
 	for n, w := range p.open {
 		p.publishLocked(EventCardClosed, mustJSON(Closed{N: n, Kind: w.card.Kind, Outcome: RunClosed}))
 	}
+	p.stopOrphanedLocked()
 	p.closed = true
 	close(p.changed)
 	p.changed = make(chan struct{})
@@ -351,6 +367,7 @@ func (p *Port) Subscribe(after uint64) *Subscription {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.subs++
+	p.stopOrphanedLocked()
 	if after > p.lastID {
 		after = p.lastID // an id this port never issued: follow from now
 	}
@@ -403,11 +420,43 @@ func (s *Subscription) Next(ctx context.Context) ([]Event, error) {
 	}
 }
 
-// Close disconnects the subscriber. It is idempotent.
+// Close disconnects the subscriber. It is idempotent. When it was the last
+// one and cards are open, they close as abandoned unless a subscriber
+// connects within [ListenerGrace].
 func (s *Subscription) Close() {
 	s.closed.Do(func() {
-		s.p.mu.Lock()
-		s.p.subs--
-		s.p.mu.Unlock()
+		p := s.p
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.subs--
+		if p.subs == 0 && !p.closed && len(p.open) > 0 && p.orphaned == nil {
+			p.orphaned = time.AfterFunc(ListenerGrace, p.abandon)
+		}
 	})
+}
+
+func (p *Port) stopOrphanedLocked() {
+	if p.orphaned != nil {
+		p.orphaned.Stop()
+		p.orphaned = nil
+	}
+}
+
+// abandon closes every open card when still nobody is subscribed.
+func (p *Port) abandon() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.orphaned = nil
+	if p.subs > 0 || p.closed {
+		return
+	}
+	for n := 1; n < p.nextN && len(p.open) > 0; n++ {
+		w, ok := p.open[n]
+		if !ok {
+			continue
+		}
+		delete(p.open, n)
+		close(w.gone)
+		p.publishLocked(EventCardClosed, mustJSON(Closed{N: n, Kind: w.card.Kind, Outcome: Abandoned}))
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -250,4 +251,106 @@ func TestReplayIsBoundedInBytes(t *testing.T) {
 	if len(p.log) != 1 || p.log[0].ID != p.lastID {
 		t.Fatalf("after a huge event the log has %d events", len(p.log))
 	}
+}
+
+// TestAbandonedWhenListenersLeave: a card opened while someone watched
+// fails closed once the last subscriber leaves and none comes back within
+// ListenerGrace, instead of waiting out its whole timeout; a reconnect
+// inside the grace keeps it open.
+func TestAbandonedWhenListenersLeave(t *testing.T) {
+	tests := []struct {
+		name      string
+		reconnect time.Duration // after the last subscriber left; 0: never
+		abandoned bool
+	}{
+		{name: "nobody comes back", abandoned: true},
+		{name: "a stream reconnects within the grace", reconnect: ListenerGrace / 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := New()
+				sub := p.Subscribe(0)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+				defer cancel()
+				type asked struct {
+					c   Card
+					a   Answer
+					err error
+				}
+				done := make(chan asked, 1)
+				go func() {
+					c, a, err := p.Ask(ctx, Card{Kind: KindQuestion, Question: "go on?", AllowFreeText: true})
+					done <- asked{c, a, err}
+				}()
+				synctest.Wait()
+				if len(p.Cards()) != 1 {
+					t.Fatalf("open cards %v", p.Cards())
+				}
+				begin := time.Now()
+				sub.Close()
+				if tc.reconnect > 0 {
+					time.Sleep(tc.reconnect)
+					again := p.Subscribe(0)
+					defer again.Close()
+					time.Sleep(2 * ListenerGrace)
+					if len(p.Cards()) != 1 {
+						t.Fatalf("the card closed although a subscriber came back: %v", p.Cards())
+					}
+					if err := p.Answer(1, Answer{Text: "yes"}); err != nil {
+						t.Fatal(err)
+					}
+					if got := <-done; got.err != nil || got.a.Text != "yes" {
+						t.Fatalf("ask: %+v", got)
+					}
+					return
+				}
+				got := <-done
+				if !errors.Is(got.err, ErrNoSubscriber) || !strings.Contains(got.err.Error(), "abandoned") {
+					t.Fatalf("ask err = %v, want an abandoned card (ErrNoSubscriber)", got.err)
+				}
+				if waited := time.Since(begin); waited != ListenerGrace {
+					t.Errorf("abandoned after %v, want %v", waited, ListenerGrace)
+				}
+				if err := p.Answer(1, Answer{Text: "late"}); !errors.Is(err, ErrNoCard) {
+					t.Errorf("answering an abandoned card: %v, want ErrNoCard", err)
+				}
+				late := p.Subscribe(0)
+				defer late.Close()
+				evs, err := late.Next(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last := evs[len(evs)-1]
+				var cl Closed
+				if err := json.Unmarshal(last.Data, &cl); err != nil || last.Type != EventCardClosed || cl.Outcome != Abandoned || cl.N != 1 {
+					t.Errorf("last event %s %s, want card 1 closed as abandoned", last.Type, last.Data)
+				}
+			})
+		})
+	}
+}
+
+// TestCloseStopsAbandonTimer: a port closed while its cards wait for a
+// subscriber leaves no timer behind to fire on it.
+func TestCloseStopsAbandonTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New()
+		sub := p.Subscribe(0)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := p.Ask(ctx, Card{Kind: KindQuestion, Question: "q", AllowFreeText: true})
+			done <- err
+		}()
+		synctest.Wait()
+		sub.Close()
+		p.Close()
+		cancel()
+		if err := <-done; errors.Is(err, ErrNoSubscriber) {
+			t.Errorf("ask err = %v after Close, want the run's closing", err)
+		}
+		time.Sleep(2 * ListenerGrace)
+		synctest.Wait()
+	})
 }

@@ -89,6 +89,8 @@ func ask(ctx context.Context, port *questions.Port, timeout time.Duration, in In
 		MultiSelect:   in.MultiSelect,
 	})
 	switch {
+	case errors.Is(err, questions.ErrNoSubscriber) && card.N != 0:
+		return tools.Errorf("ask_user: card %d closed unanswered: everyone watching the run left and no one came back within %v. %s", card.N, questions.ListenerGrace, assumption), nil
 	case errors.Is(err, questions.ErrNoSubscriber):
 		return tools.Errorf("ask_user: no one is connected to answer questions in this run, so the question was not asked. %s", assumption), nil
 	case err != nil && ctx.Err() != nil:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"berth.dev/berth/questions"
@@ -78,4 +79,31 @@ func TestAsk(t *testing.T) {
 	if _, err := reg.Call(cctx, tools.SurfaceDefault, "ask_user", args); !errors.Is(err, context.Canceled) || len(port.Cards()) != 0 {
 		t.Errorf("cancel: %v, cards %v", err, port.Cards())
 	}
+}
+
+// TestAskAbandoned: a card opened while someone watched fails closed once
+// everyone left, long before the question's own timeout, and says so.
+func TestAskAbandoned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		port := questions.New()
+		defer port.Close()
+		reg := tools.NewRegistry()
+		ask.Register(reg, port, ask.Options{Timeout: time.Hour})
+		sub := port.Subscribe(0)
+		done := make(chan *tools.Result, 1)
+		go func() {
+			res, _ := reg.Call(context.Background(), tools.SurfaceDefault, "ask_user", json.RawMessage(`{"question":"Which?","allow_free_text":true}`))
+			done <- res
+		}()
+		synctest.Wait()
+		begin := time.Now()
+		sub.Close()
+		res := <-done
+		if !res.IsError || !strings.Contains(res.AllText(), "card 1 closed unanswered") || !strings.Contains(res.AllText(), "do not ask this question again") {
+			t.Errorf("abandoned card: %+v", res)
+		}
+		if waited := time.Since(begin); waited != questions.ListenerGrace {
+			t.Errorf("failed after %v, want %v", waited, questions.ListenerGrace)
+		}
+	})
 }
