@@ -404,6 +404,13 @@ func (s *Supervisor) wait(ctx context.Context, in WaitInput) (*tools.Result, err
 		select {
 		case <-changed:
 		case <-timer.C:
+			// The status as it is now, not as it was before the wait.
+			s.mu.Lock()
+			info = w.infoLocked(time.Now())
+			s.mu.Unlock()
+			if info.Status != StatusRunning {
+				return finalResult(info), nil
+			}
 			return tools.Text(fmt.Sprintf("%s is still running after waiting %s (not an error):\n", info.ID, timeout) + formatInfo(info, MaxResultChars) +
 				"\nwait again with vibe_wait, do other work, or vibe_kill it"), nil
 		case <-ctx.Done():

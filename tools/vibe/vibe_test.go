@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -138,8 +139,16 @@ func TestCommandSpawnListWait(t *testing.T) {
 	}
 	f.ok("vibe_list", nil, "w1", "rename foo", "tier=fast", "running")
 
-	// A timeout is the current status, not an error.
-	f.ok("vibe_wait", map[string]any{"worker_id": "w1", "timeout_seconds": 1}, "still running", "not an error")
+	// A timeout is the current status, not an error, with the time the
+	// worker has run by the end of the wait.
+	text := f.ok("vibe_wait", map[string]any{"worker_id": "w1", "timeout_seconds": 1}, "still running", "not an error")
+	m := regexp.MustCompile(`running  (\S+)  attempt`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no elapsed time in %q", text)
+	}
+	if d, err := time.ParseDuration(m[1]); err != nil || d < time.Second {
+		t.Errorf("vibe_wait after a 1 s wait reports %s elapsed (%v): want the time at the end of the wait", m[1], err)
+	}
 
 	f.touch("gate")
 	f.ok("vibe_wait", map[string]any{"worker_id": "w1"}, "done", "tier=FAST worker=w1", "rename Foo to Bar")
