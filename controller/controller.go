@@ -94,6 +94,19 @@ type Env struct {
 
 	closers   *[]func() error
 	reporters *[]tools.Reporter
+	claims    *claims
+}
+
+// Claim takes the conversation-wide resource kind ("debug": one debug
+// session per conversation, DBG-3) for this run, or fails with an error
+// wrapping ErrClaimed that names the run holding it. A run without a
+// conversation id has nothing to share and always gets it. Call release
+// when the resource ends; the run's close releases what it still holds.
+func (e *Env) Claim(kind string) (release func(), err error) {
+	if e.Spec.ConversationID == "" || e.claims == nil {
+		return func() {}, nil
+	}
+	return e.claims.take(claimKey{tenant: e.Spec.Tenant, conversation: e.Spec.ConversationID, kind: kind}, e.RunID)
 }
 
 // OnClose registers fn to run when the run closes, before the sandbox is
@@ -259,6 +272,8 @@ type Controller struct {
 	janitorDone chan struct{}
 
 	hostRoots []string // Config.HostRoots resolved; nil: anywhere
+
+	claims claims // conversation-wide resources of the runs (Env.Claim)
 }
 
 // New returns a controller. It fails when two providers share a scheme or
@@ -383,7 +398,7 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 		},
 	}
 	r.lastUsed = r.info.Opened
-	env := &Env{RunID: id, Spec: spec, Sandbox: sb, Workspace: fsys, Context: runCtx, Logger: r.log, closers: &r.closers, reporters: &r.reporters}
+	env := &Env{RunID: id, Spec: spec, Sandbox: sb, Workspace: fsys, Context: runCtx, Logger: r.log, closers: &r.closers, reporters: &r.reporters, claims: &c.claims}
 	if !c.cfg.NoQuestions {
 		r.questions = questions.New()
 		env.Questions = r.questions
@@ -843,6 +858,7 @@ func (r *Run) closeResources() error {
 			errs = append(errs, err)
 		}
 	}
+	r.c.claims.releaseRun(r.id) // what the closers did not give back
 	if err := r.sb.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("controller: close sandbox %s: %w", r.info.Sandbox, err))
 	}
