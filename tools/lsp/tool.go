@@ -67,8 +67,8 @@ const renameDescription = `Rename a symbol across the project with the language 
 // caller closes the supervisor when the run closes.
 func Register(r *tools.Registry, sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options) *Supervisor {
 	s := New(sb, ws, runCtx, opts)
-	tools.Register(r, tools.Tool{Name: "lsp", Level: tools.LevelRead, Description: description}, s.call)
-	tools.Register(r, tools.Tool{Name: "lsp_rename", Level: tools.LevelWrite, Description: renameDescription}, s.rename)
+	tools.Register(r, tools.Tool{Name: "lsp", Level: tools.LevelRead, Description: description}, retried(s.do))
+	tools.Register(r, tools.Tool{Name: "lsp_rename", Level: tools.LevelWrite, Description: renameDescription}, retried(s.rename))
 	r.Use(s.Middleware())
 	return s
 }
@@ -95,37 +95,32 @@ type Loc struct {
 	EndColumn int    `json:"end_column"`
 }
 
-// toolErr is a failure the model should act on.
-type toolErr struct{ msg string }
-
-func (e *toolErr) Error() string { return e.msg }
-
-func errorf(format string, args ...any) error { return &toolErr{fmt.Sprintf(format, args...)} }
-
-// finish turns a handler's error into its return values: ctx's error stays
-// a call error, everything else is a tool error for the model.
-func finish(ctx context.Context, res *tools.Result, err error) (*tools.Result, error) {
-	if err == nil {
-		return res, nil
+// retried is the handler of a tool of the supervisor's over h. When the
+// server died under the call (killed, crashed) and nothing was changed, h
+// runs once more, with a restarted server. Its error goes to the registry,
+// which makes it the tool's error result, through forModel.
+func retried[In any](h func(context.Context, In) (*tools.Result, error)) func(context.Context, In) (*tools.Result, error) {
+	return func(ctx context.Context, in In) (*tools.Result, error) {
+		res, err := h(ctx, in)
+		if errors.Is(err, errDied) && ctx.Err() == nil {
+			res, err = h(ctx, in)
+		}
+		return res, forModel(ctx, err)
 	}
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return nil, ctx.Err()
-	}
-	var we *tools.Error
-	if errors.As(err, &we) {
-		return tools.Errorf("%s", we.Msg), nil
-	}
-	return tools.Errorf("%s", strings.TrimPrefix(err.Error(), "lsp: ")), nil
 }
 
-func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) {
-	res, err := s.do(ctx, in)
-	if errors.Is(err, errDied) && ctx.Err() == nil {
-		// The server died under this call (killed, crashed): the retry
-		// starts a new one.
-		res, err = s.do(ctx, in)
+// forModel drops the "lsp: " that the errors of the protocol engine
+// (package berth.dev/berth/lsp) and of the supervisor start with: the
+// model called lsp, so the prefix tells it nothing. It is the one change
+// made to an error on its way out; the call's end stays a call error.
+func forModel(ctx context.Context, err error) error {
+	if err == nil || tools.IsCallError(ctx, err) {
+		return err
 	}
-	return finish(ctx, res, err)
+	if msg, ok := strings.CutPrefix(err.Error(), "lsp: "); ok {
+		return tools.Fail("%s", msg)
+	}
+	return err
 }
 
 // errDied marks a failure caused by the server's connection ending during
@@ -157,7 +152,7 @@ var navigation = map[string]string{
 
 func (s *Supervisor) do(ctx context.Context, in Input) (*tools.Result, error) {
 	if s.isClosed() {
-		return nil, errorf("the run is closed; open a new run")
+		return nil, tools.Fail("the run is closed; open a new run")
 	}
 	switch in.Action {
 	case "status":
@@ -172,11 +167,11 @@ func (s *Supervisor) do(ctx context.Context, in Input) (*tools.Result, error) {
 	case "symbols":
 		return s.symbols(ctx, in)
 	case "":
-		return nil, errorf("action is required: one of diagnostics, definition, type_definition, implementation, references, hover, symbols, code_actions, status, reload")
+		return nil, tools.Fail("action is required: one of diagnostics, definition, type_definition, implementation, references, hover, symbols, code_actions, status, reload")
 	}
 	method, ok := navigation[in.Action]
 	if !ok {
-		return nil, errorf("unknown action %q: use one of diagnostics, definition, type_definition, implementation, references, hover, symbols, code_actions, status, reload", in.Action)
+		return nil, tools.Fail("unknown action %q: use one of diagnostics, definition, type_definition, implementation, references, hover, symbols, code_actions, status, reload", in.Action)
 	}
 	t, err := s.target(ctx, in)
 	if err != nil {
@@ -194,7 +189,7 @@ func (s *Supervisor) do(ctx context.Context, in Input) (*tools.Result, error) {
 // navigate answers a position action with a ready server.
 func (s *Supervisor) navigate(ctx context.Context, q *query, in Input, t target, method string) (*tools.Result, error) {
 	if !q.c.Supports(method) {
-		return nil, errorf("%s does not offer %s (%s); try another action, such as references or hover", q.in.spec.ID, in.Action, method)
+		return nil, tools.Fail("%s does not offer %s (%s); try another action, such as references or hover", q.in.spec.ID, in.Action, method)
 	}
 	pos, err := q.position(ctx, t)
 	if err != nil {
@@ -242,7 +237,7 @@ func (s *Supervisor) query(ctx context.Context, name string) (*query, error) {
 	in, err := s.serverFor(ctx, name, s.opts.QueryWait)
 	if err != nil {
 		if errors.Is(err, errStarting) {
-			return nil, errorf("%v; it is still indexing — call again in a moment (lsp status shows its progress)", err)
+			return nil, tools.Fail("%v; it is still indexing — call again in a moment (lsp status shows its progress)", err)
 		}
 		return nil, err
 	}
@@ -269,9 +264,9 @@ func (q *query) explain(action string, err error) error {
 	var re *lspc.ResponseError
 	switch {
 	case errors.Is(err, lspc.ErrServerExited):
-		return errorf("%s exited while answering %s; call again and it is restarted (lsp status shows its last error)", q.in.key, action)
+		return tools.Fail("%s exited while answering %s; call again and it is restarted (lsp status shows its last error)", q.in.key, action)
 	case errors.As(err, &re):
-		return errorf("%s could not answer %s: %s", q.in.spec.ID, action, re.Message)
+		return tools.Fail("%s could not answer %s: %s", q.in.spec.ID, action, re.Message)
 	}
 	return err
 }
@@ -291,7 +286,7 @@ var occurrence = regexp.MustCompile(`^(.+)#([1-9][0-9]*)$`)
 // target resolves file, line and symbol (LSP-2) against the file on disk.
 func (s *Supervisor) target(ctx context.Context, in Input) (target, error) {
 	if in.File == "" {
-		return target{}, errorf("file is required for %s: the file (relative to the workspace), with line and symbol", in.Action)
+		return target{}, tools.Fail("file is required for %s: the file (relative to the workspace), with line and symbol", in.Action)
 	}
 	name, err := wspath.Name(s.root, in.File)
 	if err != nil {
@@ -303,14 +298,14 @@ func (s *Supervisor) target(ctx context.Context, in Input) (target, error) {
 	}
 	lines := strings.Split(string(data), "\n")
 	if in.Line < 1 {
-		return target{}, errorf("line is required for %s: the 1-based line of %s where the symbol is (it has %d lines)", in.Action, name, len(lines))
+		return target{}, tools.Fail("line is required for %s: the 1-based line of %s where the symbol is (it has %d lines)", in.Action, name, len(lines))
 	}
 	if in.Line > len(lines) {
-		return target{}, errorf("line %d is past the end of %s, which has %d lines", in.Line, name, len(lines))
+		return target{}, tools.Fail("line %d is past the end of %s, which has %d lines", in.Line, name, len(lines))
 	}
 	lineText := strings.TrimSuffix(lines[in.Line-1], "\r")
 	if in.Symbol == "" {
-		return target{}, errorf("symbol is required for %s: give the symbol's text as it appears on line %d of %s, which is: %s", in.Action, in.Line, name, quoteLine(lineText))
+		return target{}, tools.Fail("symbol is required for %s: give the symbol's text as it appears on line %d of %s, which is: %s", in.Action, in.Line, name, quoteLine(lineText))
 	}
 	sym, nth := in.Symbol, 1
 	idxs := allIndex(lineText, sym)
@@ -333,10 +328,10 @@ func (s *Supervisor) target(ctx context.Context, in Input) (target, error) {
 		if len(near) > 0 {
 			msg += fmt.Sprintf(". It is on line %s nearby", strings.Join(near, ", "))
 		}
-		return target{}, errorf("%s", msg)
+		return target{}, tools.Fail("%s", msg)
 	}
 	if nth > len(idxs) {
-		return target{}, errorf("symbol %q occurs %d times on line %d of %s, not %d: %s", sym, len(idxs), in.Line, name, nth, quoteLine(lineText))
+		return target{}, tools.Fail("symbol %q occurs %d times on line %d of %s, not %d: %s", sym, len(idxs), in.Line, name, nth, quoteLine(lineText))
 	}
 	t.byteCol = idxs[nth-1]
 	if len(idxs) > 1 {
@@ -380,7 +375,7 @@ func (q *query) position(ctx context.Context, t target) (lspc.Position, error) {
 	}
 	lines := strings.Split(text, "\n")
 	if t.line > len(lines) || strings.TrimSuffix(lines[t.line-1], "\r") != t.lineText {
-		return lspc.Position{}, errorf("%s changed while the request was prepared; call again", t.name)
+		return lspc.Position{}, tools.Fail("%s changed while the request was prepared; call again", t.name)
 	}
 	return lspc.Position{Line: uint32(t.line - 1), Character: lspc.Character(t.lineText, t.byteCol, q.c.PositionEncoding())}, nil
 }
@@ -674,7 +669,7 @@ func (s *Supervisor) codeActions(ctx context.Context, q *query, t target, uri st
 // diagnostics lists a file's diagnostics, computed for its current text.
 func (s *Supervisor) diagnostics(ctx context.Context, in Input) (_ *tools.Result, err error) {
 	if in.File == "" {
-		return nil, errorf("file is required for diagnostics: a file relative to the workspace, or \"*\" for the project check")
+		return nil, tools.Fail("file is required for diagnostics: a file relative to the workspace, or \"*\" for the project check")
 	}
 	name, err := wspath.Name(s.root, in.File)
 	if err != nil {
@@ -695,7 +690,7 @@ func (s *Supervisor) diagnostics(ctx context.Context, in Input) (_ *tools.Result
 	}
 	uri := s.uriOf(name)
 	if late := s.settle(ctx, q.c, map[string]int32{uri: v}); len(late) > 0 {
-		return nil, errorf("%s sent no diagnostics for %s within %v; call again (lsp status shows whether it is still indexing)", q.in.spec.ID, name, s.opts.DiagnosticsWait)
+		return nil, tools.Fail("%s sent no diagnostics for %s within %v; call again (lsp status shows whether it is still indexing)", q.in.spec.ID, name, s.opts.DiagnosticsWait)
 	}
 	set, _ := q.c.Diagnostics(uri)
 	var found []located
@@ -786,7 +781,7 @@ func (s *Supervisor) render(ctx context.Context, ls []located, limit int, enc st
 // symbols searches the workspace (query) or lists a file's symbols.
 func (s *Supervisor) symbols(ctx context.Context, in Input) (*tools.Result, error) {
 	if in.Query == "" && in.File == "" {
-		return nil, errorf("symbols needs query (search the workspace by name) or file (list the file's symbols)")
+		return nil, tools.Fail("symbols needs query (search the workspace by name) or file (list the file's symbols)")
 	}
 	if in.Query == "" {
 		return s.documentSymbols(ctx, in)
@@ -906,7 +901,7 @@ func (s *Supervisor) workspaceServers(ctx context.Context) ([]*query, error) {
 		qs = append(qs, q)
 	}
 	if len(qs) == 0 {
-		return nil, errorf("no language server is running and none applies at the workspace root; pass file to pick the project (lsp status shows what is missing)")
+		return nil, tools.Fail("no language server is running and none applies at the workspace root; pass file to pick the project (lsp status shows what is missing)")
 	}
 	return qs, nil
 }
@@ -1160,7 +1155,7 @@ func (s *Supervisor) reloadAction(ctx context.Context, in Input) (*tools.Result,
 	} else {
 		targets = s.instances()
 		if len(targets) == 0 {
-			return nil, errorf("no language server has been started in this run; pass file to reload (and start) the server of that file's project")
+			return nil, tools.Fail("no language server has been started in this run; pass file to reload (and start) the server of that file's project")
 		}
 	}
 	var b strings.Builder
@@ -1202,7 +1197,7 @@ func (s *Supervisor) projectCheck(ctx context.Context) (*tools.Result, error) {
 		for _, m := range missing {
 			why = append(why, m.Language+": "+m.Reason)
 		}
-		return nil, errorf("no project check applies at the workspace root: %s. Ask for one file's diagnostics instead (lsp diagnostics with file)", strings.Join(why, "; "))
+		return nil, tools.Fail("no project check applies at the workspace root: %s. Ask for one file's diagnostics instead (lsp diagnostics with file)", strings.Join(why, "; "))
 	}
 	var b strings.Builder
 	var all []Diag
@@ -1278,7 +1273,7 @@ func (s *Supervisor) projectCheck(ctx context.Context) (*tools.Result, error) {
 		}
 	}
 	if len(results) == 0 {
-		return nil, errorf("no project check ran at the workspace root: %s. Ask for one file's diagnostics instead (lsp diagnostics with file)", strings.TrimRight(b.String(), "\n"))
+		return nil, tools.Fail("no project check ran at the workspace root: %s. Ask for one file's diagnostics instead (lsp diagnostics with file)", strings.TrimRight(b.String(), "\n"))
 	}
 	res := tools.Text(strings.TrimRight(b.String(), "\n"))
 	res.StructuredContent = map[string]any{"diagnostics": nonNil(all), "checks": results, "refused": refused}
