@@ -561,23 +561,20 @@ func (s *Supervisor) Resources() []tools.Resource {
 	var out []tools.Resource
 	for _, in := range s.instances() {
 		r := tools.Resource{Kind: "language server", Name: in.key.String(), State: "not running"}
-		in.mu.Lock()
-		if g := in.gen; in.gaveUp {
+		switch st := in.state(); {
+		case st.gaveUp:
 			r.State = "given up after crashes"
-		} else if g != nil && g.stopped != "" {
-			r.State = "stopped: " + g.stopped
-		} else if g != nil && in.aliveLocked() {
-			select {
-			case <-g.ready: // g.stream is set once ready is closed
-				r.State = "running"
-				r.Detail = fmt.Sprintf("pid %d, %s, up %s, %d restarts", g.pid(), g.binary, time.Since(g.started).Round(time.Second), in.restarts)
-			default:
-				r.State, r.Detail = "starting", g.binary
-			}
-		} else if g != nil {
-			r.State, r.Detail = "exited or failed", in.lastErr
+		case !st.started: // never started: "not running"
+		case st.stopped != "":
+			r.State = "stopped: " + st.stopped
+		case st.alive && st.ready:
+			r.State = "running"
+			r.Detail = fmt.Sprintf("pid %d, %s, up %s, %d restarts", st.pid, st.binary, time.Since(st.up).Round(time.Second), st.restarts)
+		case st.alive:
+			r.State, r.Detail = "starting", st.binary
+		default:
+			r.State, r.Detail = "exited or failed", st.lastErr
 		}
-		in.mu.Unlock()
 		out = append(out, r)
 	}
 	return out

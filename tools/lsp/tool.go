@@ -1025,48 +1025,40 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		insts[in.key] = in
 	}
 	fill := func(r *row, in *instance) {
-		in.mu.Lock()
-		defer in.mu.Unlock()
-		g := in.gen
-		r.Restarts, r.LastErr = in.restarts, in.lastErr
+		st := in.state()
+		r.Restarts, r.LastErr = st.restarts, st.lastErr
 		switch {
-		case in.gaveUp:
+		case st.gaveUp:
 			r.State = fmt.Sprintf("given up after %d crashes in %v; reload to try again", MaxCrashes, CrashWindow)
-		case g == nil:
+		case !st.started:
 			r.State = "not running"
-		case g.stopped != "":
-			r.State = "stopped: " + g.stopped
+		case st.stopped != "":
+			r.State = "stopped: " + st.stopped
+		case !st.ready:
+			r.State = "starting"
+			r.Pid = st.pid
+		case st.startErr != nil:
+			r.State = "failed to start"
+			r.LastErr = st.startErr.Error()
+		case !st.alive:
+			r.State = "exited; restarted on the next call"
 		default:
-			select {
-			case <-g.ready:
-				switch {
-				case g.err != nil:
-					r.State = "failed to start"
-					r.LastErr = g.err.Error()
-				case !in.aliveLocked():
-					r.State = "exited; restarted on the next call"
-				default:
-					r.State = "running"
-					r.Pid = g.pid()
-					r.Uptime = time.Since(g.started).Round(time.Second).String()
-					r.Binary = g.binary
-					var ps []string
-					for _, p := range g.client.Progress() {
-						x := p.Title
-						if p.Message != "" {
-							x += ": " + p.Message
-						}
-						if p.Percentage != nil {
-							x += fmt.Sprintf(" (%d%%)", *p.Percentage)
-						}
-						ps = append(ps, x)
-					}
-					r.Indexing = strings.Join(ps, "; ")
+			r.State = "running"
+			r.Pid = st.pid
+			r.Uptime = time.Since(st.up).Round(time.Second).String()
+			r.Binary = st.binary
+			var ps []string
+			for _, p := range st.progress {
+				x := p.Title
+				if p.Message != "" {
+					x += ": " + p.Message
 				}
-			default:
-				r.State = "starting"
-				r.Pid = g.pid()
+				if p.Percentage != nil {
+					x += fmt.Sprintf(" (%d%%)", *p.Percentage)
+				}
+				ps = append(ps, x)
 			}
+			r.Indexing = strings.Join(ps, "; ")
 		}
 	}
 	for _, c := range choices {
@@ -1160,12 +1152,7 @@ func (s *Supervisor) reloadAction(ctx context.Context, in Input) (*tools.Result,
 	}
 	var b strings.Builder
 	for _, t := range targets {
-		t.mu.Lock()
-		oldPid := 0
-		if t.gen != nil {
-			oldPid = t.gen.pid()
-		}
-		t.mu.Unlock()
+		oldPid := t.state().pid
 		if err := t.reload(ctx); err != nil {
 			return nil, err
 		}
@@ -1173,10 +1160,7 @@ func (s *Supervisor) reloadAction(ctx context.Context, in Input) (*tools.Result,
 			fmt.Fprintf(&b, "%s: restarting, not ready yet: %v\n", t.key, err)
 			continue
 		}
-		t.mu.Lock()
-		pid := t.gen.pid()
-		t.mu.Unlock()
-		fmt.Fprintf(&b, "%s: restarted (pid %d, was %d)\n", t.key, pid, oldPid)
+		fmt.Fprintf(&b, "%s: restarted (pid %d, was %d)\n", t.key, t.state().pid, oldPid)
 	}
 	return tools.Text(strings.TrimRight(b.String(), "\n")), nil
 }
