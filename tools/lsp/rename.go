@@ -13,6 +13,16 @@ import (
 	wspath "berth.dev/berth/tools/workspace"
 )
 
+// RenameInput is the lsp_rename tool's arguments.
+type RenameInput struct {
+	File    string `json:"file" jsonschema:"the file where the symbol is, relative to the workspace"`
+	Line    int    `json:"line" jsonschema:"1-based line of the symbol"`
+	Symbol  string `json:"symbol" jsonschema:"text of the symbol on that line; \"name#2\" picks its second occurrence"`
+	NewName string `json:"new_name" jsonschema:"the new name"`
+}
+
+const renameDescription = `Rename a symbol across the project with the language server: every reference in every file changes, all or nothing. Give file, line (1-based), the symbol's text on that line, and new_name. The result lists the files changed and any new diagnostics.`
+
 // rename asks the server for a rename's WorkspaceEdit and applies it all
 // or nothing through the file tools' write path (LSP-5).
 func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Result, err error) {
