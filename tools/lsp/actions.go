@@ -141,7 +141,7 @@ func knownAction(t tools.Tool, next tools.Handler) tools.Handler {
 // do runs an lsp call: its action's row of the table, on an open run.
 func (s *Supervisor) do(ctx context.Context, in Input) (*tools.Result, error) {
 	if s.isClosed() {
-		return nil, tools.Fail("the run is closed; open a new run")
+		return nil, errClosed
 	}
 	a, err := lookup(in.Action)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/lsp/projectcheck"
-	wspath "berth.dev/berth/tools/workspace"
 )
 
 // Diag is a diagnostic as the tools report it in structuredContent.
@@ -35,23 +34,12 @@ func (s *Supervisor) diagnostics(ctx context.Context, in Input) (_ *tools.Result
 	if in.File == "" {
 		return nil, tools.Fail("file is required for diagnostics: a file relative to the workspace, or \"*\" for the project check")
 	}
-	name, err := wspath.Name(s.root, in.File)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.ws.Stat(ctx, name); err != nil {
-		return nil, wspath.Explain(s.root, name, err)
-	}
-	q, err := s.query(ctx, name)
+	name, q, v, err := s.opened(ctx, in.File)
 	if err != nil {
 		return nil, err
 	}
 	defer q.release()
 	defer func() { err = q.died(err) }()
-	_, v, err := q.in.open(ctx, q.c, name)
-	if err != nil {
-		return nil, wspath.Explain(s.root, name, err)
-	}
 	uri := s.uriOf(name)
 	if late := s.settle(ctx, q.c, map[string]int32{uri: v}); len(late) > 0 {
 		return nil, tools.Fail("%s sent no diagnostics for %s within %v; call again (lsp status shows whether it is still indexing)", q.in.spec.ID, name, s.opts.DiagnosticsWait)

@@ -394,7 +394,7 @@ func (in *instance) reload(ctx context.Context) error {
 	defer in.mu.Unlock()
 	in.crashes, in.gaveUp = nil, false
 	if in.s.isClosed() {
-		return errors.New("lsp: the run is closed; open a new run")
+		return errClosed
 	}
 	return in.ensureLocked("")
 }

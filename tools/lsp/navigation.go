@@ -36,11 +36,7 @@ type answer func(s *Supervisor, ctx context.Context, q *query, at spot) (*tools.
 // method, answers with ans.
 func navigation(method string, ans answer) handler {
 	return func(s *Supervisor, ctx context.Context, in Input) (*tools.Result, error) {
-		t, err := s.target(ctx, in)
-		if err != nil {
-			return nil, err
-		}
-		q, err := s.query(ctx, t.name)
+		t, q, err := s.aim(ctx, in)
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/tools"
+	wspath "berth.dev/berth/tools/workspace"
 )
 
 // query is a server ready to answer for a file, with its view refreshed.
@@ -27,6 +28,30 @@ func (s *Supervisor) query(ctx context.Context, name string) (*query, error) {
 		return nil, err
 	}
 	return s.ready(ctx, in)
+}
+
+// opened resolves a workspace file, readies its server and syncs the file
+// into it, for an action about the whole file. It returns the file's
+// workspace name, the query (the caller calls its release) and the version
+// of the text the server has.
+func (s *Supervisor) opened(ctx context.Context, file string) (string, *query, int32, error) {
+	name, err := wspath.Name(s.root, file)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	if _, err := s.ws.Stat(ctx, name); err != nil {
+		return "", nil, 0, wspath.Explain(s.root, name, err)
+	}
+	q, err := s.query(ctx, name)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	_, v, err := q.in.open(ctx, q.c, name)
+	if err != nil {
+		q.release()
+		return "", nil, 0, q.died(wspath.Explain(s.root, name, err))
+	}
+	return name, q, v, nil
 }
 
 // ready takes a use of in and makes its server's view of the files

@@ -27,16 +27,12 @@ const renameDescription = `Rename a symbol across the project with the language 
 // or nothing through the file tools' write path (LSP-5).
 func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Result, err error) {
 	if s.isClosed() {
-		return nil, tools.Fail("the run is closed; open a new run")
+		return nil, errClosed
 	}
 	if strings.TrimSpace(in.NewName) == "" {
 		return nil, tools.Fail("new_name is required: the symbol's new name")
 	}
-	t, err := s.target(ctx, Input{Action: "lsp_rename", File: in.File, Line: in.Line, Symbol: in.Symbol})
-	if err != nil {
-		return nil, err
-	}
-	q, err := s.query(ctx, t.name)
+	t, q, err := s.aim(ctx, Input{Action: "lsp_rename", File: in.File, Line: in.Line, Symbol: in.Symbol})
 	if err != nil {
 		return nil, err
 	}

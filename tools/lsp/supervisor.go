@@ -379,6 +379,9 @@ func (s *Supervisor) inWorkspace(p string) bool {
 	return p == s.root || s.root == "/" || strings.HasPrefix(p, s.root+"/")
 }
 
+// errClosed answers a call, or a server start, after the run closed.
+var errClosed = errors.New("lsp: the run is closed; open a new run")
+
 // ErrNoServer means no language server applies to a file; its message says
 // which half is missing for each candidate.
 var ErrNoServer = errors.New("lsp: no language server applies")
@@ -466,7 +469,7 @@ func (s *Supervisor) instance(c Choice) (*instance, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errors.New("lsp: the run is closed; open a new run")
+		return nil, errClosed
 	}
 	k := c.key()
 	in := s.insts[k]

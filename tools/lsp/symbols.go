@@ -149,22 +149,12 @@ func langSet(sv Server) string {
 }
 
 func (s *Supervisor) documentSymbols(ctx context.Context, in Input) (_ *tools.Result, err error) {
-	name, err := wspath.Name(s.root, in.File)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.ws.Stat(ctx, name); err != nil {
-		return nil, wspath.Explain(s.root, name, err)
-	}
-	q, err := s.query(ctx, name)
+	name, q, _, err := s.opened(ctx, in.File)
 	if err != nil {
 		return nil, err
 	}
 	defer q.release()
 	defer func() { err = q.died(err) }()
-	if _, _, err := q.in.open(ctx, q.c, name); err != nil {
-		return nil, wspath.Explain(s.root, name, err)
-	}
 	tree, flat, err := q.c.DocumentSymbols(ctx, s.uriOf(name))
 	if err != nil {
 		return nil, q.explain("symbols", err)

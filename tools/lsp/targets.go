@@ -22,6 +22,17 @@ type target struct {
 	note     string // what the model should know (first of several occurrences)
 }
 
+// aim resolves file, line and symbol (LSP-2) and readies the file's
+// server; the caller calls the query's release.
+func (s *Supervisor) aim(ctx context.Context, in Input) (target, *query, error) {
+	t, err := s.target(ctx, in)
+	if err != nil {
+		return target{}, nil, err
+	}
+	q, err := s.query(ctx, t.name)
+	return t, q, err
+}
+
 var occurrence = regexp.MustCompile(`^(.+)#([1-9][0-9]*)$`)
 
 // target resolves file, line and symbol (LSP-2) against the file on disk.
