@@ -128,6 +128,36 @@ func (in *instance) state() serverState {
 	return st
 }
 
+// notePending records a workspace file written while the server was
+// starting (see pending).
+func (in *instance) notePending(name string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.pending == nil {
+		in.pending = map[string]bool{}
+	}
+	in.pending[name] = true
+}
+
+// takePending returns the files notePending recorded, and forgets them.
+func (in *instance) takePending() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	names := make([]string, 0, len(in.pending))
+	for name := range in.pending {
+		names = append(names, name)
+	}
+	in.pending = nil
+	return names
+}
+
+// ensure is ensureLocked under the instance's lock.
+func (in *instance) ensure(binary string) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.ensureLocked(binary)
+}
+
 // ensureLocked starts a server unless one is starting or running. A dead
 // one counts as a crash, and the restart waits out the backoff.
 func (in *instance) ensureLocked(binary string) error {

@@ -477,9 +477,7 @@ func (s *Supervisor) instance(c Choice) (*instance, error) {
 		in = &instance{s: s, key: k, spec: c.Server}
 		s.insts[k] = in
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if err := in.ensureLocked(c.Binary); err != nil {
+	if err := in.ensure(c.Binary); err != nil {
 		return nil, err
 	}
 	return in, nil
