@@ -385,3 +385,44 @@ func TestHandlerErrors(t *testing.T) {
 		t.Error("Fail lost its %w cause")
 	}
 }
+
+// TestEnum pins the Enum option: the listed schema has the values, a value
+// outside them is an *InputError before the handler runs, and a property
+// the schema lacks is a programming error.
+func TestEnum(t *testing.T) {
+	type opIn struct {
+		Op   string `json:"op" jsonschema:"what to do"`
+		Path string `json:"path,omitempty" jsonschema:"the file"`
+	}
+	r := NewRegistry()
+	var ran []string
+	Register(r, Tool{Name: "t", Level: LevelRead}, func(ctx context.Context, in opIn) (*Result, error) {
+		ran = append(ran, in.Op)
+		return Text(in.Op), nil
+	}, Enum("op", "start", "stop"))
+	infos := r.List(SurfaceDefault)
+	if len(infos) != 1 {
+		t.Fatalf("listed %d tools", len(infos))
+	}
+	b, _ := json.Marshal(infos[0].InputSchema)
+	if !strings.Contains(string(b), `"enum":["start","stop"]`) || !strings.Contains(string(b), `"what to do"`) {
+		t.Errorf("schema %s lacks the enum or the description", b)
+	}
+	if res, err := r.Call(context.Background(), SurfaceDefault, "t", json.RawMessage(`{"op":"stop"}`)); err != nil || res.AllText() != "stop" {
+		t.Errorf("op stop: res %+v, err %v", res, err)
+	}
+	for _, args := range []string{`{"op":"Stop"}`, `{"op":""}`, `{"op":"pause","path":"a"}`} {
+		if _, err := r.Call(context.Background(), SurfaceDefault, "t", json.RawMessage(args)); !isInputError(err) {
+			t.Errorf("%s: err = %v, want an InputError", args, err)
+		}
+	}
+	if len(ran) != 1 {
+		t.Errorf("the handler ran for %q, want only for stop", ran)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Enum on a missing property did not panic")
+		}
+	}()
+	Register(NewRegistry(), Tool{Name: "u", Level: LevelRead}, func(ctx context.Context, in opIn) (*Result, error) { return nil, nil }, Enum("mode", "a"))
+}

@@ -90,6 +90,74 @@ func (in *instance) aliveLocked() bool {
 	}
 }
 
+// serverState is an instance as it was at one moment, read under its
+// lock: what status, the console's resources and reload report.
+type serverState struct {
+	gaveUp   bool
+	started  bool   // a generation exists: a start was begun at least once
+	stopped  string // why the current generation was stopped on purpose
+	ready    bool   // the current generation's start finished
+	startErr error  // why that start failed
+	alive    bool   // starting or running (aliveLocked)
+	pid      int
+	binary   string
+	up       time.Time // when the start finished, for a ready generation
+	restarts int
+	lastErr  string
+	progress []lspc.ProgressState // what a running server reports it is doing
+}
+
+// state returns what the instance is doing now.
+func (in *instance) state() serverState {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	st := serverState{gaveUp: in.gaveUp, alive: in.aliveLocked(), restarts: in.restarts, lastErr: in.lastErr}
+	g := in.gen
+	if g == nil {
+		return st
+	}
+	st.started, st.stopped, st.pid, st.binary = true, g.stopped, g.pid(), g.binary
+	select {
+	case <-g.ready:
+		st.ready, st.startErr, st.up = true, g.err, g.started
+		if st.alive {
+			st.progress = g.client.Progress()
+		}
+	default:
+	}
+	return st
+}
+
+// notePending records a workspace file written while the server was
+// starting (see pending).
+func (in *instance) notePending(name string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.pending == nil {
+		in.pending = map[string]bool{}
+	}
+	in.pending[name] = true
+}
+
+// takePending returns the files notePending recorded, and forgets them.
+func (in *instance) takePending() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	names := make([]string, 0, len(in.pending))
+	for name := range in.pending {
+		names = append(names, name)
+	}
+	in.pending = nil
+	return names
+}
+
+// ensure is ensureLocked under the instance's lock.
+func (in *instance) ensure(binary string) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.ensureLocked(binary)
+}
+
 // ensureLocked starts a server unless one is starting or running. A dead
 // one counts as a crash, and the restart waits out the backoff.
 func (in *instance) ensureLocked(binary string) error {
@@ -356,7 +424,7 @@ func (in *instance) reload(ctx context.Context) error {
 	defer in.mu.Unlock()
 	in.crashes, in.gaveUp = nil, false
 	if in.s.isClosed() {
-		return errors.New("lsp: the run is closed; open a new run")
+		return errClosed
 	}
 	return in.ensureLocked("")
 }

@@ -164,13 +164,10 @@ func (s *Supervisor) baseline(ctx context.Context, in *instance, c *lspc.Client)
 	c.WaitIdle(ictx)
 	cancel()
 	s.quiet(ctx, c)
-	in.mu.Lock()
 	skip := map[string]bool{}
-	for name := range in.pending {
+	for _, name := range in.takePending() {
 		skip[s.uriOf(name)] = true
 	}
-	in.pending = nil
-	in.mu.Unlock()
 	j := snapshot(s.present(ctx, c.AllDiagnostics()), skip)
 	s.mu.Lock()
 	s.journal[in.key] = j
@@ -199,12 +196,7 @@ func (s *Supervisor) afterWrite(ctx context.Context, touched []string) writeRepo
 		case errors.Is(err, ErrNoServer):
 			continue // no server applies: say nothing
 		case errors.Is(err, errStarting):
-			in.mu.Lock()
-			if in.pending == nil {
-				in.pending = map[string]bool{}
-			}
-			in.pending[name] = true
-			in.mu.Unlock()
+			in.notePending(name)
 			if !slices.Contains(order, in) {
 				order = append(order, in)
 				groups[in] = nil

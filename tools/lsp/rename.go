@@ -13,28 +13,26 @@ import (
 	wspath "berth.dev/berth/tools/workspace"
 )
 
-func (s *Supervisor) rename(ctx context.Context, in RenameInput) (*tools.Result, error) {
-	res, err := s.doRename(ctx, in)
-	if errors.Is(err, errDied) && ctx.Err() == nil {
-		res, err = s.doRename(ctx, in) // nothing was written: retry with a restarted server
-	}
-	return finish(ctx, res, err)
+// RenameInput is the lsp_rename tool's arguments.
+type RenameInput struct {
+	File    string `json:"file" jsonschema:"the file where the symbol is, relative to the workspace"`
+	Line    int    `json:"line" jsonschema:"1-based line of the symbol"`
+	Symbol  string `json:"symbol" jsonschema:"text of the symbol on that line; \"name#2\" picks its second occurrence"`
+	NewName string `json:"new_name" jsonschema:"the new name"`
 }
 
-// doRename asks the server for a rename's WorkspaceEdit and applies it all
+const renameDescription = `Rename a symbol across the project with the language server: every reference in every file changes, all or nothing. Give file, line (1-based), the symbol's text on that line, and new_name. The result lists the files changed and any new diagnostics.`
+
+// rename asks the server for a rename's WorkspaceEdit and applies it all
 // or nothing through the file tools' write path (LSP-5).
-func (s *Supervisor) doRename(ctx context.Context, in RenameInput) (_ *tools.Result, err error) {
+func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Result, err error) {
 	if s.isClosed() {
-		return nil, errorf("the run is closed; open a new run")
+		return nil, errClosed
 	}
 	if strings.TrimSpace(in.NewName) == "" {
-		return nil, errorf("new_name is required: the symbol's new name")
+		return nil, tools.Fail("new_name is required: the symbol's new name")
 	}
-	t, err := s.target(ctx, Input{Action: "lsp_rename", File: in.File, Line: in.Line, Symbol: in.Symbol})
-	if err != nil {
-		return nil, err
-	}
-	q, err := s.query(ctx, t.name)
+	t, q, err := s.aim(ctx, Input{Action: "lsp_rename", File: in.File, Line: in.Line, Symbol: in.Symbol})
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +44,7 @@ func (s *Supervisor) doRename(ctx context.Context, in RenameInput) (_ *tools.Res
 		}
 	}()
 	if !q.c.Supports("textDocument/rename") {
-		return nil, errorf("%s does not offer rename; change the name with ast_edit or edit instead", q.in.spec.ID)
+		return nil, tools.Fail("%s does not offer rename; change the name with ast_edit or edit instead", q.in.spec.ID)
 	}
 	pos, err := q.position(ctx, t)
 	if err != nil {
@@ -58,23 +56,23 @@ func (s *Supervisor) doRename(ctx context.Context, in RenameInput) (_ *tools.Res
 		var re *lspc.ResponseError
 		switch {
 		case errors.As(err, &re):
-			return nil, errorf("%s cannot rename %q at %s:%d: %s. Point at the identifier itself (its declaration or a use)", q.in.spec.ID, t.symbol, t.name, t.line, re.Message)
+			return nil, tools.Fail("%s cannot rename %q at %s:%d: %s. Point at the identifier itself (its declaration or a use)", q.in.spec.ID, t.symbol, t.name, t.line, re.Message)
 		case err != nil:
 			return nil, q.explain("rename", err)
 		case !pr.OK:
-			return nil, errorf("%s says %q at %s:%d cannot be renamed (not an identifier it knows, or a name from outside the project); point at the identifier of a project symbol", q.in.spec.ID, t.symbol, t.name, t.line)
+			return nil, tools.Fail("%s says %q at %s:%d cannot be renamed (not an identifier it knows, or a name from outside the project); point at the identifier of a project symbol", q.in.spec.ID, t.symbol, t.name, t.line)
 		}
 	}
 	we, err := q.c.Rename(ctx, uri, pos, in.NewName)
 	if err != nil {
 		var re *lspc.ResponseError
 		if errors.As(err, &re) {
-			return nil, errorf("%s refused to rename %q to %q: %s. Nothing was changed", q.in.spec.ID, t.symbol, in.NewName, re.Message)
+			return nil, tools.Fail("%s refused to rename %q to %q: %s. Nothing was changed", q.in.spec.ID, t.symbol, in.NewName, re.Message)
 		}
 		return nil, q.explain("rename", err)
 	}
 	if we == nil {
-		return nil, errorf("%s returned no edit for renaming %q at %s:%d; nothing was changed. Check the position with lsp hover", q.in.spec.ID, t.symbol, t.name, t.line)
+		return nil, tools.Fail("%s returned no edit for renaming %q at %s:%d; nothing was changed. Check the position with lsp hover", q.in.spec.ID, t.symbol, t.name, t.line)
 	}
 	plan, err := s.planEdit(ctx, q.c, *we)
 	if err != nil {
@@ -85,7 +83,7 @@ func (s *Supervisor) doRename(ctx context.Context, in RenameInput) (_ *tools.Res
 	}
 	committed = true
 	if err := wspath.Commit(ctx, s.ws, plan.changes); err != nil {
-		return nil, errorf("renaming %q to %q: %v", t.symbol, in.NewName, err)
+		return nil, tools.Fail("renaming %q to %q: %v", t.symbol, in.NewName, err)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "renamed %q to %q: %s in %s", t.symbol, in.NewName, plural(plan.edits, "edit"), plural(len(plan.changes), "file"))
@@ -144,11 +142,11 @@ func (s *Supervisor) planEdit(ctx context.Context, c *lspc.Client, we lspc.Works
 	nameOf := func(uri string) (string, error) {
 		p, err := lspc.URIPath(uri)
 		if err != nil {
-			return "", errorf("the server's edit names %s, which is not a file; nothing was changed", uri)
+			return "", tools.Fail("the server's edit names %s, which is not a file; nothing was changed", uri)
 		}
 		name, ok := s.rel(p)
 		if !ok || name == "." {
-			return "", errorf("the server's edit would change %s, outside the workspace; nothing was changed", p)
+			return "", tools.Fail("the server's edit would change %s, outside the workspace; nothing was changed", p)
 		}
 		if _, err := wspath.Name(s.root, p); err != nil {
 			return "", err
@@ -168,7 +166,7 @@ func (s *Supervisor) planEdit(ctx context.Context, c *lspc.Client, we lspc.Works
 	get := func(name string) (*fileState, error) {
 		if st, ok := states[name]; ok {
 			if st.cur == nil {
-				return nil, errorf("the server's edit changes %s after deleting it; nothing was changed", name)
+				return nil, tools.Fail("the server's edit changes %s after deleting it; nothing was changed", name)
 			}
 			return st, nil
 		}
@@ -195,12 +193,12 @@ func (s *Supervisor) planEdit(ctx context.Context, c *lspc.Client, we lspc.Works
 			}
 			if v := op.Edit.TextDocument.Version; v != nil {
 				if d, ok := c.Document(op.Edit.TextDocument.URI); ok && d.Version != *v {
-					return nil, errorf("the server's edit of %s is for version %d, but version %d is current; call again. Nothing was changed", name, *v, d.Version)
+					return nil, tools.Fail("the server's edit of %s is for version %d, but version %d is current; call again. Nothing was changed", name, *v, d.Version)
 				}
 			}
 			out, err := applyEdits(st.cur, op.Edit.Edits, c.PositionEncoding())
 			if err != nil {
-				return nil, errorf("the server's edit of %s cannot be applied: %v; nothing was changed", name, err)
+				return nil, tools.Fail("the server's edit of %s cannot be applied: %v; nothing was changed", name, err)
 			}
 			st.cur = out
 			st.n += len(op.Edit.Edits)
@@ -218,7 +216,7 @@ func (s *Supervisor) planEdit(ctx context.Context, c *lspc.Client, we lspc.Works
 				if o := op.Create.Options; o != nil && o.IgnoreIfExists {
 					continue
 				}
-				return nil, errorf("the server's edit creates %s, which exists; nothing was changed", name)
+				return nil, tools.Fail("the server's edit creates %s, which exists; nothing was changed", name)
 			}
 			st := &fileState{cur: []byte{}, path: name}
 			states[name] = st
@@ -241,7 +239,7 @@ func (s *Supervisor) planEdit(ctx context.Context, c *lspc.Client, we lspc.Works
 				return nil, err
 			}
 			if ok {
-				return nil, errorf("the server's edit renames %s to %s, which exists; nothing was changed", from, to)
+				return nil, tools.Fail("the server's edit renames %s to %s, which exists; nothing was changed", from, to)
 			}
 			delete(states, from)
 			st.path = to

@@ -379,6 +379,9 @@ func (s *Supervisor) inWorkspace(p string) bool {
 	return p == s.root || s.root == "/" || strings.HasPrefix(p, s.root+"/")
 }
 
+// errClosed answers a call, or a server start, after the run closed.
+var errClosed = errors.New("lsp: the run is closed; open a new run")
+
 // ErrNoServer means no language server applies to a file; its message says
 // which half is missing for each candidate.
 var ErrNoServer = errors.New("lsp: no language server applies")
@@ -466,7 +469,7 @@ func (s *Supervisor) instance(c Choice) (*instance, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errors.New("lsp: the run is closed; open a new run")
+		return nil, errClosed
 	}
 	k := c.key()
 	in := s.insts[k]
@@ -474,9 +477,7 @@ func (s *Supervisor) instance(c Choice) (*instance, error) {
 		in = &instance{s: s, key: k, spec: c.Server}
 		s.insts[k] = in
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if err := in.ensureLocked(c.Binary); err != nil {
+	if err := in.ensure(c.Binary); err != nil {
 		return nil, err
 	}
 	return in, nil
@@ -561,23 +562,20 @@ func (s *Supervisor) Resources() []tools.Resource {
 	var out []tools.Resource
 	for _, in := range s.instances() {
 		r := tools.Resource{Kind: "language server", Name: in.key.String(), State: "not running"}
-		in.mu.Lock()
-		if g := in.gen; in.gaveUp {
+		switch st := in.state(); {
+		case st.gaveUp:
 			r.State = "given up after crashes"
-		} else if g != nil && g.stopped != "" {
-			r.State = "stopped: " + g.stopped
-		} else if g != nil && in.aliveLocked() {
-			select {
-			case <-g.ready: // g.stream is set once ready is closed
-				r.State = "running"
-				r.Detail = fmt.Sprintf("pid %d, %s, up %s, %d restarts", g.pid(), g.binary, time.Since(g.started).Round(time.Second), in.restarts)
-			default:
-				r.State, r.Detail = "starting", g.binary
-			}
-		} else if g != nil {
-			r.State, r.Detail = "exited or failed", in.lastErr
+		case !st.started: // never started: "not running"
+		case st.stopped != "":
+			r.State = "stopped: " + st.stopped
+		case st.alive && st.ready:
+			r.State = "running"
+			r.Detail = fmt.Sprintf("pid %d, %s, up %s, %d restarts", st.pid, st.binary, time.Since(st.up).Round(time.Second), st.restarts)
+		case st.alive:
+			r.State, r.Detail = "starting", st.binary
+		default:
+			r.State, r.Detail = "exited or failed", st.lastErr
 		}
-		in.mu.Unlock()
 		out = append(out, r)
 	}
 	return out

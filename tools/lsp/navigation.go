@@ -1,0 +1,376 @@
+package lsp
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	lspc "berth.dev/berth/lsp"
+	"berth.dev/berth/tools"
+)
+
+// Loc is a location as the tools report it in structuredContent.
+type Loc struct {
+	File      string `json:"file"`
+	Line      int    `json:"line"`
+	Column    int    `json:"column"`
+	EndLine   int    `json:"end_line"`
+	EndColumn int    `json:"end_column"`
+}
+
+// spot is where a position action asks: the action, its LSP method, the
+// target, and the target's URI and position in the text the server has.
+type spot struct {
+	action, method string
+	t              target
+	uri            string
+	pos            lspc.Position
+}
+
+// answer asks a ready server at a spot and renders the reply.
+type answer func(s *Supervisor, ctx context.Context, q *query, at spot) (*tools.Result, error)
+
+// navigation is the handler of a position action: it resolves file, line
+// and symbol (LSP-2), readies the file's server and, when the server offers
+// method, answers with ans.
+func navigation(method string, ans answer) handler {
+	return func(s *Supervisor, ctx context.Context, in Input) (*tools.Result, error) {
+		t, q, err := s.aim(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		defer q.release()
+		res, err := s.navigate(ctx, q, spot{action: in.Action, method: method, t: t}, ans)
+		return res, q.died(err)
+	}
+}
+
+// navigate answers a position action with a ready server.
+func (s *Supervisor) navigate(ctx context.Context, q *query, at spot, ans answer) (*tools.Result, error) {
+	if !q.c.Supports(at.method) {
+		return nil, tools.Fail("%s does not offer %s (%s); try another action, such as references or hover", q.in.spec.ID, at.action, at.method)
+	}
+	pos, err := q.position(ctx, at.t)
+	if err != nil {
+		return nil, err
+	}
+	at.uri, at.pos = s.uriOf(at.t.name), pos
+	res, err := ans(s, ctx, q, at)
+	if err != nil {
+		return nil, q.explain(at.action, err)
+	}
+	if at.t.note != "" {
+		res.Content = append([]tools.Content{{Type: "text", Text: at.t.note}}, res.Content...)
+	}
+	return res, nil
+}
+
+// locationsAt answers definition, type_definition and implementation.
+func (s *Supervisor) locationsAt(ctx context.Context, q *query, at spot) (*tools.Result, error) {
+	locs, err := q.c.Locations(ctx, at.method, at.uri, at.pos)
+	if err != nil {
+		return nil, err
+	}
+	return s.locations(ctx, at, locs, MaxLocations, q.c.PositionEncoding())
+}
+
+// references answers references: every use, the declaration included.
+func (s *Supervisor) references(ctx context.Context, q *query, at spot) (*tools.Result, error) {
+	locs, err := q.c.References(ctx, at.uri, at.pos, true)
+	if err != nil {
+		return nil, err
+	}
+	return s.locations(ctx, at, locs, MaxReferences, q.c.PositionEncoding())
+}
+
+// locations renders a location list grouped by file, with source lines.
+func (s *Supervisor) locations(ctx context.Context, at spot, locs []lspc.Location, limit int, enc string) (*tools.Result, error) {
+	what := strings.ReplaceAll(at.action, "_", " ")
+	head := fmt.Sprintf("%s of %q (%s:%d)", what, at.t.symbol, at.t.name, at.t.line)
+	if len(locs) == 0 {
+		return tools.Textf("%s: none found", head), nil
+	}
+	sl := &sourceLines{s: s}
+	var out []Loc
+	var texts []string
+	for _, l := range locs {
+		lo, text := s.loc(ctx, sl, l.URI, l.Range, enc)
+		out = append(out, lo)
+		texts = append(texts, text)
+	}
+	// Sort by file (workspace files first), then position; drop duplicates.
+	idx := make([]int, len(out))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		la, lb := out[a], out[b]
+		if wa, wb := strings.HasPrefix(la.File, "/"), strings.HasPrefix(lb.File, "/"); wa != wb {
+			return boolInt(wa) - boolInt(wb)
+		}
+		if c := strings.Compare(la.File, lb.File); c != 0 {
+			return c
+		}
+		if la.Line != lb.Line {
+			return la.Line - lb.Line
+		}
+		return la.Column - lb.Column
+	})
+	var sorted []Loc
+	var stexts []string
+	for _, i := range idx {
+		if n := len(sorted); n > 0 && sorted[n-1] == out[i] {
+			continue
+		}
+		sorted = append(sorted, out[i])
+		stexts = append(stexts, texts[i])
+	}
+	total := len(sorted)
+	shown := sorted[:min(total, limit)]
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", head, plural(total, "location"))
+	if total > limit {
+		fmt.Fprintf(&b, ", the first %d shown", limit)
+	}
+	b.WriteString(" in " + plural(countFiles(shown), "file") + "\n")
+	writeGrouped(&b, shown, stexts)
+	if total > limit {
+		fmt.Fprintf(&b, "… and %d more not shown", total-limit)
+	}
+	res := tools.Text(strings.TrimRight(b.String(), "\n"))
+	res.StructuredContent = map[string]any{"locations": nonNil(shown), "total": total}
+	return res, nil
+}
+
+func countFiles(ls []Loc) int {
+	n := 0
+	for i, l := range ls {
+		if i == 0 || ls[i-1].File != l.File {
+			n++
+		}
+	}
+	return n
+}
+
+// writeGrouped writes locations under one header line per file.
+func writeGrouped(b *strings.Builder, ls []Loc, texts []string) {
+	for i, l := range ls {
+		if i == 0 || ls[i-1].File != l.File {
+			b.WriteString(l.File + "\n")
+		}
+		fmt.Fprintf(b, "  %d:%d", l.Line, l.Column)
+		if texts[i] != "" {
+			b.WriteString("  " + clipLine(texts[i]))
+		}
+		b.WriteString("\n")
+	}
+}
+
+// sourceLines reads files for showing locations, once per call.
+type sourceLines struct {
+	s     *Supervisor
+	files map[string][]string
+}
+
+func (sl *sourceLines) line(ctx context.Context, abs string, line int) (string, bool) {
+	if sl.files == nil {
+		sl.files = map[string][]string{}
+	}
+	lines, ok := sl.files[abs]
+	if !ok {
+		data, err := sl.s.readAny(ctx, abs)
+		if err == nil {
+			lines = strings.Split(string(data), "\n")
+		}
+		sl.files[abs] = lines
+	}
+	if line < 0 || line >= len(lines) {
+		return "", false
+	}
+	return strings.TrimSuffix(lines[line], "\r"), true
+}
+
+// loc converts an LSP range in uri into a 1-based line and byte column
+// location with a workspace-relative (or, outside it, absolute) file.
+func (s *Supervisor) loc(ctx context.Context, sl *sourceLines, uri string, r lspc.Range, enc string) (Loc, string) {
+	p, err := lspc.URIPath(uri)
+	if err != nil {
+		return Loc{File: uri, Line: int(r.Start.Line) + 1, Column: int(r.Start.Character) + 1, EndLine: int(r.End.Line) + 1, EndColumn: int(r.End.Character) + 1}, ""
+	}
+	name, _ := s.rel(p)
+	l := Loc{File: name, Line: int(r.Start.Line) + 1, EndLine: int(r.End.Line) + 1}
+	text, ok := sl.line(ctx, p, int(r.Start.Line))
+	l.Column = int(r.Start.Character) + 1
+	if ok {
+		l.Column = lspc.ByteOffset(text, r.Start.Character, enc) + 1
+	}
+	l.EndColumn = int(r.End.Character) + 1
+	if et, ok := sl.line(ctx, p, int(r.End.Line)); ok {
+		l.EndColumn = lspc.ByteOffset(et, r.End.Character, enc) + 1
+	}
+	return l, text
+}
+
+// nameOfURI returns the workspace name (or absolute path) of a URI.
+func (s *Supervisor) nameOfURI(uri string) (string, bool) {
+	p, err := lspc.URIPath(uri)
+	if err != nil {
+		return uri, false
+	}
+	return s.rel(p)
+}
+
+func clipLine(l string) string {
+	l = strings.TrimSpace(l)
+	if len(l) > MaxLineChars {
+		return l[:MaxLineChars] + "…"
+	}
+	return l
+}
+
+// hover answers hover: the signature and doc at the spot.
+func (s *Supervisor) hover(ctx context.Context, q *query, at spot) (*tools.Result, error) {
+	t := at.t
+	h, err := q.c.Hover(ctx, at.uri, at.pos)
+	if err != nil {
+		return nil, err
+	}
+	head := fmt.Sprintf("hover of %q (%s:%d)", t.symbol, t.name, t.line)
+	if h == nil {
+		return tools.Textf("%s: the server has nothing to show here", head), nil
+	}
+	text, err := h.Text()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s's hover: %w", q.in.spec.ID, err)
+	}
+	text = strings.TrimSpace(text)
+	if text == "" {
+		return tools.Textf("%s: the server has nothing to show here", head), nil
+	}
+	if len(text) > MaxHoverChars {
+		text = text[:MaxHoverChars] + fmt.Sprintf("\n… (%d more characters)", len(text)-MaxHoverChars)
+	}
+	res := tools.Text(head + ":\n" + text)
+	res.StructuredContent = map[string]any{"hover": text}
+	return res, nil
+}
+
+// codeActions answers code_actions: the server's fixes at the spot,
+// listed and not applied.
+func (s *Supervisor) codeActions(ctx context.Context, q *query, at spot) (*tools.Result, error) {
+	t, uri, pos := at.t, at.uri, at.pos
+	// Code actions are offered for the diagnostics at the position: make
+	// sure those of the current text are in.
+	if v, ok := q.c.Document(uri); ok {
+		wctx, cancel := context.WithTimeout(ctx, s.opts.DiagnosticsWait)
+		q.c.WaitDiagnostics(wctx, uri, v.Version)
+		cancel()
+	}
+	end := pos
+	end.Character = lspc.Character(t.lineText, t.byteCol+len(t.symbol), q.c.PositionEncoding())
+	rng := lspc.Range{Start: pos, End: end}
+	var diags []lspc.Diagnostic
+	if set, ok := q.c.Diagnostics(uri); ok {
+		for _, d := range set.Diagnostics {
+			if d.Range.Start.Line <= pos.Line && pos.Line <= d.Range.End.Line {
+				diags = append(diags, d)
+			}
+		}
+	}
+	acts, err := q.c.CodeActions(ctx, uri, rng, diags)
+	if err != nil {
+		return nil, err
+	}
+	head := fmt.Sprintf("code actions at %q (%s:%d)", t.symbol, t.name, t.line)
+	// Actions that only run an editor command (open documentation, toggle
+	// a view) are of no use here; fixes with edits come first.
+	hidden := 0
+	acts = slices.DeleteFunc(acts, func(a lspc.CodeAction) bool {
+		if a.Edit == nil && a.Command != nil {
+			hidden++
+			return true
+		}
+		return false
+	})
+	rank := func(a lspc.CodeAction) int {
+		r := 0
+		if !strings.HasPrefix(a.Kind, "quickfix") {
+			r += 2
+		}
+		if !a.IsPreferred {
+			r++
+		}
+		return r
+	}
+	slices.SortStableFunc(acts, func(a, b lspc.CodeAction) int { return rank(a) - rank(b) })
+	if len(acts) == 0 {
+		if hidden > 0 {
+			return tools.Textf("%s: none with an edit (%d that only run editor commands not listed)", head, hidden), nil
+		}
+		return tools.Textf("%s: none offered", head), nil
+	}
+	type act struct {
+		Title     string   `json:"title"`
+		Kind      string   `json:"kind,omitempty"`
+		Preferred bool     `json:"preferred,omitempty"`
+		Disabled  string   `json:"disabled,omitempty"`
+		Files     []string `json:"files,omitempty"`
+		Command   string   `json:"command,omitempty"`
+	}
+	var out []act
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d offered", head, len(acts))
+	if len(acts) > MaxCodeActions {
+		fmt.Fprintf(&b, ", the first %d shown", MaxCodeActions)
+	}
+	if hidden > 0 {
+		fmt.Fprintf(&b, " (and %d that only run editor commands, not listed)", hidden)
+	}
+	b.WriteString("; they are listed, not applied: make the change with edit or apply_patch\n")
+	for i, a := range acts[:min(len(acts), MaxCodeActions)] {
+		x := act{Title: a.Title, Kind: a.Kind, Preferred: a.IsPreferred}
+		if a.Disabled != nil {
+			x.Disabled = a.Disabled.Reason
+		}
+		if a.Edit != nil {
+			if ops, err := a.Edit.Operations(); err == nil {
+				for _, op := range ops {
+					for _, u := range op.URIs() {
+						n, _ := s.nameOfURI(u)
+						if !slices.Contains(x.Files, n) {
+							x.Files = append(x.Files, n)
+						}
+					}
+				}
+			}
+		}
+		if a.Command != nil {
+			x.Command = a.Command.Command
+		}
+		out = append(out, x)
+		fmt.Fprintf(&b, "%d. %s", i+1, a.Title)
+		var tags []string
+		if x.Kind != "" {
+			tags = append(tags, x.Kind)
+		}
+		if x.Preferred {
+			tags = append(tags, "preferred")
+		}
+		if x.Disabled != "" {
+			tags = append(tags, "disabled: "+x.Disabled)
+		}
+		if len(x.Files) > 0 {
+			tags = append(tags, "edits "+strings.Join(x.Files, ", "))
+		} else if x.Command != "" {
+			tags = append(tags, "runs server command "+x.Command)
+		}
+		if len(tags) > 0 {
+			b.WriteString(" (" + strings.Join(tags, "; ") + ")")
+		}
+		b.WriteString("\n")
+	}
+	res := tools.Text(strings.TrimRight(b.String(), "\n"))
+	res.StructuredContent = map[string]any{"actions": out}
+	return res, nil
+}

@@ -1,0 +1,192 @@
+package lsp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/internal/proc"
+	wspath "berth.dev/berth/tools/workspace"
+)
+
+// status lists every server of the table for the workspace (or for file's
+// directory), and every running server.
+func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error) {
+	dir := "."
+	if in.File != "" && in.File != "*" {
+		name, err := wspath.Name(s.root, in.File)
+		if err != nil {
+			return nil, err
+		}
+		dir = name
+		if fi, err := s.ws.Stat(ctx, name); err == nil && !fi.IsDir() {
+			dir = path.Dir(name)
+		}
+	}
+	choices, err := s.discover(ctx, dir, "", true)
+	if err != nil {
+		return nil, err
+	}
+	type row struct {
+		Server   string `json:"server"`
+		Root     string `json:"root,omitempty"`
+		Marker   string `json:"marker,omitempty"`
+		Binary   string `json:"binary,omitempty"`
+		Missing  string `json:"missing,omitempty"`
+		State    string `json:"state"`
+		Pid      int    `json:"pid,omitempty"`
+		Uptime   string `json:"uptime,omitempty"`
+		Restarts int    `json:"restarts"`
+		LastErr  string `json:"last_error,omitempty"`
+		Indexing string `json:"indexing,omitempty"`
+	}
+	var rows []row
+	covered := map[key]bool{}
+	insts := map[key]*instance{}
+	for _, in := range s.instances() {
+		insts[in.key] = in
+	}
+	fill := func(r *row, in *instance) {
+		st := in.state()
+		r.Restarts, r.LastErr = st.restarts, st.lastErr
+		switch {
+		case st.gaveUp:
+			r.State = fmt.Sprintf("given up after %d crashes in %v; reload to try again", MaxCrashes, CrashWindow)
+		case !st.started:
+			r.State = "not running"
+		case st.stopped != "":
+			r.State = "stopped: " + st.stopped
+		case !st.ready:
+			r.State = "starting"
+			r.Pid = st.pid
+		case st.startErr != nil:
+			r.State = "failed to start"
+			r.LastErr = st.startErr.Error()
+		case !st.alive:
+			r.State = "exited; restarted on the next call"
+		default:
+			r.State = "running"
+			r.Pid = st.pid
+			r.Uptime = time.Since(st.up).Round(time.Second).String()
+			r.Binary = st.binary
+			var ps []string
+			for _, p := range st.progress {
+				x := p.Title
+				if p.Message != "" {
+					x += ": " + p.Message
+				}
+				if p.Percentage != nil {
+					x += fmt.Sprintf(" (%d%%)", *p.Percentage)
+				}
+				ps = append(ps, x)
+			}
+			r.Indexing = strings.Join(ps, "; ")
+		}
+	}
+	for _, c := range choices {
+		r := row{Server: c.Server.ID, Root: c.Root, Marker: c.Marker, Binary: c.Binary, Missing: c.Missing, State: "not running"}
+		if c.Root != "" {
+			if in := insts[c.key()]; in != nil {
+				covered[c.key()] = true
+				fill(&r, in)
+			}
+		}
+		if c.Missing != "" && r.State == "not running" {
+			r.State = "unavailable"
+		}
+		rows = append(rows, r)
+	}
+	for k, in := range insts {
+		if !covered[k] {
+			r := row{Server: k.id, Root: k.root, Marker: "", State: "not running"}
+			fill(&r, in)
+			rows = append(rows, r)
+		}
+	}
+	var b strings.Builder
+	where := "the workspace root"
+	if dir != "." {
+		where = dir + "/"
+	}
+	fmt.Fprintf(&b, "language servers for %s:\n", where)
+	var absent []string
+	for _, r := range rows {
+		if r.State == "unavailable" && r.Marker == "" && r.Binary == "" {
+			absent = append(absent, r.Server)
+			continue
+		}
+		fmt.Fprintf(&b, "%s: %s", r.Server, r.State)
+		if r.Root != "" {
+			fmt.Fprintf(&b, "; root %s", showRoot(r.Root))
+			if r.Marker != "" {
+				fmt.Fprintf(&b, " (%s)", r.Marker)
+			}
+		}
+		if r.Binary != "" {
+			fmt.Fprintf(&b, "; binary %s", r.Binary)
+		}
+		if r.Pid != 0 {
+			fmt.Fprintf(&b, "; pid %d", r.Pid)
+		}
+		if r.Uptime != "" {
+			fmt.Fprintf(&b, "; up %s", r.Uptime)
+		}
+		if r.Restarts > 0 {
+			fmt.Fprintf(&b, "; restarts %d", r.Restarts)
+		}
+		if r.Indexing != "" {
+			fmt.Fprintf(&b, "; indexing: %s", r.Indexing)
+		}
+		if r.Missing != "" {
+			fmt.Fprintf(&b, "; %s", r.Missing)
+		}
+		if r.LastErr != "" {
+			fmt.Fprintf(&b, "; last error: %s", proc.Clip(r.LastErr, 400))
+		}
+		b.WriteString("\n")
+	}
+	if len(absent) > 0 {
+		fmt.Fprintf(&b, "neither marker nor binary here: %s\n", strings.Join(absent, ", "))
+	}
+	res := tools.Text(strings.TrimRight(b.String(), "\n"))
+	res.StructuredContent = map[string]any{"servers": rows}
+	return res, nil
+}
+
+// reload restarts the server of file's root, or every running one.
+func (s *Supervisor) reload(ctx context.Context, in Input) (*tools.Result, error) {
+	var targets []*instance
+	if in.File != "" {
+		name, err := wspath.Name(s.root, in.File)
+		if err != nil {
+			return nil, err
+		}
+		inst, err := s.serverFor(ctx, name, 0)
+		if err != nil && !errors.Is(err, errStarting) {
+			return nil, err
+		}
+		targets = append(targets, inst)
+	} else {
+		targets = s.instances()
+		if len(targets) == 0 {
+			return nil, tools.Fail("no language server has been started in this run; pass file to reload (and start) the server of that file's project")
+		}
+	}
+	var b strings.Builder
+	for _, t := range targets {
+		oldPid := t.state().pid
+		if err := t.reload(ctx); err != nil {
+			return nil, err
+		}
+		if err := t.waitReady(ctx, s.opts.QueryWait); err != nil {
+			fmt.Fprintf(&b, "%s: restarting, not ready yet: %v\n", t.key, err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s: restarted (pid %d, was %d)\n", t.key, t.state().pid, oldPid)
+	}
+	return tools.Text(strings.TrimRight(b.String(), "\n")), nil
+}
