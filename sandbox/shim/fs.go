@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/shim/agent"
@@ -103,10 +104,32 @@ func (f *fsys) put(ss *fsSession, healthy bool) {
 	<-f.sem
 }
 
+// fsCloseGrace bounds how long closing an FS session waits for its agent
+// to exit on its own.
+const fsCloseGrace = time.Second
+
+// close ends the session: the agent exits on its input's end, and only one
+// that does not within fsCloseGrace is torn down — an exit of its own lets
+// Wait read a real status at once, where a torn-down stream makes the
+// transport first rule out that the container stopped.
 func (ss *fsSession) close() {
 	ss.in.Close()
+	// Read what is left of the output, so that a transport delivering it
+	// in order reaches the end of the stream.
+	outDone := make(chan struct{})
+	go func() {
+		defer close(outDone)
+		io.Copy(io.Discard, ss.stream.Stdout())
+	}()
+	t := time.NewTimer(fsCloseGrace)
+	select {
+	case <-ss.errEOF:
+	case <-t.C:
+	}
+	t.Stop()
 	ss.stream.Close()
 	<-ss.errEOF
+	<-outDone
 	ss.stream.Wait()
 }
 
