@@ -54,56 +54,47 @@ type Input struct {
 
 var ops = []string{"adapters", "status", "breakpoints", "launch", "attach", "continue", "pause", "step_over", "step_in", "step_out", "threads", "stack", "scopes", "variables", "evaluate", "output", "terminate"}
 
-// userError is a failure the model should act on.
-type userError struct{ msg string }
-
-func (e *userError) Error() string { return e.msg }
-
-func errorf(format string, args ...any) error { return &userError{msg: fmt.Sprintf(format, args...)} }
-
 // reply is an operation's answer: text for the model and its structure.
 type reply struct {
 	text string
 	data any
 }
 
+// call is the debug tool's handler. Its errors are the registry's to
+// settle: a message for the model, or the call's end.
 func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) {
 	op := strings.ToLower(strings.TrimSpace(in.Op))
 	if alt := strings.ToLower(strings.TrimSpace(in.Operation)); alt != "" {
 		if op != "" && op != alt {
-			return tools.Errorf("op %q and operation %q disagree: give one of them", in.Op, in.Operation), nil
+			return nil, tools.Fail("op %q and operation %q disagree: give one of them", in.Op, in.Operation)
 		}
 		op = alt
 	}
 	if op == "" {
-		return tools.Errorf("no operation: set op to one of %s", strings.Join(ops, ", ")), nil
+		return nil, tools.Fail("no operation: set op to one of %s", strings.Join(ops, ", "))
 	}
 	if !slices.Contains(ops, op) {
-		return tools.Errorf("unknown operation %q: use one of %s", op, strings.Join(ops, ", ")), nil
+		return nil, tools.Fail("unknown operation %q: use one of %s", op, strings.Join(ops, ", "))
 	}
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return tools.Errorf("the run is closing, so no debug session can be used; open a new run"), nil
+		return nil, tools.Fail("the run is closing, so no debug session can be used; open a new run")
 	}
 	cur, notes := s.current()
 	rep, err := s.dispatch(ctx, op, in, cur)
-	if err != nil {
-		if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-			return nil, ctx.Err()
-		}
-		text := err.Error()
-		if len(notes) > 0 {
-			text = "Note: " + strings.Join(notes, "\n") + "\n" + text
-		}
-		return tools.Errorf("%s", text), nil
-	}
-	text := rep.text
+	note := ""
 	if len(notes) > 0 {
-		text = "Note: " + strings.Join(notes, "\n") + "\n" + text
+		note = "Note: " + strings.Join(notes, "\n") + "\n"
 	}
-	res := tools.Text(text)
+	if err != nil {
+		if note != "" {
+			err = fmt.Errorf("%s%w", note, err)
+		}
+		return nil, err
+	}
+	res := tools.Text(note + rep.text)
 	res.StructuredContent = rep.data
 	return res, nil
 }
@@ -124,7 +115,7 @@ func (s *Supervisor) dispatch(ctx context.Context, op string, in Input, cur *ses
 		return s.terminate(cur)
 	}
 	if cur == nil {
-		return reply{}, errorf("no debug session: %s needs one; set breakpoints, then launch a program (op launch) or attach (op attach)", op)
+		return reply{}, tools.Fail("no debug session: %s needs one; set breakpoints, then launch a program (op launch) or attach (op attach)", op)
 	}
 	switch op {
 	case "continue", "pause", "step_over", "step_in", "step_out":
@@ -142,19 +133,19 @@ func (s *Supervisor) dispatch(ctx context.Context, op string, in Input, cur *ses
 	case "output":
 		return s.output(cur), nil
 	}
-	return reply{}, errorf("unknown operation %q", op)
+	return reply{}, tools.Fail("unknown operation %q", op)
 }
 
 // resolve maps a path given by the model (what it names, for messages) to
 // a workspace-relative name.
 func (s *Supervisor) resolve(p, what string) (string, error) {
 	if p == "" {
-		return "", errorf("%s is empty: give a path relative to the workspace %s", what, s.root)
+		return "", tools.Fail("%s is empty: give a path relative to the workspace %s", what, s.root)
 	}
 	name, err := workspace.Name(s.root, p)
 	var we *tools.Error
 	if errors.As(err, &we) {
-		return "", errorf("%s: %s", what, we.Msg)
+		return "", tools.Fail("%s: %w", what, we)
 	}
 	return name, err
 }
@@ -205,7 +196,7 @@ func (s *Supervisor) adapters(ctx context.Context, in Input) (reply, error) {
 		}
 		fi, err := s.ws.Stat(ctx, name)
 		if err != nil {
-			return reply{}, s.fsError(name, err)
+			return reply{}, workspace.Explain(s.root, name, err)
 		}
 		dir = name
 		if !fi.IsDir() {
@@ -234,15 +225,6 @@ func (s *Supervisor) adapters(ctx context.Context, in Input) (reply, error) {
 	return reply{text: strings.TrimSpace(b.String()), data: map[string]any{"adapters": avs}}, nil
 }
 
-// fsError explains an error of the workspace FS for name, as every tool does.
-func (s *Supervisor) fsError(name string, err error) error {
-	var we *tools.Error
-	if errors.As(workspace.Explain(s.root, name, err), &we) {
-		return errorf("%s", we.Msg)
-	}
-	return err
-}
-
 // ---- breakpoints ----
 
 // BreakpointInfo is one breakpoint's state as reported.
@@ -264,7 +246,7 @@ func parseLines(lines []any) ([]dap.Breakpoint, error) {
 		switch v := l.(type) {
 		case float64:
 			if v != float64(int(v)) {
-				return nil, errorf("lines[%d] = %v is not a whole line number", i, v)
+				return nil, tools.Fail("lines[%d] = %v is not a whole line number", i, v)
 			}
 			bp.Line = int(v)
 		case map[string]any:
@@ -273,13 +255,13 @@ func parseLines(lines []any) ([]dap.Breakpoint, error) {
 				case "line":
 					f, ok := x.(float64)
 					if !ok || f != float64(int(f)) {
-						return nil, errorf("lines[%d].line must be a whole number", i)
+						return nil, tools.Fail("lines[%d].line must be a whole number", i)
 					}
 					bp.Line = int(f)
 				case "condition", "hit_condition", "log_message", "hitCondition", "logMessage":
 					str, ok := x.(string)
 					if !ok {
-						return nil, errorf("lines[%d].%s must be a string", i, k)
+						return nil, tools.Fail("lines[%d].%s must be a string", i, k)
 					}
 					switch k {
 					case "condition":
@@ -290,14 +272,14 @@ func parseLines(lines []any) ([]dap.Breakpoint, error) {
 						bp.LogMessage = str
 					}
 				default:
-					return nil, errorf("lines[%d] has an unknown field %q: use line, condition, hit_condition, log_message", i, k)
+					return nil, tools.Fail("lines[%d] has an unknown field %q: use line, condition, hit_condition, log_message", i, k)
 				}
 			}
 		default:
-			return nil, errorf("lines[%d] = %v: give a line number or an object like {\"line\": 12, \"condition\": \"i > 3\"}", i, l)
+			return nil, tools.Fail("lines[%d] = %v: give a line number or an object like {\"line\": 12, \"condition\": \"i > 3\"}", i, l)
 		}
 		if bp.Line <= 0 {
-			return nil, errorf("lines[%d]: line numbers start at 1", i)
+			return nil, tools.Fail("lines[%d]: line numbers start at 1", i)
 		}
 		out = append(out, bp)
 	}
@@ -307,7 +289,7 @@ func parseLines(lines []any) ([]dap.Breakpoint, error) {
 func (s *Supervisor) breakpoints(ctx context.Context, in Input, cur *session) (reply, error) {
 	if in.File == "" {
 		if len(in.Lines) > 0 {
-			return reply{}, errorf("breakpoints needs file: the source file the lines belong to")
+			return reply{}, tools.Fail("breakpoints needs file: the source file the lines belong to")
 		}
 		return s.listBreakpoints(cur), nil
 	}
@@ -320,9 +302,9 @@ func (s *Supervisor) breakpoints(ctx context.Context, in Input, cur *session) (r
 		return reply{}, err
 	}
 	if fi, err := s.ws.Stat(ctx, name); err != nil {
-		return reply{}, s.fsError(name, err)
+		return reply{}, workspace.Explain(s.root, name, err)
 	} else if fi.IsDir() {
-		return reply{}, errorf("%s is a directory: breakpoints go into a source file", name)
+		return reply{}, tools.Fail("%s is a directory: breakpoints go into a source file", name)
 	}
 	abs := s.abs(name)
 	s.mu.Lock()
@@ -336,7 +318,7 @@ func (s *Supervisor) breakpoints(ctx context.Context, in Input, cur *session) (r
 	if cur != nil {
 		results, err = cur.ds.SetBreakpoints(ctx, abs, bps)
 		if err != nil && results == nil {
-			return reply{}, errorf("setting breakpoints in %s failed: %v", name, err)
+			return reply{}, tools.Fail("setting breakpoints in %s failed: %v", name, err)
 		}
 	} else {
 		for _, b := range bps {
@@ -456,7 +438,7 @@ func adapterFor(name string, isDir bool) (string, error) {
 	if ext == "" || ext == ".out" || ext == ".bin" || ext == ".exe" {
 		return AdapterLLDB, nil
 	}
-	return "", errorf("cannot tell which debugger runs %s: set adapter to one of %s", name, adapterIDs())
+	return "", tools.Fail("cannot tell which debugger runs %s: set adapter to one of %s", name, adapterIDs())
 }
 
 // refuse says why a new session cannot start while cur lives (DBG-3); it
@@ -476,7 +458,7 @@ func (s *Supervisor) refuse(ctx context.Context, cur *session) (string, error) {
 		return fmt.Sprintf("closed the previous session, whose program %s had ended", cur.program), nil
 	}
 	status, _ := s.statusOp(ctx, cur)
-	return "", errorf("a debug session is already running, and only one is allowed: terminate it first (op terminate), or keep using it.\n%s", status.text)
+	return "", tools.Fail("a debug session is already running, and only one is allowed: terminate it first (op terminate), or keep using it.\n%s", status.text)
 }
 
 func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply, error) {
@@ -490,7 +472,7 @@ func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply,
 	}
 	fi, err := s.ws.Stat(ctx, name)
 	if err != nil {
-		return reply{}, s.fsError(name, err)
+		return reply{}, workspace.Explain(s.root, name, err)
 	}
 	id := in.Adapter
 	if id == "" {
@@ -498,10 +480,10 @@ func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply,
 			return reply{}, err
 		}
 	} else if _, ok := specFor(id); !ok {
-		return reply{}, errorf("unknown adapter %q: use one of %s", id, adapterIDs())
+		return reply{}, tools.Fail("unknown adapter %q: use one of %s", id, adapterIDs())
 	}
 	if fi.IsDir() && id != AdapterDelve {
-		return reply{}, errorf("%s is a directory: %s launches a file; give the program file", name, id)
+		return reply{}, tools.Fail("%s is a directory: %s launches a file; give the program file", name, id)
 	}
 	dir := name
 	if !fi.IsDir() {
@@ -541,7 +523,7 @@ func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply,
 
 func (s *Supervisor) attach(ctx context.Context, in Input, cur *session) (reply, error) {
 	if in.Port <= 0 || in.Port > 65535 {
-		return reply{}, errorf("attach needs port: the TCP port (1-65535) the debuggee listens on at 127.0.0.1 inside the sandbox")
+		return reply{}, tools.Fail("attach needs port: the TCP port (1-65535) the debuggee listens on at 127.0.0.1 inside the sandbox")
 	}
 	note, err := s.refuse(ctx, cur)
 	if err != nil {
@@ -552,7 +534,7 @@ func (s *Supervisor) attach(ctx context.Context, in Input, cur *session) (reply,
 		id = AdapterDebugpy
 	}
 	if id != AdapterDebugpy && id != AdapterDelve {
-		return reply{}, errorf("attach by port works with debugpy (python -m debugpy --listen 127.0.0.1:PORT) and delve (dlv --headless --listen 127.0.0.1:PORT); %s cannot attach by port", id)
+		return reply{}, tools.Fail("attach by port works with debugpy (python -m debugpy --listen 127.0.0.1:PORT) and delve (dlv --headless --listen 127.0.0.1:PORT); %s cannot attach by port", id)
 	}
 	// A debuggee started with debugpy --listen (or a headless dlv) serves
 	// DAP itself on that port: connect to it inside the sandbox, with no
@@ -579,12 +561,12 @@ func (s *Supervisor) available(ctx context.Context, id, dir string) (Availabilit
 	for _, av := range avs {
 		if av.Adapter == id {
 			if !av.Usable {
-				return av, errorf("the %s debug adapter is not usable here: %s", id, av.Reason)
+				return av, tools.Fail("the %s debug adapter is not usable here: %s", id, av.Reason)
 			}
 			return av, nil
 		}
 	}
-	return Availability{}, errorf("unknown adapter %q: use one of %s", id, adapterIDs())
+	return Availability{}, tools.Fail("unknown adapter %q: use one of %s", id, adapterIDs())
 }
 
 func randomHex() string {
@@ -602,7 +584,7 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 	if attachPort > 0 {
 		conn, derr := s.sb.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", attachPort))
 		if derr != nil {
-			return reply{}, errorf("cannot connect to 127.0.0.1:%d inside the sandbox: %v; is the debuggee listening there? start it with python3 -m debugpy --listen 127.0.0.1:%d --wait-for-client PROGRAM (or dlv --headless --listen 127.0.0.1:%d --accept-multiclient)", attachPort, derr, attachPort, attachPort)
+			return reply{}, tools.Fail("cannot connect to 127.0.0.1:%d inside the sandbox: %v; is the debuggee listening there? start it with python3 -m debugpy --listen 127.0.0.1:%d --wait-for-client PROGRAM (or dlv --headless --listen 127.0.0.1:%d --accept-multiclient)", attachPort, derr, attachPort, attachPort)
 		}
 		// No process of ours: exited stays nil, the client's end is the end.
 		ap = &adapterProc{stream: conn, cancel: func() {}, status: func() (sandbox.ExitStatus, error) { return sandbox.ExitStatus{}, nil }, stderr: proc.NewTail(stderrKeep)}
@@ -649,13 +631,13 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 		if out := outputText(ds, 0, 2000); out != "" {
 			msg += "\noutput:\n" + out
 		}
-		return reply{}, errorf("%s", msg)
+		return reply{}, tools.Fail("%s", msg)
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		ss.stop(context.Background())
-		return reply{}, errorf("the run closed while the debug session started")
+		return reply{}, tools.Fail("the run closed while the debug session started")
 	}
 	s.cur = ss
 	ss.timer = time.AfterFunc(s.opts.TTL, func() { s.expire(ss) })
@@ -720,7 +702,7 @@ func threadOr(ctx context.Context, ss *session, tid int) (int, error) {
 		return 0, err
 	}
 	if len(ths) == 0 {
-		return 0, errorf("the program has no threads to act on")
+		return 0, tools.Fail("the program has no threads to act on")
 	}
 	return ths[0].Id, nil
 }
@@ -732,7 +714,7 @@ func (s *Supervisor) resume(ctx context.Context, ss *session, op string, tid int
 		if st.Exited {
 			how = fmt.Sprintf("exited with code %d", st.ExitCode)
 		}
-		return reply{}, errorf("the program has %s, so %s has nothing to run: launch again (the ended session is closed then) or terminate", how, op)
+		return reply{}, tools.Fail("the program has %s, so %s has nothing to run: launch again (the ended session is closed then) or terminate", how, op)
 	}
 	if op == "pause" {
 		if st.Stopped != nil {
@@ -741,7 +723,7 @@ func (s *Supervisor) resume(ctx context.Context, ss *session, op string, tid int
 			return rep, err
 		}
 	} else if st.Stopped == nil {
-		return reply{}, errorf("the program is running, not stopped: %s needs it stopped; call pause, or status to see where it is", op)
+		return reply{}, tools.Fail("the program is running, not stopped: %s needs it stopped; call pause, or status to see where it is", op)
 	}
 	tid, err := threadOr(ctx, ss, tid)
 	if err != nil {
@@ -785,7 +767,7 @@ func (s *Supervisor) waitStop(ctx context.Context, ss *session, stops uint64) (r
 			return rep, nil
 		}
 		if why := ss.gone(); why != "" {
-			return reply{}, errorf("%s", why)
+			return reply{}, tools.Fail("%s", why)
 		}
 		return reply{}, s.dapError(ss, "waiting for the program to stop", err)
 	}
@@ -952,10 +934,10 @@ type Frame struct {
 func (s *Supervisor) needStopped(ss *session, op string) error {
 	st := ss.ds.State()
 	if st.Ended() {
-		return errorf("the program has ended: %s needs a stopped program; launch again", op)
+		return tools.Fail("the program has ended: %s needs a stopped program; launch again", op)
 	}
 	if st.Stopped == nil {
-		return errorf("the program is running: %s needs it stopped; call pause first", op)
+		return tools.Fail("the program is running: %s needs it stopped; call pause first", op)
 	}
 	return nil
 }
@@ -1010,7 +992,7 @@ func (s *Supervisor) topFrame(ctx context.Context, ss *session) (int, error) {
 		return 0, s.dapError(ss, "stack", err)
 	}
 	if len(frames) == 0 {
-		return 0, errorf("the stopped thread %d has no frames", tid)
+		return 0, tools.Fail("the stopped thread %d has no frames", tid)
 	}
 	return frames[0].Id, nil
 }
@@ -1057,10 +1039,10 @@ type Var struct {
 
 func (s *Supervisor) variables(ctx context.Context, ss *session, ref, start int) (reply, error) {
 	if ref <= 0 {
-		return reply{}, errorf("variables needs reference: a number above 0 from scopes, variables or evaluate")
+		return reply{}, tools.Fail("variables needs reference: a number above 0 from scopes, variables or evaluate")
 	}
 	if start < 0 {
-		return reply{}, errorf("start must be 0 or more")
+		return reply{}, tools.Fail("start must be 0 or more")
 	}
 	page, err := ss.ds.Variables(ctx, ref, start)
 	if err != nil {
@@ -1096,7 +1078,7 @@ func formatVar(name, typ, value string, ref int) string {
 
 func (s *Supervisor) evaluate(ctx context.Context, ss *session, expr string, frameID int) (reply, error) {
 	if strings.TrimSpace(expr) == "" {
-		return reply{}, errorf("evaluate needs expression")
+		return reply{}, tools.Fail("evaluate needs expression")
 	}
 	if frameID == 0 {
 		f, err := s.topFrame(ctx, ss)
@@ -1189,12 +1171,12 @@ func (s *Supervisor) output(ss *session) reply {
 
 // dapError explains a failed request, noticing a dead adapter.
 func (s *Supervisor) dapError(ss *session, what string, err error) error {
-	var ue *userError
-	if errors.As(err, &ue) || errors.Is(err, context.Canceled) {
+	var te *tools.Error
+	if errors.As(err, &te) || errors.Is(err, context.Canceled) {
 		return err
 	}
 	if why := ss.gone(); why != "" {
-		return errorf("%s", why)
+		return tools.Fail("%s", why)
 	}
-	return errorf("%s failed: %v", what, err)
+	return tools.Fail("%s failed: %v", what, err)
 }
