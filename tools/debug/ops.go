@@ -153,9 +153,9 @@ func schemaOptions() []tools.Option {
 // any string, as the tool always has: call lower-cases and trims op before
 // it matches (" Continue " works), and an unknown operation gets the
 // tool's own "use one of" message, not a schema error. A bare [tools.Enum]
-// would refuse both, since jsonschema-go's Validate compares exactly, so
-// the enum stands in an anyOf beside a plain string: the model sees the
-// names, and validation is unchanged.
+// would refuse both, since jsonschema-go's Validate compares exactly
+// (TestOpSpellings pins this), so the enum stands in an anyOf beside a
+// plain string: the model sees the names, and validation is unchanged.
 func suggest(property string, values ...string) tools.Option {
 	enum := tools.Enum(property, values...)
 	return func(s *jsonschema.Schema) {
