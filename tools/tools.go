@@ -248,6 +248,27 @@ func Enum(property string, values ...string) Option {
 	}
 }
 
+// Option adjusts the input schema that [Register] derives from In, before
+// the schema is listed and arguments are validated against it.
+type Option func(*jsonschema.Schema)
+
+// Enum restricts a top-level property of the input schema to values: the
+// listing shows them, and any other value is an [*InputError] before the
+// handler runs. It panics, when the tool is registered, if the schema has
+// no such property.
+func Enum(property string, values ...string) Option {
+	return func(s *jsonschema.Schema) {
+		p, ok := s.Properties[property]
+		if !ok || p == nil {
+			panic(fmt.Sprintf("tools: Enum: the input schema has no property %q", property))
+		}
+		p.Enum = make([]any, len(values))
+		for i, v := range values {
+			p.Enum[i] = v
+		}
+	}
+}
+
 // Register adds a tool whose input is decoded into In, with its JSON Schema
 // derived from In (field tags `json` and `jsonschema:"description"`) and
 // then adjusted by opts. Unknown fields, malformed JSON and arguments the

@@ -38,6 +38,9 @@ const (
 	DefaultWait = 30 * time.Second
 	// MaxOutputChars bounds the output one call shows.
 	MaxOutputChars = 16_000
+	// endOutputChars bounds the output shown with the program's end and
+	// with terminate.
+	endOutputChars = 4000
 	// stopTimeout bounds ending a session: disconnect, closing the stream,
 	// and the adapter's exit (TERM and KILL included).
 	stopTimeout = 15 * time.Second
@@ -101,7 +104,7 @@ func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options
 // the supervisor; the caller closes it when the run closes.
 func Register(r *tools.Registry, sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options) *Supervisor {
 	s := New(sb, ws, runCtx, opts)
-	tools.Register(r, tools.Tool{Name: "debug", Level: tools.LevelExec, Serial: true, Description: description}, s.call)
+	tools.Register(r, tools.Tool{Name: "debug", Level: tools.LevelExec, Serial: true, Description: description(s.opts.TTL)}, s.call, schemaOptions()...)
 	return s
 }
 

@@ -16,6 +16,7 @@ import (
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/host"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/debug/debugtest"
 	"berth.dev/berth/tools/internal/proc"
 )
 
@@ -32,9 +33,11 @@ func unavailable(t *testing.T, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
-// fixture is a host sandbox with a temporary workspace and a debug tool.
+// fixture is a host sandbox with a temporary workspace and a debug tool;
+// its Env drives the tool through the registry and watches the session's
+// processes on the host.
 type fixture struct {
-	t   *testing.T
+	debugtest.Env
 	dir string
 	sb  *host.Sandbox
 	sup *Supervisor
@@ -87,7 +90,8 @@ func newFixturePath(t *testing.T, files map[string]string, opts Options, pathEnv
 	runCtx, cancel := context.WithCancel(context.Background())
 	reg := tools.NewRegistry()
 	sup := Register(reg, sb, ws, runCtx, opts)
-	f := &fixture{t: t, dir: dir, sb: sb, sup: sup, reg: reg}
+	f := &fixture{dir: dir, sb: sb, sup: sup, reg: reg}
+	f.Env = f.env()
 	t.Cleanup(func() {
 		if err := sup.Close(); err != nil {
 			t.Errorf("supervisor close: %v", err)
@@ -98,48 +102,61 @@ func newFixturePath(t *testing.T, files map[string]string, opts Options, pathEnv
 	return f
 }
 
-// call calls the debug tool through the registry and returns its text.
-func (f *fixture) call(args map[string]any) (*tools.Result, string) {
-	f.t.Helper()
+// env is the checks' Env on the host. Live and Gone follow the adapter's
+// pid and the processes whose command line names the workspace; Kill
+// kills the adapter's pid.
+func (f *fixture) env() debugtest.Env {
+	var pid int
+	return debugtest.Env{
+		Call: f.call,
+		Live: func(t *testing.T) {
+			t.Helper()
+			if pid = f.session().pid; !alive(pid) {
+				t.Fatalf("adapter pid %d is not alive", pid)
+			}
+		},
+		Gone: func(t *testing.T) {
+			t.Helper()
+			if alive(pid) {
+				t.Errorf("adapter pid %d still alive after terminate", pid)
+			}
+			if p := processesWith(f.dir); len(p) > 0 {
+				t.Errorf("processes left after terminate: %v", p)
+			}
+		},
+		Kill: func(t *testing.T) {
+			t.Helper()
+			pid := f.session().pid
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(time.Minute); alive(pid); {
+				if time.Now().After(deadline) {
+					t.Fatal("the killed adapter is still alive")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		},
+	}
+}
+
+// call calls the debug tool through the registry.
+func (f *fixture) call(t *testing.T, args map[string]any) debugtest.Result {
+	t.Helper()
 	raw, _ := json.Marshal(args)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := f.reg.Call(ctx, tools.SurfaceDefault, "debug", raw)
 	if err != nil {
-		f.t.Fatalf("debug %s: call error: %v", raw, err)
+		t.Fatalf("debug %s: call error: %v", raw, err)
 	}
-	return res, res.AllText()
-}
-
-// ok calls and fails the test on a tool error or when a want is missing.
-func (f *fixture) ok(args map[string]any, wants ...string) *tools.Result {
-	f.t.Helper()
-	res, text := f.call(args)
-	if res.IsError {
-		f.t.Fatalf("debug %v: tool error:\n%s", args, text)
-	}
-	for _, w := range wants {
-		if !strings.Contains(text, w) {
-			f.t.Fatalf("debug %v: result lacks %q:\n%s", args, w, text)
+	r := debugtest.Result{Text: res.AllText(), IsError: res.IsError}
+	if res.StructuredContent != nil {
+		if r.Structured, err = json.Marshal(res.StructuredContent); err != nil {
+			t.Fatalf("debug %s: structured content: %v", raw, err)
 		}
 	}
-	f.t.Logf("debug %v:\n%s", args["op"], text)
-	return res
-}
-
-// fails calls and expects a tool error containing every want.
-func (f *fixture) fails(args map[string]any, wants ...string) string {
-	f.t.Helper()
-	res, text := f.call(args)
-	if !res.IsError {
-		f.t.Fatalf("debug %v: want a tool error, got:\n%s", args, text)
-	}
-	for _, w := range wants {
-		if !strings.Contains(text, w) {
-			f.t.Fatalf("debug %v: error lacks %q:\n%s", args, w, text)
-		}
-	}
-	return text
+	return r
 }
 
 func (f *fixture) session() *session {
@@ -212,11 +229,9 @@ func TestInputValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f.t = t
-			f.fails(tt.args, tt.wants...)
+			f.Fails(t, tt.args, tt.wants...)
 		})
 	}
-	f.t = t
 	// Unknown fields are refused by the registry before the tool runs.
 	if _, err := f.reg.Call(t.Context(), tools.SurfaceDefault, "debug", json.RawMessage(`{"op":"status","bogus":1}`)); err == nil {
 		t.Errorf("an unknown field was accepted")
@@ -233,17 +248,16 @@ func TestInputValidation(t *testing.T) {
 
 func TestBreakpointsBeforeLaunch(t *testing.T) {
 	f := newFixture(t, map[string]string{"src/main.py": "a = 1\nb = 2\nc = 3\n"}, Options{})
-	res := f.ok(map[string]any{"op": "breakpoints", "file": "src/main.py", "lines": []any{1, map[string]any{"line": 3, "condition": "b > 1", "hit_condition": "2", "log_message": "b is {b}"}}},
+	res := f.Ok(t, map[string]any{"op": "breakpoints", "file": "src/main.py", "lines": []any{1, map[string]any{"line": 3, "condition": "b > 1", "hit_condition": "2", "log_message": "b is {b}"}}},
 		"line 1: pending", `line 3 if b > 1 hit 2 log "b is {b}": pending`)
-	data, _ := json.Marshal(res.StructuredContent)
-	if !strings.Contains(string(data), `"pending":true`) || !strings.Contains(string(data), `"file":"src/main.py"`) {
+	if data := string(res.Structured); !strings.Contains(data, `"pending":true`) || !strings.Contains(data, `"file":"src/main.py"`) {
 		t.Errorf("structured content: %s", data)
 	}
-	f.ok(map[string]any{"op": "breakpoints"}, "src/main.py:", "line 1: pending")
-	f.ok(map[string]any{"op": "status"}, "no debug session", "src/main.py")
-	f.ok(map[string]any{"op": "breakpoints", "file": f.dir + "/src/main.py", "lines": []any{}}, "cleared")
-	f.ok(map[string]any{"op": "breakpoints"}, "no breakpoints set")
-	f.ok(map[string]any{"op": "terminate"}, "no debug session to terminate")
+	f.Ok(t, map[string]any{"op": "breakpoints"}, "src/main.py:", "line 1: pending")
+	f.Ok(t, map[string]any{"op": "status"}, "no debug session", "src/main.py")
+	f.Ok(t, map[string]any{"op": "breakpoints", "file": f.dir + "/src/main.py", "lines": []any{}}, "cleared")
+	f.Ok(t, map[string]any{"op": "breakpoints"}, "no breakpoints set")
+	f.Ok(t, map[string]any{"op": "terminate"}, "no debug session to terminate")
 }
 
 func TestPickBinary(t *testing.T) {
@@ -407,18 +421,15 @@ func TestDiscovery(t *testing.T) {
 			if tt.program != "" {
 				args["program"] = tt.program
 			}
-			res := f.ok(args)
+			res := f.Ok(t, args)
 			var got struct{ Adapters []Availability }
-			data, _ := json.Marshal(res.StructuredContent)
-			if err := json.Unmarshal(data, &got); err != nil {
-				t.Fatal(err)
-			}
+			debugtest.Decode(t, res, &got)
 			avs := map[string]Availability{}
 			for _, av := range got.Adapters {
 				avs[av.Adapter] = av
 			}
 			if len(avs) != 4 {
-				t.Fatalf("adapters = %s", data)
+				t.Fatalf("adapters = %s", res.Structured)
 			}
 			tt.check(t, f, avs)
 		})
@@ -427,22 +438,6 @@ func TestDiscovery(t *testing.T) {
 
 // ---- debugpy end to end on the host ----
 
-const pyProgram = `import sys
-def add(a, b):
-    total = a + b
-    return total
-def main():
-    x = 2
-    y = 3
-    z = add(x, y)
-    print("sum", z)
-    for i in range(5):
-        z += i
-    print("done", z)
-    print("err", file=sys.stderr)
-main()
-`
-
 func needDebugpy(t *testing.T) {
 	t.Helper()
 	if err := exec.Command(debianPython, "-c", "import debugpy").Run(); err != nil {
@@ -450,101 +445,30 @@ func needDebugpy(t *testing.T) {
 	}
 }
 
-// pyFixture is a workspace with the program, a marker and a .venv python
-// that is Debian's (the python3 first on PATH may lack debugpy, so this
-// also shows DBG-4's preference).
+// pyFixture is a workspace with debugtest.PyProgram as main.py, a marker
+// and a .venv python that is Debian's (the python3 first on PATH may lack
+// debugpy, so this also shows DBG-4's preference). Its Live also wants
+// the debuggee running main.py.
 func pyFixture(t *testing.T, opts Options) *fixture {
 	needDebugpy(t)
-	return newFixture(t, map[string]string{
+	f := newFixture(t, map[string]string{
 		"requirements.txt": "",
-		"main.py":          pyProgram,
+		"main.py":          debugtest.PyProgram,
 		".venv/bin/python": "symlink:" + debianPython,
 	}, opts)
+	live := f.Live
+	f.Live = func(t *testing.T) {
+		t.Helper()
+		live(t)
+		if len(processesWith(filepath.Join(f.dir, "main.py"))) == 0 {
+			t.Errorf("no debuggee process runs main.py")
+		}
+	}
+	return f
 }
 
 func TestDebugpyHost(t *testing.T) {
-	f := pyFixture(t, Options{})
-	f.ok(map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{7, map[string]any{"line": 11, "condition": "i == 3"}, 12}}, "pending")
-	res := f.ok(map[string]any{"op": "launch", "program": "main.py"},
-		"launched main.py with debugpy", "stopped at main.py:7 in main (breakpoint)", "y = 3", "line 7: verified", "line 11 if i == 3: verified")
-	var st Status
-	remarshal(t, res.StructuredContent, &st)
-	if st.State != "stopped" || st.Stopped == nil || st.Stopped.Line != 7 || st.Stopped.Path != "main.py" || st.Stopped.Function != "main" {
-		t.Errorf("launch structured = %+v", st)
-	}
-	ss := f.session()
-	pid := ss.pid
-	if !alive(pid) {
-		t.Fatalf("adapter pid %d is not alive", pid)
-	}
-	if len(processesWith(filepath.Join(f.dir, "main.py"))) == 0 {
-		t.Errorf("no debuggee process runs main.py")
-	}
-
-	// A second launch is refused with the current status (DBG-3).
-	f.fails(map[string]any{"op": "launch", "program": "main.py"}, "already running", "stopped at main.py:7")
-	f.fails(map[string]any{"op": "attach", "port": 5678}, "already running")
-
-	f.ok(map[string]any{"op": "status"}, "session 1: debugpy", "stopped at main.py:7")
-	f.ok(map[string]any{"op": "threads"}, "MainThread")
-	res = f.ok(map[string]any{"op": "stack"}, "#0 main at main.py:7", "#1 <module> at main.py:14")
-	var stack struct {
-		Frames []Frame
-	}
-	remarshal(t, res.StructuredContent, &stack)
-	if len(stack.Frames) < 2 {
-		t.Fatalf("frames = %+v", stack)
-	}
-	res = f.ok(map[string]any{"op": "scopes", "frame_id": stack.Frames[0].FrameID}, "Locals (reference")
-	var scopes struct {
-		Scopes []struct {
-			Name      string
-			Reference int
-		}
-	}
-	remarshal(t, res.StructuredContent, &scopes)
-	f.ok(map[string]any{"op": "variables", "reference": scopes.Scopes[0].Reference}, "x: int = 2")
-	f.ok(map[string]any{"op": "evaluate", "expression": "x * 21"}, "x * 21: int = 42")
-	f.fails(map[string]any{"op": "evaluate", "expression": "undefined_name"}, "undefined_name")
-	f.fails(map[string]any{"op": "variables", "reference": 0}, "needs reference")
-
-	f.ok(map[string]any{"op": "step_over"}, "stopped at main.py:8", "z = add(x, y)")
-	f.ok(map[string]any{"op": "step_in"}, "stopped at main.py:3 in add", "total = a + b")
-	f.ok(map[string]any{"op": "evaluate", "expression": "a + b"}, "= 5")
-	f.ok(map[string]any{"op": "step_over"}, "stopped at main.py:4")
-	f.ok(map[string]any{"op": "step_out"}, "stopped at main.py:8 in main")
-	// The conditional breakpoint stops only when i == 3.
-	f.ok(map[string]any{"op": "continue"}, "stopped at main.py:11 in main (breakpoint)")
-	f.ok(map[string]any{"op": "evaluate", "expression": "i"}, "i: int = 3")
-	f.ok(map[string]any{"op": "output"}, "sum 5")
-	f.ok(map[string]any{"op": "output"}, "no new output")
-	// Breakpoints changed during the session go to the adapter at once.
-	f.ok(map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{12}}, "line 12: verified")
-	f.ok(map[string]any{"op": "continue"}, "stopped at main.py:12", `print("done", z)`)
-	f.ok(map[string]any{"op": "evaluate", "expression": "z"}, "z: int = 15")
-	// debugpy may interleave stderr between the parts of one print.
-	res = f.ok(map[string]any{"op": "continue"}, "exited with code 0", "done", "15", "[stderr] err")
-	remarshal(t, res.StructuredContent, &st)
-	if st.State != "exited" || st.ExitCode == nil || *st.ExitCode != 0 {
-		t.Errorf("exit structured = %+v", st)
-	}
-	f.fails(map[string]any{"op": "step_over"}, "exited with code 0", "launch again")
-	f.ok(map[string]any{"op": "terminate"}, "terminated session 1")
-	if alive(pid) {
-		t.Errorf("adapter pid %d still alive after terminate", pid)
-	}
-	if p := processesWith(f.dir); len(p) > 0 {
-		t.Errorf("processes left after terminate: %v", p)
-	}
-	f.ok(map[string]any{"op": "status"}, "no debug session")
-
-	// Launch again: breakpoints persist; stop_on_entry stops on line 1.
-	f.ok(map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "session 2", "stopped at main.py:1", "import sys")
-	f.ok(map[string]any{"op": "continue"}, "stopped at main.py:12")
-	f.ok(map[string]any{"op": "terminate"}, "terminated session 2")
-	if p := processesWith(f.dir); len(p) > 0 {
-		t.Errorf("processes left after terminate: %v", p)
-	}
+	debugtest.CheckPython(t, pyFixture(t, Options{}).Env, "main.py")
 }
 
 func TestDebugpyLogpointAndRunning(t *testing.T) {
@@ -554,21 +478,20 @@ func TestDebugpyLogpointAndRunning(t *testing.T) {
 		"loop.py":          "import time\nfor i in range(3):\n    n = i * 10\nwhile True:\n    time.sleep(0.05)\n",
 	}, Options{Wait: 2 * time.Second})
 	needDebugpy(t)
-	f.ok(map[string]any{"op": "breakpoints", "file": "loop.py", "lines": []any{map[string]any{"line": 3, "log_message": "n={i*10}"}}})
-	f.ok(map[string]any{"op": "launch", "program": "loop.py"}, "still running after 2s", "the program is running")
-	f.fails(map[string]any{"op": "stack"}, "running")
-	f.fails(map[string]any{"op": "step_over"}, "running, not stopped", "pause")
+	f.Ok(t, map[string]any{"op": "breakpoints", "file": "loop.py", "lines": []any{map[string]any{"line": 3, "log_message": "n={i*10}"}}})
+	f.Ok(t, map[string]any{"op": "launch", "program": "loop.py"}, "still running after 2s", "the program is running")
+	f.Fails(t, map[string]any{"op": "stack"}, "running")
+	f.Fails(t, map[string]any{"op": "step_over"}, "running, not stopped", "pause")
 	out := ""
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && !strings.Contains(out, "n=20"); {
-		_, text := f.call(map[string]any{"op": "output"})
-		out += text
+		out += f.Call(t, map[string]any{"op": "output"}).Text
 	}
 	if !strings.Contains(out, "n=0") || !strings.Contains(out, "n=20") {
 		t.Errorf("logpoint output = %q", out)
 	}
-	f.ok(map[string]any{"op": "pause"}, "stopped at loop.py:", "(pause)")
-	f.ok(map[string]any{"op": "pause"}, "already stopped")
-	f.ok(map[string]any{"op": "terminate"}, "terminated")
+	f.Ok(t, map[string]any{"op": "pause"}, "stopped at loop.py:", "(pause)")
+	f.Ok(t, map[string]any{"op": "pause"}, "already stopped")
+	f.Ok(t, map[string]any{"op": "terminate"}, "terminated")
 	if p := processesWith(f.dir); len(p) > 0 {
 		t.Errorf("processes left after terminate: %v", p)
 	}
@@ -576,7 +499,7 @@ func TestDebugpyLogpointAndRunning(t *testing.T) {
 
 func TestDebugpyTTL(t *testing.T) {
 	f := pyFixture(t, Options{TTL: 3 * time.Second})
-	f.ok(map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "stopped at main.py:1")
+	f.Ok(t, map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "stopped at main.py:1")
 	pid := f.session().pid
 	for deadline := time.Now().Add(2 * time.Minute); f.session() != nil; {
 		if time.Now().After(deadline) {
@@ -584,36 +507,19 @@ func TestDebugpyTTL(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	f.fails(map[string]any{"op": "stack"}, "time limit", "no debug session")
+	f.Fails(t, map[string]any{"op": "stack"}, "time limit", "no debug session")
 	if alive(pid) {
 		t.Errorf("adapter pid %d alive after the TTL", pid)
 	}
 	if p := processesWith(f.dir); len(p) > 0 {
 		t.Errorf("processes left after the TTL: %v", p)
 	}
-	f.ok(map[string]any{"op": "status"}, "no debug session") // the note is shown once
-	f.ok(map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "stopped at main.py:1")
+	f.Ok(t, map[string]any{"op": "status"}, "no debug session") // the note is shown once
+	f.Ok(t, map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "stopped at main.py:1")
 }
 
 func TestDebugpyKilledAdapter(t *testing.T) {
-	f := pyFixture(t, Options{})
-	f.ok(map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "stopped at main.py:1")
-	pid := f.session().pid
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(time.Minute); alive(pid); {
-		if time.Now().After(deadline) {
-			t.Fatal("the killed adapter is still alive")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	f.fails(map[string]any{"op": "stack"}, "exited unexpectedly", "launch again")
-	f.ok(map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "session 2", "stopped at main.py:1")
-	f.ok(map[string]any{"op": "terminate"}, "terminated session 2")
-	if p := processesWith(f.dir); len(p) > 0 {
-		t.Errorf("processes left: %v", p)
-	}
+	debugtest.CheckPythonKilled(t, pyFixture(t, Options{}).Env, "main.py")
 }
 
 func TestDebugpyAttachHost(t *testing.T) {
@@ -635,12 +541,7 @@ func TestDebugpyAttachHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitListen(t, func() string { data, _ := os.ReadFile("/proc/net/tcp"); return string(data) }, port)
-	f.ok(map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{3}})
-	f.ok(map[string]any{"op": "attach", "port": port}, "attached the debuggee on port", "stopped at main.py:3 in add", "total = a + b")
-	f.ok(map[string]any{"op": "evaluate", "expression": "a * b"}, "= 6")
-	f.ok(map[string]any{"op": "breakpoints", "file": "main.py", "lines": []any{}})
-	f.ok(map[string]any{"op": "continue"}, "the program ended")
-	f.ok(map[string]any{"op": "terminate"}, "detached session")
+	debugtest.CheckPythonAttach(t, f.Env, "main.py", port)
 	st, err := p.Wait()
 	if err != nil || !st.Success() {
 		t.Errorf("debuggee: %v %v", st, err)
@@ -659,39 +560,7 @@ func waitListen(t *testing.T, read func() string, port int) {
 	}
 }
 
-func remarshal(t *testing.T, from, to any) {
-	t.Helper()
-	data, err := json.Marshal(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, to); err != nil {
-		t.Fatalf("%v: %s", err, data)
-	}
-}
-
 // ---- delve on the host, when dlv is on PATH ----
-
-const goProgram = `package main
-
-import "fmt"
-
-func add(a, b int) int {
-	total := a + b
-	return total
-}
-
-func main() {
-	x := 2
-	y := 3
-	z := add(x, y)
-	fmt.Println("sum", z)
-	for i := 0; i < 5; i++ {
-		z += i
-	}
-	fmt.Println("done", z)
-}
-`
 
 func TestDelveHost(t *testing.T) {
 	if _, err := exec.LookPath("dlv"); err != nil {
@@ -700,47 +569,20 @@ func TestDelveHost(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skipf("no go on PATH: dlv's debug mode builds the program")
 	}
-	f := newFixture(t, map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n", "main.go": goProgram}, Options{Wait: 2 * time.Minute})
-	f.ok(map[string]any{"op": "adapters", "program": "main.go"}, "delve: usable")
-	f.ok(map[string]any{"op": "breakpoints", "file": "main.go", "lines": []any{12, 18}}, "pending")
-	f.ok(map[string]any{"op": "launch", "program": "."}, "launched . with delve", "stopped at main.go:12 in main.main (breakpoint)", "y := 3", "line 12: verified")
-	pid := f.session().pid
-	f.fails(map[string]any{"op": "launch", "program": "."}, "already running")
-	f.ok(map[string]any{"op": "stack"}, "#0 main.main at main.go:12")
-	res := f.ok(map[string]any{"op": "scopes"}, "Locals (reference")
-	var scopes struct {
-		Scopes []struct {
-			Name      string
-			Reference int
+	f := newFixture(t, map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n", "main.go": debugtest.GoProgram}, Options{Wait: 2 * time.Minute})
+	gone := f.Gone
+	f.Gone = func(t *testing.T) {
+		t.Helper()
+		gone(t)
+		if p := processesWith("__debug_bin"); len(p) > 0 {
+			t.Errorf("debuggee left after terminate: %v", p)
+		}
+		if _, err := os.Stat(filepath.Join(f.dir, "__debug_bin")); err == nil {
+			t.Errorf("dlv left its binary in the workspace")
 		}
 	}
-	remarshal(t, res.StructuredContent, &scopes)
-	f.ok(map[string]any{"op": "variables", "reference": scopes.Scopes[0].Reference}, "x: int = 2")
-	f.ok(map[string]any{"op": "evaluate", "expression": "x * 21"}, "= 42")
-	f.ok(map[string]any{"op": "step_over"}, "stopped at main.go:13", "z := add(x, y)")
-	// delve stops at the function's entry line first.
-	f.ok(map[string]any{"op": "step_in"}, "main.go:5 in main.add")
-	f.ok(map[string]any{"op": "step_over"}, "main.go:6 in main.add", "total := a + b")
-	f.ok(map[string]any{"op": "step_out"}, "stopped at main.go:13 in main.main")
-	f.ok(map[string]any{"op": "continue"}, "stopped at main.go:18 in main.main (breakpoint)")
-	f.ok(map[string]any{"op": "evaluate", "expression": "z"}, "z: int = 15")
-	f.ok(map[string]any{"op": "output"}, "sum 5")
-	res = f.ok(map[string]any{"op": "continue"}, "done 15")
-	var st Status
-	remarshal(t, res.StructuredContent, &st)
-	if st.State != "exited" {
-		t.Errorf("after the last continue: %+v", st)
-	}
-	f.ok(map[string]any{"op": "terminate"}, "terminated session 1")
-	if alive(pid) {
-		t.Errorf("dlv pid %d alive after terminate", pid)
-	}
-	if p := processesWith("__debug_bin"); len(p) > 0 {
-		t.Errorf("debuggee left after terminate: %v", p)
-	}
-	if _, err := os.Stat(filepath.Join(f.dir, "__debug_bin")); err == nil {
-		t.Errorf("dlv left its binary in the workspace")
-	}
+	f.Ok(t, map[string]any{"op": "adapters", "program": "main.go"}, "delve: usable")
+	debugtest.CheckGo(t, f.Env)
 }
 
 // ---- lldb on the host, when lldb-dap or lldb-vscode(-N) is on PATH ----
@@ -780,17 +622,17 @@ func TestLLDBHost(t *testing.T) {
 	if out, err := exec.Command("cc", "-g", "-O0", "-o", filepath.Join(f.dir, "hello"), filepath.Join(f.dir, "main.c")).CombinedOutput(); err != nil {
 		t.Fatalf("cc: %v: %s", err, out)
 	}
-	f.ok(map[string]any{"op": "adapters"}, "lldb: usable")
-	f.ok(map[string]any{"op": "breakpoints", "file": "main.c", "lines": []any{10}}, "pending")
-	f.ok(map[string]any{"op": "launch", "program": "hello"}, "launched hello with lldb", "stopped at main.c:10 in main", "int y = 3;")
+	f.Ok(t, map[string]any{"op": "adapters"}, "lldb: usable")
+	f.Ok(t, map[string]any{"op": "breakpoints", "file": "main.c", "lines": []any{10}}, "pending")
+	f.Ok(t, map[string]any{"op": "launch", "program": "hello"}, "launched hello with lldb", "stopped at main.c:10 in main", "int y = 3;")
 	pid := f.session().pid
-	f.ok(map[string]any{"op": "stack"}, "#0 main at main.c:10")
-	f.ok(map[string]any{"op": "evaluate", "expression": "x * 21"}, "42")
-	f.ok(map[string]any{"op": "step_over"}, "stopped at main.c:11")
-	f.ok(map[string]any{"op": "step_in"}, "main.c:4 in add")
-	f.ok(map[string]any{"op": "step_out"}, "in main")
-	f.ok(map[string]any{"op": "continue"}, "exited with code 0")
-	f.ok(map[string]any{"op": "terminate"}, "terminated")
+	f.Ok(t, map[string]any{"op": "stack"}, "#0 main at main.c:10")
+	f.Ok(t, map[string]any{"op": "evaluate", "expression": "x * 21"}, "42")
+	f.Ok(t, map[string]any{"op": "step_over"}, "stopped at main.c:11")
+	f.Ok(t, map[string]any{"op": "step_in"}, "main.c:4 in add")
+	f.Ok(t, map[string]any{"op": "step_out"}, "in main")
+	f.Ok(t, map[string]any{"op": "continue"}, "exited with code 0")
+	f.Ok(t, map[string]any{"op": "terminate"}, "terminated")
 	if alive(pid) {
 		t.Errorf("lldb adapter pid %d alive after terminate", pid)
 	}
