@@ -227,40 +227,26 @@ func NewRegistry() *Registry {
 	return &Registry{tools: map[string]*entry{}}
 }
 
-// Option adjusts the input schema that [Register] derives from In, before
-// the schema is listed and arguments are validated against it.
-type Option func(*jsonschema.Schema)
+// Option adjusts the input schema that [Register] derives from In. listed
+// says which of the two schemas it adjusts: the one the tool is listed
+// with, or the one arguments are validated against before the handler.
+type Option func(s *jsonschema.Schema, listed bool)
 
-// Enum restricts a top-level property of the input schema to values: the
-// listing shows them, and any other value is an [*InputError] before the
-// handler runs. It panics, when the tool is registered, if the schema has
-// no such property.
+// Enum lists values as the only ones of a top-level string property (an
+// action, an operation): the listed schema says so, so a model picks one.
+// The handler still sees any other string — the tool answers it with its
+// own "use one of …" tool error (or accepts a spelling it normalises, as
+// " Continue "), which tells the model more than a schema violation
+// would. It panics, when the tool is registered, if the schema has no such
+// property.
 func Enum(property string, values ...string) Option {
-	return func(s *jsonschema.Schema) {
+	return func(s *jsonschema.Schema, listed bool) {
 		p, ok := s.Properties[property]
 		if !ok || p == nil {
 			panic(fmt.Sprintf("tools: Enum: the input schema has no property %q", property))
 		}
-		p.Enum = make([]any, len(values))
-		for i, v := range values {
-			p.Enum[i] = v
-		}
-	}
-}
-
-// Option adjusts the input schema that [Register] derives from In, before
-// the schema is listed and arguments are validated against it.
-type Option func(*jsonschema.Schema)
-
-// Enum restricts a top-level property of the input schema to values: the
-// listing shows them, and any other value is an [*InputError] before the
-// handler runs. It panics, when the tool is registered, if the schema has
-// no such property.
-func Enum(property string, values ...string) Option {
-	return func(s *jsonschema.Schema) {
-		p, ok := s.Properties[property]
-		if !ok || p == nil {
-			panic(fmt.Sprintf("tools: Enum: the input schema has no property %q", property))
+		if !listed {
+			return
 		}
 		p.Enum = make([]any, len(values))
 		for i, v := range values {
@@ -272,17 +258,23 @@ func Enum(property string, values ...string) Option {
 // Register adds a tool whose input is decoded into In, with its JSON Schema
 // derived from In (field tags `json` and `jsonschema:"description"`) and
 // then adjusted by opts. Unknown fields, malformed JSON and arguments the
-// schema refuses are InputErrors before h runs. It panics on a programming
+// schema refuses are InputErrors before h runs (an [Enum] is listed, and
+// left to h). It panics on a programming
 // error: a duplicate name, a missing level, or an In that has no schema.
 func Register[In any](r *Registry, t Tool, h func(context.Context, In) (*Result, error), opts ...Option) {
 	schema, err := jsonschema.For[In](nil)
 	if err != nil {
 		panic(fmt.Sprintf("tools: schema for %s: %v", t.Name, err))
 	}
-	for _, o := range opts {
-		o(schema)
+	checked, err := jsonschema.For[In](nil) // a copy of its own, for validation
+	if err != nil {
+		panic(fmt.Sprintf("tools: schema for %s: %v", t.Name, err))
 	}
-	resolved, err := schema.Resolve(nil)
+	for _, o := range opts {
+		o(schema, true)
+		o(checked, false)
+	}
+	resolved, err := checked.Resolve(nil)
 	if err != nil {
 		panic(fmt.Sprintf("tools: schema for %s: %v", t.Name, err))
 	}

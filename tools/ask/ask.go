@@ -45,6 +45,9 @@ type Input struct {
 // Description is ask_user's tool description.
 const Description = `Ask the human operator a question and wait for the answer. It draws a numbered card in the conversation and blocks until someone answers, skips, or the question times out. This is the only way to ask the operator anything: never write a question as a chat message, which ends your turn. Offer options (unique labels) where you can; set allow_free_text for a typed answer and multi_select to allow several choices. If the operator skips, proceed on your stated assumption and do not ask again.`
 
+// Tool is ask_user as a registry lists it.
+var Tool = tools.Tool{Name: "ask_user", Description: Description, Level: tools.LevelRead}
+
 // Register adds ask_user to r, drawing cards through port. port must not
 // be nil: a run without a question port does not get the tool (ASK-3).
 func Register(r *tools.Registry, port *questions.Port, opts Options) {
@@ -54,7 +57,7 @@ func Register(r *tools.Registry, port *questions.Port, opts Options) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	tools.Register(r, tools.Tool{Name: "ask_user", Description: Description, Level: tools.LevelRead},
+	tools.Register(r, Tool,
 		func(ctx context.Context, in Input) (*tools.Result, error) {
 			return ask(ctx, port, opts.Timeout, in)
 		})

@@ -146,29 +146,12 @@ func span(d time.Duration) string {
 // schemaOptions render the schema's parts that come from ops: the
 // operations on op and operation, and which operations read each argument.
 func schemaOptions() []tools.Option {
-	return []tools.Option{suggest("op", opNames()...), suggest("operation", opNames()...), argUsers}
-}
-
-// suggest lists values on a string property as an enum and still accepts
-// any string, as the tool always has: call lower-cases and trims op before
-// it matches (" Continue " works), and an unknown operation gets the
-// tool's own "use one of" message, not a schema error. A bare [tools.Enum]
-// would refuse both, since jsonschema-go's Validate compares exactly
-// (TestOpSpellings pins this), so the enum stands in an anyOf beside a
-// plain string: the model sees the names, and validation is unchanged.
-func suggest(property string, values ...string) tools.Option {
-	enum := tools.Enum(property, values...)
-	return func(s *jsonschema.Schema) {
-		enum(s)
-		p := s.Properties[property]
-		p.AnyOf = []*jsonschema.Schema{{Enum: p.Enum}, {Type: "string"}}
-		p.Enum = nil
-	}
+	return []tools.Option{tools.Enum("op", opNames()...), tools.Enum("operation", opNames()...), argUsers}
 }
 
 // argUsers prefixes each argument's description with the operations that
 // read it: "launch, attach: debugpy, delve, …".
-func argUsers(s *jsonschema.Schema) {
+func argUsers(s *jsonschema.Schema, _ bool) {
 	users := map[string][]string{}
 	for _, o := range ops {
 		for _, a := range o.args {

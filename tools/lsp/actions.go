@@ -2,7 +2,6 @@ package lsp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -44,7 +43,6 @@ func Register(r *tools.Registry, sb sandbox.Sandbox, ws sandbox.FS, runCtx conte
 	s := New(sb, ws, runCtx, opts)
 	tools.Register(r, tools.Tool{Name: lspTool, Level: tools.LevelRead, Description: describe(s.serverIDs())}, retried(s.do), tools.Enum("action", actionNames()...))
 	tools.Register(r, tools.Tool{Name: "lsp_rename", Level: tools.LevelWrite, Description: renameDescription}, retried(s.rename))
-	r.Use(knownAction)
 	r.Use(s.Middleware())
 	return s
 }
@@ -116,26 +114,6 @@ func lookup(name string) (*action, error) {
 		return nil, tools.Fail("action is required: one of %s", strings.Join(actionNames(), ", "))
 	}
 	return nil, tools.Fail("unknown action %q: use one of %s", name, strings.Join(actionNames(), ", "))
-}
-
-// knownAction is registry middleware for the lsp tool: a call whose action
-// is a string the table lacks is answered with lookup's message, a tool
-// error the model acts on, before the schema's enum would refuse it as bad
-// input. Other arguments are left to the schema.
-func knownAction(t tools.Tool, next tools.Handler) tools.Handler {
-	if t.Name != lspTool {
-		return next
-	}
-	return func(ctx context.Context, args json.RawMessage) (*tools.Result, error) {
-		var fields map[string]json.RawMessage
-		var name *string
-		if json.Unmarshal(args, &fields) == nil && json.Unmarshal(fields["action"], &name) == nil && name != nil {
-			if _, err := lookup(*name); err != nil {
-				return tools.Errorf("%s", err), nil
-			}
-		}
-		return next(ctx, args)
-	}
 }
 
 // do runs an lsp call: its action's row of the table, on an open run.

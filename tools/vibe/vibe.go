@@ -152,12 +152,25 @@ func New(runCtx context.Context, opts Options) *Supervisor {
 // closes it when the run closes.
 func Register(r *tools.Registry, runCtx context.Context, opts Options) *Supervisor {
 	s := New(runCtx, opts)
-	tools.Register(r, tools.Tool{Name: "vibe_spawn", Level: tools.LevelRead, Description: spawnDescription}, s.spawn)
-	tools.Register(r, tools.Tool{Name: "vibe_send", Level: tools.LevelRead, Description: sendDescription}, s.send)
-	tools.Register(r, tools.Tool{Name: "vibe_wait", Level: tools.LevelRead, Description: waitDescription}, s.wait)
-	tools.Register(r, tools.Tool{Name: "vibe_kill", Level: tools.LevelRead, Description: killDescription}, s.kill)
-	tools.Register(r, tools.Tool{Name: "vibe_list", Level: tools.LevelRead, Description: listDescription}, s.list)
+	t := Tools()
+	tools.Register(r, t[0], s.spawn)
+	tools.Register(r, t[1], s.send)
+	tools.Register(r, t[2], s.wait)
+	tools.Register(r, t[3], s.kill)
+	tools.Register(r, t[4], s.list)
 	return s
+}
+
+// Tools returns the vibe_* tools as a registry lists them: vibe_spawn,
+// vibe_send, vibe_wait, vibe_kill and vibe_list, in that order.
+func Tools() []tools.Tool {
+	return []tools.Tool{
+		{Name: "vibe_spawn", Level: tools.LevelRead, Description: spawnDescription},
+		{Name: "vibe_send", Level: tools.LevelRead, Description: sendDescription},
+		{Name: "vibe_wait", Level: tools.LevelRead, Description: waitDescription},
+		{Name: "vibe_kill", Level: tools.LevelRead, Description: killDescription},
+		{Name: "vibe_list", Level: tools.LevelRead, Description: listDescription},
+	}
 }
 
 const (
