@@ -143,8 +143,14 @@ func newTools(g *globalFlags) *cobra.Command {
 	f := &runFlags{}
 	cmd := &cobra.Command{
 		Use:   "tools [flags]",
-		Short: "List the tools of a run: names, levels and descriptions (--json: with schemas)",
+		Short: "List the tools of a run: names, levels and descriptions (--json: with schemas), and the tools it lacks and why",
+		Long: `tools opens a run as call does, lists its tools for the surface and closes
+it. Some tools come only with some runs: debug needs a conversation id,
+ask_user a question port (a run of berth serve), vibe_* vibe mode. Those
+this run lacks are listed after its own, each with what it needs (JSON:
+"not_in_this_run").`,
 		Example: `  berth tools
+  berth tools --conversation c1          # with debug
   berth tools --surface plan --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -153,12 +159,13 @@ func newTools(g *globalFlags) *cobra.Command {
 				if list == nil {
 					list = []tools.Info{}
 				}
+				missing := missingTools(list, s)
 				w := cmd.OutOrStdout()
 				if f.json {
 					enc := json.NewEncoder(w)
 					enc.SetEscapeHTML(false)
 					enc.SetIndent("", "  ")
-					return enc.Encode(map[string]any{"tools": list})
+					return enc.Encode(map[string]any{"tools": list, "not_in_this_run": missing})
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "TOOL\tLEVEL\tDESCRIPTION")
@@ -166,10 +173,40 @@ func newTools(g *globalFlags) *cobra.Command {
 					desc, _, _ := strings.Cut(t.Description, "\n")
 					fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, t.Level, desc)
 				}
+				if len(missing) > 0 {
+					fmt.Fprintln(tw, "\nNOT IN THIS RUN\tLEVEL\tNEEDS")
+					for _, m := range missing {
+						fmt.Fprintf(tw, "%s\t%s\t%s\n", m.Name, m.Level, m.Needs)
+					}
+				}
 				return tw.Flush()
 			})
 		},
 	}
 	f.add(cmd, controller.HostScheme)
 	return cmd
+}
+
+// missing is a tool a run could have and this one lacks.
+type missing struct {
+	Name        string      `json:"name"`
+	Level       tools.Level `json:"level"`
+	Description string      `json:"description"`
+	Needs       string      `json:"needs"`
+}
+
+// missingTools lists the conditional tools that are not in list and that
+// surface s would see.
+func missingTools(list []tools.Info, s tools.Surface) []missing {
+	have := map[string]bool{}
+	for _, t := range list {
+		have[t.Name] = true
+	}
+	out := []missing{}
+	for _, c := range controller.ConditionalTools() {
+		if !have[c.Name] && c.Level <= s.MaxLevel() {
+			out = append(out, missing{Name: c.Name, Level: c.Level, Description: c.Description, Needs: c.Needs})
+		}
+	}
+	return out
 }

@@ -133,9 +133,24 @@ func TestTools(t *testing.T) {
 			Name, Level string
 			InputSchema map[string]any
 		}
+		Missing []struct{ Name, Level, Needs string } `json:"not_in_this_run"`
 	}
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	// Every tool a run can have is listed: its own, and those it lacks
+	// with what they need.
+	lacks := map[string]string{}
+	for _, m := range list.Missing {
+		lacks[m.Name] = m.Needs
+		if m.Level != "read" {
+			t.Errorf("plan lists the missing %s at level %s", m.Name, m.Level)
+		}
+	}
+	for name, needs := range map[string]string{"ask_user": "question port", "vibe_spawn": "vibe mode", "vibe_list": "vibe mode"} {
+		if !strings.Contains(lacks[name], needs) {
+			t.Errorf("%s is not listed as needing %s: %q", name, needs, lacks[name])
+		}
 	}
 	if len(list.Tools) == 0 {
 		t.Fatal("plan surface lists no tools")
