@@ -1,7 +1,8 @@
 // Package berthtest builds berth and runs `berth serve` as a real process
 // for the tests under tests/ that drive berth whole, over HTTP only
-// (tests/security, tests/load): the way an operator starts it, with the
-// flags and environment the test chooses.
+// (tests/security, tests/load, tests/agent): the way an operator starts
+// it, with the flags and environment the test chooses, and a [Client] for
+// its API.
 package berthtest
 
 import (
@@ -10,6 +11,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -232,4 +235,101 @@ func (r Result) Text() string {
 		}
 	}
 	return strings.Join(s, "\n")
+}
+
+// Client speaks berth's HTTP API to one server with a bearer token.
+type Client struct {
+	// URL is the server's base URL (Server.URL).
+	URL string
+	// Token is sent as "Authorization: Bearer …" when not empty.
+	Token string
+	// HTTP is the client to use; nil means http.DefaultClient.
+	HTTP *http.Client
+}
+
+// Do sends one request with body (nil, or a value marshalled as JSON) and
+// returns the status and the whole response body. ctx bounds it.
+func (c *Client) Do(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.URL+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, b, fmt.Errorf("%s %s: reading the body: %w", method, path, err)
+	}
+	return resp.StatusCode, b, nil
+}
+
+// RunInfo is what opening a run returns (the fields tests read).
+type RunInfo struct {
+	ID, Sandbox, Workspace string
+}
+
+// OpenRun opens a run with spec (POST /v1/runs) and wants 201.
+func (c *Client) OpenRun(ctx context.Context, spec map[string]any) (RunInfo, error) {
+	var info RunInfo
+	st, b, err := c.Do(ctx, "POST", "/v1/runs", spec)
+	if err != nil {
+		return info, err
+	}
+	if st != http.StatusCreated {
+		return info, fmt.Errorf("open run %v: %d %s", spec, st, b)
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return info, fmt.Errorf("open run: %v: %s", err, b)
+	}
+	return info, nil
+}
+
+// CloseRun closes run id (DELETE /v1/runs/{id}) and wants 204.
+func (c *Client) CloseRun(ctx context.Context, id string) error {
+	st, b, err := c.Do(ctx, "DELETE", "/v1/runs/"+id, nil)
+	if err != nil {
+		return err
+	}
+	if st != http.StatusNoContent {
+		return fmt.Errorf("close run %s: %d %s", id, st, b)
+	}
+	return nil
+}
+
+// Call calls tool on the default surface of run and wants a 200; the
+// result may be an error result (IsError), which the caller checks.
+func (c *Client) Call(ctx context.Context, run, tool string, args any) (Result, error) {
+	var res Result
+	st, b, err := c.Do(ctx, "POST", "/v1/runs/"+run+"/tools/"+tool, map[string]any{"args": args, "surface": "default"})
+	if err != nil {
+		return res, err
+	}
+	if st != http.StatusOK {
+		return res, fmt.Errorf("%s %v: %d %s", tool, args, st, b)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		return res, fmt.Errorf("%s: %v: %s", tool, err, b)
+	}
+	return res, nil
 }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -87,78 +86,42 @@ func startServer(t *testing.T) *server {
 
 // client speaks berth's HTTP API with the server's token.
 type client struct {
-	s  *server
+	berthtest.Client
 	hc *http.Client
 }
 
 func newClient(s *server, keepAlive bool) *client {
 	tr := &http.Transport{MaxIdleConnsPerHost: maxIdlePerHost, DisableKeepAlives: !keepAlive}
-	return &client{s: s, hc: &http.Client{Transport: tr}}
+	hc := &http.Client{Transport: tr}
+	return &client{Client: berthtest.Client{URL: s.URL, Token: s.token, HTTP: hc}, hc: hc}
 }
 
 // closeIdle drops the client's idle keep-alive connections, so that they
 // do not count as berth's descriptors and goroutines.
 func (c *client) closeIdle() { c.hc.CloseIdleConnections() }
 
+// do is Client.Do bounded by callTimeout.
 func (c *client) do(ctx context.Context, method, path string, body any) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.s.URL+path, r)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.s.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, b, fmt.Errorf("%s %s: reading the body: %w", method, path, err)
-	}
-	return resp.StatusCode, b, nil
+	return c.Do(ctx, method, path, body)
 }
 
 // openRun opens a run for the conversation with sandbox auto and returns
 // its id and the sandbox it was placed in.
 func (c *client) openRun(ctx context.Context, conv, workspace string) (string, string, error) {
-	st, b, err := c.do(ctx, "POST", "/v1/runs", map[string]any{
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	info, err := c.OpenRun(ctx, map[string]any{
 		"conversation_id": conv, "workspace": workspace, "sandbox": "auto", "mode": "default",
 	})
-	if err != nil {
-		return "", "", err
-	}
-	if st != http.StatusCreated {
-		return "", "", fmt.Errorf("open run for %s: %d %s", conv, st, b)
-	}
-	var info struct{ ID, Sandbox string }
-	if err := json.Unmarshal(b, &info); err != nil {
-		return "", "", fmt.Errorf("open run: %v: %s", err, b)
-	}
-	return info.ID, info.Sandbox, nil
+	return info.ID, info.Sandbox, err
 }
 
 func (c *client) closeRun(ctx context.Context, id string) error {
-	st, b, err := c.do(ctx, "DELETE", "/v1/runs/"+id, nil)
-	if err != nil {
-		return err
-	}
-	if st != http.StatusNoContent {
-		return fmt.Errorf("close run %s: %d %s", id, st, b)
-	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	return c.CloseRun(ctx, id)
 }
 
 // toolReply is a tool result as the API returns it.
@@ -167,16 +130,11 @@ type toolReply = berthtest.Result
 // call calls a tool on the default surface and wants a 200 result that is
 // not an error and contains every want.
 func (c *client) call(ctx context.Context, run, tool string, args map[string]any, wants ...string) (toolReply, error) {
-	var res toolReply
-	st, b, err := c.do(ctx, "POST", "/v1/runs/"+run+"/tools/"+tool, map[string]any{"args": args, "surface": "default"})
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	res, err := c.Call(ctx, run, tool, args)
 	if err != nil {
 		return res, err
-	}
-	if st != http.StatusOK {
-		return res, fmt.Errorf("%s %v: %d %s", tool, args, st, b)
-	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		return res, fmt.Errorf("%s: %v: %s", tool, err, b)
 	}
 	if res.IsError {
 		return res, fmt.Errorf("%s %v: error result: %s", tool, args, res.Text())
