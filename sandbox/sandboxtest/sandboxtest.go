@@ -70,6 +70,7 @@ func Run(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config)) 
 		{"DialUnix", func(t *testing.T, e *env) { testDial(t, e, "unix") }},
 		{"CloseKills", testCloseKills},
 		{"NoZombiesLeft", testNoZombies},
+		{"SupervisorKilled", testSupervisorKilled},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -323,14 +324,7 @@ func testCancelIgnoringTERM(t *testing.T, e *env) {
 // is left, not even as a zombie: a container's PID 1 (often "sleep
 // infinity") never reaps, so whatever the supervisor fails to reap stays.
 func testNoZombies(t *testing.T, e *env) {
-	// A copy of sleep under a name of our own, to find its processes.
-	var id [4]byte
-	rand.Read(id[:])
-	name := fmt.Sprintf("bzz%x", id)
-	bin := path.Join(e.dir, name)
-	if r := run(t, e.sb, sh(fmt.Sprintf(`mkdir -p %s && cp "$(command -v sleep)" %s`, e.dir, bin))); !r.status.Success() {
-		t.Fatalf("copy sleep: %v %s", r.status, r.stderr)
-	}
+	name, bin := e.namedSleep(t)
 	script := fmt.Sprintf("%s 100 & echo ready; exec %s 100", bin, bin)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -355,18 +349,80 @@ func testNoZombies(t *testing.T, e *env) {
 
 	other, _ := e.newSandbox(t)
 	t.Cleanup(func() { other.Close() })
-	// Reaping is asynchronous: look a few times, and fail only on what stays.
+	noneLeft(t, other, name, "processes of killed trees are left (zombies never reaped?)")
+}
+
+// namedSleep copies sleep into this subtest's directory under a name of
+// its own, to find its processes by, and returns the name and the path.
+func (e *env) namedSleep(t *testing.T) (name, bin string) {
+	t.Helper()
+	var id [4]byte
+	rand.Read(id[:])
+	name = fmt.Sprintf("bzz%x", id)
+	bin = path.Join(e.dir, name)
+	if r := run(t, e.sb, sh(fmt.Sprintf(`mkdir -p %s && cp "$(command -v sleep)" %s`, e.dir, bin))); !r.status.Success() {
+		t.Fatalf("copy sleep: %v %s", r.status, r.stderr)
+	}
+	return name, bin
+}
+
+// noneLeft waits (bounded: reaping is asynchronous) until no process named
+// name exists in sb, not even as a zombie, and fails with what says when
+// some stay.
+func noneLeft(t *testing.T, sb sandbox.Sandbox, name, what string) {
+	t.Helper()
 	count := fmt.Sprintf(`n=0; for f in /proc/[0-9]*/stat; do case "$(cat $f 2>/dev/null)" in *"(%s) "*) n=$((n+1));; esac; done; echo $n`, name)
 	var left string
 	for range 50 {
-		left = strings.TrimSpace(run(t, other, sh(count)).stdout)
+		left = strings.TrimSpace(run(t, sb, sh(count)).stdout)
 		if left == "0" {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	ps := run(t, other, sh(fmt.Sprintf(`grep -h "(%s)" /proc/[0-9]*/stat 2>/dev/null`, name))).stdout
-	t.Fatalf("%s processes of killed trees are left (zombies never reaped?):\n%s", left, ps)
+	ps := run(t, sb, sh(fmt.Sprintf(`grep -h "(%s)" /proc/[0-9]*/stat 2>/dev/null`, name))).stdout
+	t.Fatalf("%s %s:\n%s", left, what, ps)
+}
+
+// testSupervisorKilled kills the sandbox's supervisor of a running process
+// tree (the agent, kill -9: as the OOM killer would) and checks that
+// nothing of the tree outlives it, not even as a zombie — in a container
+// whose PID 1 never reaps — and that Wait reports the end.
+func testSupervisorKilled(t *testing.T, e *env) {
+	name, bin := e.namedSleep(t)
+	// The program's parent is its supervisor.
+	script := fmt.Sprintf(`echo "supervisor $PPID $(tr '\0' ' ' < /proc/$PPID/cmdline)"; %s 100 & exec %s 100`, bin, bin)
+	out := newMarker("supervisor ")
+	p, err := e.sb.Start(context.Background(), &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdout: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.await(t)
+	var pid int
+	var cmdline string
+	line, _, _ := strings.Cut(out.String(), "\n")
+	if _, err := fmt.Sscanf(line, "supervisor %d", &pid); err != nil {
+		t.Fatalf("no supervisor pid in %q", line)
+	}
+	cmdline = line
+	if !strings.Contains(cmdline, "berth-shim") {
+		t.Skipf("the program's parent is not berth's agent (%s): this backend places no supervisor of its own", cmdline)
+	}
+	if r := run(t, e.sb, &sandbox.Cmd{Args: []string{"kill", "-9", fmt.Sprint(pid)}}); !r.status.Success() {
+		if strings.Contains(r.stderr, "not permitted") {
+			// A supervisor that keeps its own user (host processes under
+			// --host-user) cannot be signalled from inside, by design.
+			t.Skipf("the sandbox's user may not signal its supervisor: %s", r.stderr)
+		}
+		t.Fatalf("kill -9 %d: %v %s", pid, r.status, r.stderr)
+	}
+	if _, err := waitT(t, p); err == nil {
+		t.Log("Wait after the supervisor was killed returned no error")
+	}
+	noneLeft(t, e.sb, name, "processes outlived their killed supervisor (orphans, or zombies of a PID 1 that never reaps)")
+	if alive(t, e.sb, pid) {
+		t.Errorf("the killed supervisor %d is still there (a zombie?)", pid)
+	}
 }
 
 // alive reports whether pid exists in the sandbox, asked in a new process.

@@ -9,7 +9,8 @@
 //	berth-shim version
 //
 // "run" starts the program in a new process group and speaks the run
-// protocol on stdin and stdout; with --direct-stdout the program writes the
+// protocol on stdin and stdout, from a supervisor below a keeper that
+// kills and reaps what is left when the supervisor dies (keeper.go); with --direct-stdout the program writes the
 // agent's stdout itself and the agent's frames go to its stderr, so that
 // output reaches berth without passing through the agent. With --user the
 // program runs as that user and groups while the agent keeps its own (so
@@ -42,7 +43,7 @@ func Main(args []string) int {
 	case "version":
 		fmt.Println(Version)
 		return 0
-	case "run":
+	case "run", modeSupervise:
 		o, rest, err := parseRun(args[1:])
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "berth-shim run: %v\n", err)
@@ -51,6 +52,9 @@ func Main(args []string) int {
 		if len(rest) < 2 {
 			fmt.Fprintln(os.Stderr, "berth-shim run: want -- PROGRAM ARGS...")
 			return 2
+		}
+		if args[0] == "run" {
+			return keep(args[1:])
 		}
 		return run(rest[1:], o)
 	case "fs":
