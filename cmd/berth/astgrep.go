@@ -190,7 +190,9 @@ honoured, .git, binary and oversized files are skipped.
 
 Output is one "path:line:text" line per matched line, or with --json one JSON
 object per match (JSON Lines): file, start_line, start_col, end_line,
-end_col, text, captures (lines 1-based, columns 0-based bytes). Paths print
+end_col, text, enclosing (the declarations around the match, such as
+"HTTPConnection.putheader" or "(*Server).Serve"; left out at the top
+level), captures (lines 1-based, columns 0-based bytes). Paths print
 relative to the working directory, or prefixed with PATH as given when PATH
 lies outside it.
 
@@ -237,7 +239,7 @@ func runASTGrep(ctx context.Context, out, stderr io.Writer, f *structFlags, asJS
 		if err != nil {
 			return trouble(astGrepPrefix, err)
 		}
-		req := structural.SearchRequest{Pattern: f.pattern, Language: f.lang, Path: t.relPath, MaxResults: limit}
+		req := structural.SearchRequest{Pattern: f.pattern, Language: f.lang, Path: t.relPath, MaxResults: limit, Enclosing: asJSON}
 		var res *structural.SearchResult
 		if limit > 0 {
 			// The first matches in path order: the engine keeps them.

@@ -139,6 +139,7 @@ func TestASTGrepJSONLines(t *testing.T) {
 		EndLine   *int              `json:"end_line"`
 		EndCol    *int              `json:"end_col"`
 		Text      *string           `json:"text"`
+		Enclosing string            `json:"enclosing"`
 		Captures  map[string]string `json:"captures"`
 	}
 	var got []match
@@ -157,6 +158,9 @@ func TestASTGrepJSONLines(t *testing.T) {
 	first := got[0]
 	if *first.File != "a.go" || *first.StartLine != 8 || *first.StartCol != 1 || *first.EndLine != 8 || *first.EndCol != 10 || *first.Text != "mu.Lock()" {
 		t.Errorf("first match = %s", lines[0])
+	}
+	if first.Enclosing != "f" || got[1].Enclosing != "g" {
+		t.Errorf("enclosing %q and %q, want f and g", first.Enclosing, got[1].Enclosing)
 	}
 	if first.Captures["X"] != "mu" {
 		t.Errorf("captures = %v, want X=mu", first.Captures)

@@ -152,13 +152,20 @@ func (e *Engine) Stats() Stats {
 // relative to the workspace or absolute under it; empty means the whole
 // workspace. Language is a language id or alias; it may be empty when Path
 // is a file. MaxResults 0 means DefaultMaxResults; negative means no limit.
+// Enclosing asks for each returned match's enclosing symbol
+// (FileMatch.Enclosing); it costs a walk up the syntax tree per match, so
+// Search computes it only for the matches it returns.
 type SearchRequest struct {
 	Pattern, Language, Path string
 	MaxResults              int
+	Enclosing               bool
 }
 
 // FileMatch is one match. File is workspace-relative and slash-separated;
 // lines are 1-based, columns 0-based byte offsets; EndCol is exclusive.
+// Enclosing names the declarations around the match, outermost first,
+// joined with "." ("HTTPConnection.putheader", "(*Server).Serve"; see
+// syntax.Tree.Enclosing), "" at the top level or when not asked for.
 // Captures maps metavariable names (without "$") to the captured text.
 type FileMatch struct {
 	File      string            `json:"file"`
@@ -167,6 +174,7 @@ type FileMatch struct {
 	EndLine   int               `json:"end_line"`
 	EndCol    int               `json:"end_col"`
 	Text      string            `json:"text"`
+	Enclosing string            `json:"enclosing,omitempty"`
 	Captures  map[string]string `json:"captures"`
 }
 
@@ -185,6 +193,10 @@ type SearchResult struct {
 	Skipped map[string]int
 	// Language is the id of the language searched.
 	Language string
+	// Hint, when nothing matched, says why the pattern may not match what
+	// it seems to: a metavariable written inside a string literal or a
+	// name binds nothing.
+	Hint string
 }
 
 // EditRequest is a structural rewrite: matches of Pattern under Path are

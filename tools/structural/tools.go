@@ -64,63 +64,126 @@ type handlers struct {
 	e  *Engine
 }
 
-// structured is ast_grep's structuredContent.
-type structured struct {
-	Matches   []FileMatch `json:"matches"`
-	Total     int         `json:"total"`
-	Truncated bool        `json:"truncated"`
+// ShownMatch is a match as ast_grep shows it, in its text and in its
+// structuredContent alike: the first MaxMatchLines lines of the matched
+// text, each cut to MaxLineChars, and the captures on one line each, cut
+// to MaxCaptureChars; MoreLines counts the lines left out.
+type ShownMatch struct {
+	File      string            `json:"file"`
+	StartLine int               `json:"start_line"`
+	StartCol  int               `json:"start_col"`
+	EndLine   int               `json:"end_line"`
+	EndCol    int               `json:"end_col"`
+	Enclosing string            `json:"enclosing,omitempty"`
+	Text      string            `json:"text"`
+	MoreLines int               `json:"more_lines,omitempty"`
+	Captures  map[string]string `json:"captures"`
+}
+
+// Shown is a search result as ast_grep shows it, and its structuredContent:
+// the matches shown, the total count and how many more were counted than
+// shown (More), the files, and the no-match hint. No field carries more
+// than the text says.
+type Shown struct {
+	Matches       []ShownMatch   `json:"matches"`
+	Total         int            `json:"total"`
+	Truncated     bool           `json:"truncated"`
+	More          int            `json:"more,omitempty"`
+	Files         int            `json:"files"`
+	FilesSearched int            `json:"files_searched"`
+	Skipped       map[string]int `json:"skipped,omitempty"`
+	Hint          string         `json:"hint,omitempty"`
+}
+
+// Show bounds a search result for a model (see Shown).
+func Show(res *SearchResult) *Shown {
+	sh := &Shown{
+		Matches: make([]ShownMatch, len(res.Matches)), Total: res.Total, Truncated: res.Truncated,
+		More: res.Total - len(res.Matches), Files: res.Files, FilesSearched: res.FilesSearched, Hint: res.Hint,
+	}
+	for k, n := range res.Skipped {
+		if n > 0 {
+			if sh.Skipped == nil {
+				sh.Skipped = map[string]int{}
+			}
+			sh.Skipped[k] = n
+		}
+	}
+	for i, m := range res.Matches {
+		lines := strings.Split(m.Text, "\n")
+		n := min(len(lines), MaxMatchLines)
+		for j := range lines[:n] {
+			lines[j] = cut(lines[j], MaxLineChars)
+		}
+		sm := ShownMatch{
+			File: m.File, StartLine: m.StartLine, StartCol: m.StartCol, EndLine: m.EndLine, EndCol: m.EndCol,
+			Enclosing: m.Enclosing, Text: strings.Join(lines[:n], "\n"), MoreLines: len(lines) - n,
+			Captures: make(map[string]string, len(m.Captures)),
+		}
+		for k, c := range m.Captures {
+			sm.Captures[k] = oneLine(c, MaxCaptureChars)
+		}
+		sh.Matches[i] = sm
+	}
+	return sh
 }
 
 func (h *handlers) grep(ctx context.Context, in GrepInput) (*tools.Result, error) {
 	if in.MaxResults < 0 || in.MaxResults > MaxMaxResults {
 		return tools.Errorf("max_results %d is out of range: give 1 to %d (default %d)", in.MaxResults, MaxMaxResults, DefaultMaxResults), nil
 	}
-	res, err := h.e.Search(ctx, h.fs, SearchRequest{Pattern: in.Pattern, Language: in.Language, Path: in.Path, MaxResults: in.MaxResults})
+	res, err := h.e.Search(ctx, h.fs, SearchRequest{Pattern: in.Pattern, Language: in.Language, Path: in.Path, MaxResults: in.MaxResults, Enclosing: true})
 	if err != nil {
 		return nil, err
 	}
-	out := tools.Text(FormatSearch(res))
-	matches := res.Matches
-	if matches == nil {
-		matches = []FileMatch{}
-	}
-	out.StructuredContent = structured{Matches: matches, Total: res.Total, Truncated: res.Truncated}
+	sh := Show(res)
+	out := tools.Text(sh.Format())
+	out.StructuredContent = sh
 	return out, nil
 }
 
 // FormatSearch writes a search result for a model: a header line, then each
-// match as path:line with the first lines of its text and its captures.
-func FormatSearch(res *SearchResult) string {
+// match as path:line (with " in " and its enclosing symbol when it has one),
+// the first lines of its text and its captures.
+func FormatSearch(res *SearchResult) string { return Show(res).Format() }
+
+// Format writes the text of sh (see FormatSearch).
+func (sh *Shown) Format() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s in %s (%s searched", plural(res.Total, "match"), plural(res.Files, "file"), plural(res.FilesSearched, "file"))
-	if s := skipSummary(res.Skipped); s != "" {
+	fmt.Fprintf(&b, "%s in %s (%s searched", plural(sh.Total, "match"), plural(sh.Files, "file"), plural(sh.FilesSearched, "file"))
+	if s := skipSummary(sh.Skipped); s != "" {
 		fmt.Fprintf(&b, "; skipped: %s", s)
 	}
 	b.WriteString(")\n")
 	last := ""
-	for _, m := range res.Matches {
+	for _, m := range sh.Matches {
 		if m.File != last {
 			if last != "" {
 				b.WriteString("\n")
 			}
 			last = m.File
 		}
-		fmt.Fprintf(&b, "%s:%d\n", m.File, m.StartLine)
-		lines := strings.Split(m.Text, "\n")
-		for i, l := range lines {
-			if i == MaxMatchLines {
-				fmt.Fprintf(&b, "  … (%d more lines, to line %d)\n", len(lines)-i, m.EndLine)
-				break
-			}
-			b.WriteString("  " + cut(l, MaxLineChars) + "\n")
+		fmt.Fprintf(&b, "%s:%d", m.File, m.StartLine)
+		if m.Enclosing != "" {
+			b.WriteString(" in " + m.Enclosing)
+		}
+		b.WriteString("\n")
+		for _, l := range strings.Split(m.Text, "\n") {
+			b.WriteString("  " + l + "\n")
+		}
+		if m.MoreLines > 0 {
+			fmt.Fprintf(&b, "  … (%d more lines, to line %d)\n", m.MoreLines, m.EndLine)
 		}
 		for _, k := range sortedKeys(m.Captures) {
-			fmt.Fprintf(&b, "  $%s = %s\n", k, oneLine(m.Captures[k], MaxCaptureChars))
+			fmt.Fprintf(&b, "  $%s = %s\n", k, m.Captures[k])
 		}
 	}
-	if res.Truncated {
-		fmt.Fprintf(&b, "\nshowing %d of %d matches: narrow path or the pattern, or raise max_results (at most %d)\n", len(res.Matches), res.Total, MaxMaxResults)
-	} else if res.Total == 0 {
+	switch {
+	case sh.Truncated:
+		fmt.Fprintf(&b, "\nshowing %d of %d matches (%d more): narrow path or the pattern, or raise max_results (at most %d)\n", len(sh.Matches), sh.Total, sh.More, MaxMaxResults)
+	case sh.Total == 0 && sh.Hint != "":
+		b.WriteString("no match: " + sh.Hint + "\n")
+	case sh.Total == 0:
 		b.WriteString("no match: the pattern is parsed as code, so check it against the code's real shape (ast_grep is exact about nesting and parentheses)\n")
 	}
 	return strings.TrimSuffix(b.String(), "\n")
