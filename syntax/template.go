@@ -1,6 +1,7 @@
 package syntax
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -63,8 +64,19 @@ func NewTemplate(p *Pattern, text string, transforms map[string]Replace) (*Templ
 		}
 	}
 	if len(unbound) > 0 {
-		return nil, fmt.Errorf("syntax: the rewrite uses %s, which the pattern does not bind: %s; use only those, or define the name in transform",
+		msg := fmt.Sprintf("syntax: the rewrite uses %s, which the pattern does not bind: %s; use only those, or define the name in transform",
 			joinAnd(unbound), p.describeVars(defined))
+		for _, v := range p.inert {
+			if slices.Contains(unbound, v.Var) {
+				where := "inside a name"
+				if v.InString {
+					where = "inside a string literal"
+				}
+				msg += fmt.Sprintf(" (%s is written %s in the pattern, %q, where a metavariable binds nothing: match the whole string or name with one metavariable and change its text with a transform)", v.Var, where, v.Leaf)
+				break
+			}
+		}
+		return nil, errors.New(msg)
 	}
 	tm := &Template{text: text}
 	// Order the transforms so that each comes after the one it reads.

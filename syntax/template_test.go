@@ -64,6 +64,10 @@ func TestNewTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	inString, err := Compile(goLang, `fmt.Errorf("$MSG: %v", $E)`)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rx := func(src, re, by string) Replace { return Replace{Source: src, Replace: re, By: by} }
 	for _, c := range []struct {
 		name       string
@@ -77,6 +81,7 @@ func TestNewTemplate(t *testing.T) {
 		{"two unbound", p, "f($A, $B)", nil, "uses $A and $B, which"},
 		{"non-binding wildcard", p, "f($_)", nil, "uses $_, which the pattern does not bind"},
 		{"nothing bound", none, "panic($X)", nil, "the pattern binds no variable"},
+		{"bound only inside a string", inString, `fmt.Errorf("$MSG: %w", $E)`, nil, `($MSG is written inside a string literal in the pattern, "$MSG: %v", where a metavariable binds nothing`},
 		{"transform defines it", p, "f($NEW)", map[string]Replace{"NEW": rx("$E", "x", "y")}, ""},
 		{"transform key with $", p, "f($NEW)", map[string]Replace{"$NEW": rx("$$$ARGS", "x", "y")}, ""},
 		{"unbound names the transforms", p, "f($OTHER)", map[string]Replace{"NEW": rx("$E", "x", "y")}, "the pattern binds $E, $$$ARGS; the transforms define $NEW"},

@@ -377,7 +377,7 @@ Exit status: 0 when something matched, 1 when nothing did, 2 on errors.`,
 				return &exitError{code: exitTrouble, msg: astEditPrefix + "--rewrite is required (it may be empty to delete matches)"}
 			}
 			f.loadGrammars(cmd.ErrOrStderr())
-			return runASTEdit(cmd.Context(), cmd.OutOrStdout(), f, rewrite, apply, args)
+			return runASTEdit(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), f, rewrite, apply, args)
 		},
 	}
 	f.add(cmd)
@@ -393,7 +393,7 @@ type staged struct {
 	p    *structural.Proposal
 }
 
-func runASTEdit(ctx context.Context, stdout io.Writer, f *structFlags, rewrite string, apply bool, args []string) error {
+func runASTEdit(ctx context.Context, stdout, stderr io.Writer, f *structFlags, rewrite string, apply bool, args []string) error {
 	ts, err := targets(args)
 	if err != nil {
 		return trouble(astEditPrefix, err)
@@ -423,6 +423,11 @@ func runASTEdit(ctx context.Context, stdout io.Writer, f *structFlags, rewrite s
 			continue
 		}
 		all = append(all, staged{t: t, fsys: fsys, p: p})
+		for _, fe := range p.Files {
+			for _, w := range fe.SyntaxWarnings {
+				fmt.Fprintf(stderr, "%swarning: %s:%d: the rewritten code has a syntax error here: %s\n", astEditPrefix, t.display(fe.Path), w.Line, w.What)
+			}
+		}
 	}
 	if len(all) == 0 {
 		return &exitError{code: exitNoMatch}

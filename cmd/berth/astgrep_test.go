@@ -221,3 +221,18 @@ func TestASTEdit(t *testing.T) {
 		t.Errorf("after apply nothing matches: exit %d, want 1", code)
 	}
 }
+
+// TestASTEditChecks: the command shares the engine's checks: a rewrite
+// variable the pattern does not bind is an error, and a rewrite that leaves
+// a syntax error prints the diff with a warning on stderr.
+func TestASTEditChecks(t *testing.T) {
+	structDir(t)
+	_, errs, code := run(t, "ast-edit", "-p", "$X.Lock()", "-r", "$Y.TryLock()", "-l", "go")
+	if code != 2 || !strings.Contains(errs, "berth ast-edit: the rewrite uses $Y, which the pattern does not bind: the pattern binds $X") {
+		t.Errorf("unbound variable: exit %d, stderr %q", code, errs)
+	}
+	out, errs, code := run(t, "ast-edit", "-p", "$X.Lock()", "-r", "$X.TryLock(", "-l", "go", "a.go")
+	if code != 0 || !strings.Contains(out, "+\tmu.TryLock(\n") || !strings.Contains(errs, "berth ast-edit: warning: a.go:8: the rewritten code has a syntax error here") {
+		t.Errorf("syntax warning: exit %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+}

@@ -21,16 +21,93 @@ import (
 // diffContext is how many unchanged lines surround a change in Diff.
 const diffContext = 3
 
-// Stage computes the rewrite of every match of req.Pattern under req.Path
+// rule is a compiled Rule.
+type rule struct {
+	Rule
+	n    int // 1-based, for messages
+	pat  *syntax.Pattern
+	tmpl *syntax.Template
+	lits [][]byte
+}
+
+// rules returns the request's rules: Rules, or the one rule of Pattern,
+// Rewrite and Transform.
+func (req EditRequest) rules() ([]Rule, error) {
+	if len(req.Rules) == 0 {
+		return []Rule{{Pattern: req.Pattern, Rewrite: req.Rewrite, Transform: req.Transform}}, nil
+	}
+	if req.Pattern != "" || req.Rewrite != "" || len(req.Transform) > 0 {
+		return nil, tools.Fail("give either pattern and rewrite (with transform) or rules, not both: put the first rewrite into rules as well")
+	}
+	return req.Rules, nil
+}
+
+// compileRules compiles every rule for t's language; the first rule's
+// pattern is t's.
+func compileRules(t *target, rs []Rule) ([]*rule, error) {
+	out := make([]*rule, len(rs))
+	for i, r := range rs {
+		prefix := ""
+		if len(rs) > 1 {
+			prefix = fmt.Sprintf("rule %d: ", i+1)
+		}
+		pat := t.pat
+		if i > 0 {
+			if strings.TrimSpace(r.Pattern) == "" {
+				return nil, tools.Fail("%sthe pattern is empty: give a code fragment such as foo($A)", prefix)
+			}
+			var err error
+			if pat, err = syntax.Compile(t.lang, r.Pattern); err != nil {
+				return nil, tools.Fail("%s%s", prefix, strings.TrimPrefix(err.Error(), "syntax: "))
+			}
+		}
+		tr := make(map[string]syntax.Replace, len(r.Transform))
+		for name, x := range r.Transform {
+			tr[name] = syntax.Replace{Source: x.Source, Replace: x.Replace, By: x.By}
+		}
+		tmpl, err := syntax.NewTemplate(pat, r.Rewrite, tr)
+		if err != nil {
+			return nil, tools.Fail("%s%s", prefix, strings.TrimPrefix(err.Error(), "syntax: "))
+		}
+		cr := &rule{Rule: r, n: i + 1, pat: pat, tmpl: tmpl}
+		for _, l := range pat.Literals() {
+			cr.lits = append(cr.lits, []byte(l))
+		}
+		out[i] = cr
+	}
+	return out, nil
+}
+
+// Stage computes the rewrite of every match of req's rules under req.Path
 // and stages it in the Engine under a new id (edit_1, edit_2, …), with every
-// file's content as it was read. Nothing is written. When nothing matches,
-// it returns a Proposal with no files and no id, and stages nothing.
+// file's content as it was read. Nothing is written. Rules apply in order,
+// each to the text the one before left, so a later rule sees (and may
+// rewrite) what an earlier one wrote; the result is one proposal. Each
+// rewritten file is parsed again, and syntax errors the rewrite brings in
+// are reported in FileEdit.SyntaxWarnings (the edit is staged all the
+// same). A rewrite that uses a variable its pattern does not bind, or a
+// transform that cannot work, is an error before anything is searched.
+// When nothing matches, it returns a Proposal with no files and no id, and
+// stages nothing.
 func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*Proposal, error) {
-	t, err := e.prepare(ctx, fsys, req.Pattern, req.Language, req.Path)
+	rs, err := req.rules()
+	if err != nil {
+		return nil, err
+	}
+	t, err := e.prepare(ctx, fsys, rs[0].Pattern, req.Language, req.Path)
+	if err != nil {
+		return nil, err
+	}
+	rules, err := compileRules(t, rs)
 	if err != nil {
 		return nil, err
 	}
 	t.fresh = true
+	if len(rules) > 1 {
+		for _, r := range rules {
+			t.prefilter = append(t.prefilter, r.lits)
+		}
+	}
 	var (
 		mu       sync.Mutex
 		edits    []FileEdit
@@ -38,35 +115,27 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 		links    int
 	)
 	st, err := e.scan(ctx, fsys, t, true, func(f *fileResult) {
-		if len(f.matches) == 0 {
+		if len(rules) == 1 && len(f.matches) == 0 {
 			return
 		}
-		if workspace.HardLinks(f.info) > 1 {
-			mu.Lock()
-			links++
-			mu.Unlock()
-			return
-		}
-		ed, err := syntax.Rewrite(f.data, f.matches, req.Rewrite)
-		var out []byte
-		if err == nil {
-			out = syntax.Apply(f.data, ed)
+		fe, err := e.rewriteFile(ctx, t.lang, rules, f.data, f.tree, f.matches)
+		if err == nil && fe != nil {
+			fe.SyntaxWarnings, err = e.syntaxWarnings(ctx, t.lang, f.tree, fe)
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if err != nil {
+		switch {
+		case err != nil:
 			if firstErr == nil {
-				firstErr = tools.Fail("rewriting %s failed: %s; fix the rewrite template", f.name, strings.TrimPrefix(err.Error(), "syntax: "))
+				firstErr = tools.Fail("rewriting %s failed: %s; fix the rewrite", f.name, strings.TrimPrefix(err.Error(), "syntax: "))
 			}
-			return
+		case fe == nil:
+		case workspace.HardLinks(f.info) > 1:
+			links++
+		default:
+			fe.Path, fe.Mode = f.name, f.info.Mode().Perm()
+			edits = append(edits, *fe)
 		}
-		if bytes.Equal(out, f.data) {
-			return
-		}
-		edits = append(edits, FileEdit{
-			Path: f.name, Old: f.data, New: out, OldHash: sha256.Sum256(f.data),
-			Mode: f.info.Mode().Perm(), Replacements: len(ed),
-		})
 	})
 	if err != nil {
 		return nil, err
@@ -78,7 +147,7 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 		st.skipped[SkipHardLinks] += links
 	}
 	sort.Slice(edits, func(i, j int) bool { return edits[i].Path < edits[j].Path })
-	p := &Proposal{Language: t.lang.ID, Pattern: req.Pattern, Rewrite: req.Rewrite, Files: edits, Skipped: st.skipped}
+	p := &Proposal{Language: t.lang.ID, Pattern: rs[0].Pattern, Rewrite: rs[0].Rewrite, Rules: rs, Files: edits, Skipped: st.skipped, lang: t.lang, rules: rules}
 	var diff strings.Builder
 	for _, f := range edits {
 		p.Replacements += f.Replacements
@@ -86,6 +155,11 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 	}
 	p.Diff = diff.String()
 	if len(edits) == 0 {
+		for _, r := range rules {
+			if p.Hint = inertHint(r.pat); p.Hint != "" {
+				break
+			}
+		}
 		return p, nil
 	}
 	e.mu.Lock()
@@ -94,6 +168,144 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 	e.pending[p.ID] = p
 	e.mu.Unlock()
 	return p, nil
+}
+
+// rewriteFile applies rules in order to data, each to the text the one
+// before left; tree and ms are data's parse and the first rule's matches
+// when the scan has them (nil to parse here). It returns nil when nothing
+// changes; otherwise the FileEdit's Old, OldHash, New, Edits (composed into
+// replacements of data) and Replacements.
+func (e *Engine) rewriteFile(ctx context.Context, lang *syntax.Language, rules []*rule, data []byte, tree *syntax.Tree, ms []syntax.Match) (*FileEdit, error) {
+	cur := data
+	var all []syntax.Edit
+	n := 0
+	for i, r := range rules {
+		if i > 0 || tree == nil {
+			if !containsAll(cur, r.lits) {
+				continue
+			}
+			if tree == nil {
+				var err error
+				if tree, err = e.parse(ctx, lang, cur); err != nil {
+					return nil, err
+				}
+			}
+			var err error
+			if ms, err = r.pat.Match(ctx, tree); err != nil {
+				return nil, err
+			}
+		}
+		if len(ms) == 0 {
+			continue
+		}
+		ed, err := r.tmpl.Rewrite(cur, ms)
+		if err != nil {
+			return nil, err
+		}
+		next := syntax.Apply(cur, ed)
+		if bytes.Equal(next, cur) {
+			continue
+		}
+		all = syntax.Compose(data, all, ed)
+		n += len(ed)
+		cur, tree = next, nil
+	}
+	if n == 0 || bytes.Equal(cur, data) {
+		return nil, nil
+	}
+	return &FileEdit{Old: data, New: cur, OldHash: sha256.Sum256(data), Edits: all, Replacements: n}, nil
+}
+
+// parse parses src within the per-file parse budget.
+func (e *Engine) parse(ctx context.Context, lang *syntax.Language, src []byte) (*syntax.Tree, error) {
+	pctx, cancel := context.WithTimeout(ctx, e.opts.ParseBudget)
+	defer cancel()
+	tree, err := syntax.Parse(pctx, lang, src)
+	if err != nil && ctx.Err() == nil {
+		return nil, fmt.Errorf("the rewritten text does not parse in time: %w", err)
+	}
+	return tree, err
+}
+
+// maxSyntaxWarnings bounds the warnings of one file.
+const maxSyntaxWarnings = 3
+
+// syntaxWarnings parses f.New and reports the syntax errors the rewrite
+// brought in: errors on the lines an edit wrote, where the old content
+// (old, f.Old's parse; nil to parse it here) had none on the lines it
+// replaced; and when there are none such but the new content has more
+// errors than the old, the first of them.
+func (e *Engine) syntaxWarnings(ctx context.Context, lang *syntax.Language, old *syntax.Tree, f *FileEdit) ([]SyntaxWarning, error) {
+	nt, err := e.parse(ctx, lang, f.New)
+	if err != nil {
+		return nil, err
+	}
+	nerrs := nt.SyntaxErrors()
+	if len(nerrs) == 0 {
+		return nil, nil
+	}
+	if old == nil {
+		if old, err = e.parse(ctx, lang, f.Old); err != nil {
+			return nil, err
+		}
+	}
+	oerrs := old.SyntaxErrors()
+	type region struct{ os, oe, ns, ne int } // line-aligned, in Old and in New
+	var regs []region
+	delta := 0
+	for _, ed := range f.Edits {
+		ns := ed.StartByte + delta
+		regs = append(regs, region{
+			lineStart(f.Old, ed.StartByte), lineEnd(f.Old, ed.EndByte),
+			lineStart(f.New, ns), lineEnd(f.New, ns+len(ed.Text)),
+		})
+		delta += len(ed.Text) - (ed.EndByte - ed.StartByte)
+	}
+	hits := func(errs []syntax.SyntaxError, s, e int) bool {
+		for _, x := range errs {
+			if x.StartByte <= e && s <= x.EndByte {
+				return true
+			}
+		}
+		return false
+	}
+	var out []SyntaxWarning
+	for _, x := range nerrs {
+		for _, r := range regs {
+			if x.StartByte <= r.ne && r.ns <= x.EndByte && !hits(oerrs, r.os, r.oe) {
+				out = append(out, SyntaxWarning{Line: x.Start.Line + 1, What: describeSyntaxError(f.New, x)})
+				break
+			}
+		}
+		if len(out) == maxSyntaxWarnings {
+			break
+		}
+	}
+	if len(out) == 0 && len(nerrs) > len(oerrs) {
+		x := nerrs[0]
+		out = append(out, SyntaxWarning{Line: x.Start.Line + 1, What: fmt.Sprintf("%s (the rewritten file has %d syntax errors, the original %d)", describeSyntaxError(f.New, x), len(nerrs), len(oerrs))})
+	}
+	return out, nil
+}
+
+// describeSyntaxError says what a syntax error is, briefly.
+func describeSyntaxError(src []byte, x syntax.SyntaxError) string {
+	if x.Missing != "" {
+		return fmt.Sprintf("missing %q", x.Missing)
+	}
+	text, _, _ := strings.Cut(string(src[x.StartByte:x.EndByte]), "\n")
+	return fmt.Sprintf("cannot parse `%s`", cut(strings.TrimSpace(text), 60))
+}
+
+// lineStart and lineEnd widen a byte offset to the start of its line and
+// the end of its line (before the newline).
+func lineStart(b []byte, off int) int { return bytes.LastIndexByte(b[:off], '\n') + 1 }
+
+func lineEnd(b []byte, off int) int {
+	if i := bytes.IndexByte(b[off:], '\n'); i >= 0 {
+		return off + i
+	}
+	return len(b)
 }
 
 // nonNil returns b, or an empty slice for nil.

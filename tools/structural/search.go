@@ -29,6 +29,22 @@ type target struct {
 	// fresh reads every file, never trusting a cache entry on size and
 	// modification time alone (ast_edit captures what is on disk).
 	fresh bool
+	// prefilter, when set, replaces the pattern's literals as the test
+	// of which files to parse: a file is parsed when it contains every
+	// literal of one of the sets (ast_edit's rules, any of which may
+	// match).
+	prefilter [][][]byte
+}
+
+// keep reports whether data may hold a match: it contains every literal of
+// one of sets.
+func keep(data []byte, sets [][][]byte) bool {
+	for _, lits := range sets {
+		if containsAll(data, lits) {
+			return true
+		}
+	}
+	return false
 }
 
 // fileResult is one searched file: its bytes and matches, or a skip reason.
@@ -134,9 +150,13 @@ func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData 
 
 	jobs := newQueue(walkAhead, !e.cache.enabled())
 	var wg sync.WaitGroup
-	var lits [][]byte
-	for _, l := range t.pat.Literals() {
-		lits = append(lits, []byte(l))
+	sets := t.prefilter
+	if sets == nil {
+		var lits [][]byte
+		for _, l := range t.pat.Literals() {
+			lits = append(lits, []byte(l))
+		}
+		sets = [][][]byte{lits}
 	}
 	for range e.opts.Workers {
 		wg.Add(1)
@@ -164,7 +184,7 @@ func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData 
 				if f == nil {
 					return
 				}
-				err := e.process(ctx, fsys, t, lits, w, f)
+				err := e.process(ctx, fsys, t, sets, w, f)
 				if err != nil {
 					cancel(err)
 					continue
@@ -374,7 +394,7 @@ const maxReadBuffer = 4 << 20
 // process reads, prefilters, parses (or takes from the cache) and matches
 // one file, parsing with w's parser when it has one (the cache is off). A
 // returned error ends the scan; a skip is set in f.skip.
-func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, lits [][]byte, w *worker, f *fileResult) error {
+func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, sets [][][]byte, w *worker, f *fileResult) error {
 	key := cacheKey(t.lang.ID, f.name)
 	size, mtime := f.info.Size(), f.info.ModTime()
 	caching := e.cache.enabled()
@@ -413,7 +433,7 @@ func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, lits [
 		if caching {
 			c.hash = sha256.Sum256(data)
 			c.tree = e.cache.get(key, size, mtime, c.hash)
-			if c.tree == nil && !containsAll(data, lits) {
+			if c.tree == nil && !keep(data, sets) {
 				e.cache.put(key, size, mtime, c.hash, data, nil, readAt)
 			}
 			defer func() {
@@ -424,7 +444,7 @@ func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, lits [
 		}
 	}
 	f.data = c.src
-	if !containsAll(c.src, lits) {
+	if !keep(c.src, sets) {
 		e.prefiltered.Add(1)
 		return nil
 	}

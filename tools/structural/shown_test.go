@@ -143,6 +143,11 @@ func TestNoMatchHintStringLiteral(t *testing.T) {
 	if strings.Contains(res.AllText(), "exact about nesting") {
 		t.Errorf("the generic hint is shown too: %s", res.AllText())
 	}
+	res = ev.call(t, "ast_edit", map[string]any{"pattern": `fmt.Errorf("$MSG: %v", $E)`, "rewrite": "fmt.Errorf(\"x\", $E)", "path": "e.go"})
+	wantOK(t, res, "no edit was staged", "metavariables do not bind inside string literals")
+	// A rewrite that uses it is an error saying why.
+	res = ev.call(t, "ast_edit", map[string]any{"pattern": `fmt.Errorf("$MSG: %v", $E)`, "rewrite": `fmt.Errorf("$MSG: %w", $E)`, "path": "e.go"})
+	wantError(t, res, "the rewrite uses $MSG, which the pattern does not bind: the pattern binds $E", "written inside a string literal")
 	// A metavariable in a name.
 	ev = newEnv(t, map[string]string{"a.js": "el.onclick(h);\n"}, structural.Options{})
 	wantOK(t, ev.call(t, "ast_grep", map[string]any{"pattern": "el.on$EVENT($H)", "path": "a.js"}), "$EVENT is part of on$EVENT in the pattern")

@@ -30,12 +30,15 @@ type GrepInput struct {
 	MaxResults int    `json:"max_results,omitempty" jsonschema:"how many matches to return (default 50, at most 1000); the total is always counted"`
 }
 
-// EditInput is ast_edit's input.
+// EditInput is ast_edit's input: one rule (Pattern, Rewrite, Transform) or
+// several (Rules).
 type EditInput struct {
-	Pattern  string `json:"pattern" jsonschema:"what to match, as for ast_grep"`
-	Rewrite  string `json:"rewrite" jsonschema:"what goes there instead, with $NAME and $$$NAME replaced by what they captured"`
-	Path     string `json:"path,omitempty" jsonschema:"file or directory to rewrite, relative to the workspace or absolute under it; default the whole workspace"`
-	Language string `json:"language,omitempty" jsonschema:"language id; inferred when path is a file, required for a directory"`
+	Pattern   string               `json:"pattern,omitempty" jsonschema:"what to match, as for ast_grep (or give rules)"`
+	Rewrite   *string              `json:"rewrite,omitempty" jsonschema:"what goes there instead, with $NAME and $$$NAME replaced by what they captured (or by a transform's result); \"\" deletes the matches"`
+	Transform map[string]Transform `json:"transform,omitempty" jsonschema:"new variables for the rewrite, by name: {\"NEW\": {\"source\": \"$MSG\", \"replace\": \"%v\", \"by\": \"%w\"}} makes $NEW, $MSG's text with every %v replaced by %w (Go RE2 regexp; $1 in by inserts a group)"`
+	Rules     []Rule               `json:"rules,omitempty" jsonschema:"several rewrites in one edit, instead of pattern/rewrite/transform: applied in order to each file, each to what the one before left, staged as one edit"`
+	Path      string               `json:"path,omitempty" jsonschema:"file or directory to rewrite, relative to the workspace or absolute under it; default the whole workspace"`
+	Language  string               `json:"language,omitempty" jsonschema:"language id; inferred when path is a file, required for a directory"`
 }
 
 // ResolveInput is resolve's input.
@@ -46,7 +49,7 @@ type ResolveInput struct {
 
 const grepDescription = `Structural code search: finds code by syntax-tree shape, not text. The pattern is parsed with the file's grammar, so whitespace, line breaks and comments do not matter and text inside strings or comments never matches code. $NAME matches one node, $$$NAME a possibly empty sequence of siblings, $_ any node; a metavariable used twice must capture the same text (if ($X != null) $X.dispose()). Results are path:line anchored with the matched text and the captures; .gitignore'd, binary and very large files are skipped and counted.`
 
-const editDescription = `Structural rewrite, staged: replaces every match of pattern (as in ast_grep) with rewrite, its $NAME / $$$NAME substituted. Nothing is written: the result shows a diff and an edit_id; call resolve with it to accept (write all files) or discard.`
+const editDescription = `Structural rewrite, staged: replaces every match of pattern (as in ast_grep) with rewrite, its $NAME / $$$NAME substituted. A metavariable cannot stand for part of a string; to change part of a capture, match the whole ($MSG) and derive a new variable with transform, a regexp replacement: {"pattern": "fmt.Errorf($MSG, $E)", "rewrite": "fmt.Errorf($W, $E)", "transform": {"W": {"source": "$MSG", "replace": "%v", "by": "%w"}}}. rules [{pattern, rewrite, transform}, …] applies several rewrites in order as one edit. A rewrite variable the pattern does not bind is an error; a rewrite that leaves a syntax error is staged with a warning naming the line. Nothing is written: the result shows a diff and an edit_id; call resolve with it to accept (write all files) or discard.`
 
 const resolveDescription = `Applies or drops an edit staged by ast_edit. accept writes every file of the edit, but refuses the whole edit (writing nothing) when any of them changed since it was staged; discard drops it.`
 
@@ -190,7 +193,14 @@ func (sh *Shown) Format() string {
 }
 
 func (h *handlers) edit(ctx context.Context, in EditInput) (*tools.Result, error) {
-	p, err := h.e.Stage(ctx, h.fs, EditRequest{Pattern: in.Pattern, Rewrite: in.Rewrite, Language: in.Language, Path: in.Path})
+	req := EditRequest{Pattern: in.Pattern, Transform: in.Transform, Rules: in.Rules, Language: in.Language, Path: in.Path}
+	switch {
+	case in.Rewrite != nil:
+		req.Rewrite = *in.Rewrite
+	case len(in.Rules) == 0:
+		return nil, tools.Fail("rewrite is missing: give what replaces each match of pattern (\"\" deletes them), or give rules")
+	}
+	p, err := h.e.Stage(ctx, h.fs, req)
 	if err != nil {
 		return nil, err
 	}
@@ -206,11 +216,24 @@ func FormatProposal(p *Proposal) string {
 		skips = " (skipped: " + s + ")"
 	}
 	if p.ID == "" {
-		fmt.Fprintf(&b, "nothing matched %q: no edit was staged%s", p.Pattern, skips)
+		if len(p.Rules) > 1 {
+			fmt.Fprintf(&b, "nothing matched the patterns of the %d rules: no edit was staged%s", len(p.Rules), skips)
+		} else {
+			fmt.Fprintf(&b, "nothing matched %q: no edit was staged%s", p.Pattern, skips)
+		}
+		if p.Hint != "" {
+			b.WriteString("; " + p.Hint)
+		}
 		return b.String()
 	}
-	fmt.Fprintf(&b, "(proposed) %s in %s%s; nothing is written yet: call resolve with edit_id %q and action \"accept\" to write them, or \"discard\"\n\n",
+	fmt.Fprintf(&b, "(proposed) %s in %s%s; nothing is written yet: call resolve with edit_id %q and action \"accept\" to write them, or \"discard\"\n",
 		plural(p.Replacements, "replacement"), plural(len(p.Files), "file"), skips, p.ID)
+	for _, f := range p.Files {
+		for _, w := range f.SyntaxWarnings {
+			fmt.Fprintf(&b, "warning: %s:%d: the rewritten code has a syntax error here: %s; fix the rewrite and stage it again, or discard\n", f.Path, w.Line, w.What)
+		}
+	}
+	b.WriteString("\n")
 	lines := strings.SplitAfter(p.Diff, "\n")
 	if lines[len(lines)-1] == "" {
 		lines = lines[:len(lines)-1]
