@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -404,25 +405,68 @@ func (e *Engine) Resolve(ctx context.Context, fsys sandbox.FS, id, action string
 	return a, nil
 }
 
-// apply checks and writes a proposal.
+// writeStep is one file's change by an accept: content with hash from
+// became content with hash to by edits (byte ranges of the from content).
+// Engine.written keeps them per file, so that an edit staged before another
+// was accepted can be carried over what that accept wrote.
+type writeStep struct {
+	id       string
+	from, to [sha256.Size]byte
+	edits    []syntax.Edit
+}
+
+// maxWriteSteps bounds the steps kept per file.
+const maxWriteSteps = 32
+
+// maxConflictDiffLines bounds the diff a refusal shows per file.
+const maxConflictDiffLines = 40
+
+// apply checks and writes a proposal. A file whose content is no longer
+// what it was at staging is refused, unless the change is berth's own: the
+// content accepts of this Engine wrote since (e.written). Then the edit's
+// replacements are carried over theirs (syntax.Rebase), or, where they
+// overlap, the edit is refused with the diff it would stage now.
 func (e *Engine) apply(ctx context.Context, fsys sandbox.FS, p *Proposal) (*Applied, error) {
 	// Check every file before writing any.
-	var changed []string
-	for _, f := range p.Files {
-		if err := e.unchanged(ctx, fsys, f); err != nil {
+	files := append([]FileEdit(nil), p.Files...)
+	merged := make([][]string, len(files))
+	var changed, redo []string
+	for i, f := range files {
+		now, err := e.current(ctx, fsys, f)
+		if err != nil {
 			var se *tools.Error
 			if !errors.As(err, &se) {
 				return nil, err
 			}
 			changed = append(changed, se.Msg)
+			continue
 		}
+		if sha256.Sum256(now) == f.OldHash {
+			continue
+		}
+		rf, ids, err := e.rebaseLocked(f, now)
+		var ce *syntax.ConflictError
+		switch {
+		case err == nil:
+			files[i], merged[i] = rf, ids
+		case errors.As(err, &ce):
+			changed = append(changed, fmt.Sprintf("%s was changed by %s, accepted since this edit was staged, at line %d, where this edit changes line %d",
+				f.Path, strings.Join(ids, " and "), lineOf(f.Old, ce.Over.StartByte), lineOf(f.Old, ce.Edit.StartByte)))
+			redo = append(redo, e.restageDiff(ctx, p, f.Path, now))
+		default:
+			changed = append(changed, fmt.Sprintf("%s changed after staging", f.Path))
+		}
+	}
+	if len(redo) > 0 {
+		return nil, tools.Fail("%s was refused and dropped, nothing was written: %s. Run ast_edit again with the same input to stage it over the current content; it would now stage:\n%s",
+			p.ID, strings.Join(changed, "; "), strings.Join(redo, ""))
 	}
 	if len(changed) > 0 {
 		return nil, tools.Fail("%s was refused and dropped, nothing was written: %s. Search again and stage a new edit with ast_edit.",
 			p.ID, strings.Join(changed, "; "))
 	}
-	changes := make([]workspace.Change, len(p.Files))
-	for i, f := range p.Files {
+	changes := make([]workspace.Change, len(files))
+	for i, f := range files {
 		// Old nil would create the file and New nil delete it: an empty
 		// file is neither.
 		changes[i] = workspace.Change{Path: f.Path, Old: nonNil(f.Old), New: nonNil(f.New), Perm: f.Mode}
@@ -431,7 +475,7 @@ func (e *Engine) apply(ctx context.Context, fsys sandbox.FS, p *Proposal) (*Appl
 		// Check again right before each write, to keep the window in
 		// which another writer's change could be lost as short as
 		// possible.
-		Check: func(ctx context.Context, i int) error { return e.unchanged(ctx, fsys, p.Files[i]) },
+		Check: func(ctx context.Context, i int) error { return e.unchanged(ctx, fsys, files[i]) },
 		// Restore only what still holds this edit's content: a file
 		// another writer changed since is theirs now.
 		KeepOthers: true,
@@ -459,40 +503,119 @@ func (e *Engine) apply(ctx context.Context, fsys sandbox.FS, p *Proposal) (*Appl
 	}
 	a := &Applied{ID: p.ID, Action: ActionAccept, Replacements: p.Replacements}
 	rctx := context.WithoutCancel(ctx)
-	for _, f := range p.Files {
-		a.Files = append(a.Files, AppliedFile{Path: f.Path, Replacements: f.Replacements})
+	for i, f := range files {
+		a.Files = append(a.Files, AppliedFile{Path: f.Path, Replacements: f.Replacements, MergedOver: merged[i]})
 		if now, err := fsys.ReadFile(rctx, f.Path); err != nil || !bytes.Equal(now, f.New) {
 			a.Warnings = append(a.Warnings, fmt.Sprintf("%s was changed again by another writer right after it was written; its content is that writer's, read it", f.Path))
+			continue
 		}
+		steps := append(e.written[f.Path], writeStep{id: p.ID, from: f.OldHash, to: sha256.Sum256(f.New), edits: f.Edits})
+		e.written[f.Path] = steps[max(0, len(steps)-maxWriteSteps):]
 	}
 	return a, nil
 }
 
-// unchanged checks that f on disk is still the regular file with the content
-// captured at staging.
-func (e *Engine) unchanged(ctx context.Context, fsys sandbox.FS, f FileEdit) error {
+// rebaseLocked carries f, staged against content f.Old, over what accepts
+// of this Engine wrote to the file since, which left it as now: it follows
+// the recorded steps from f.Old to now, composes their edits, and rebases
+// f's edits over them. It returns the rebased FileEdit (against now) and
+// the ids of the accepts it was carried over; a *syntax.ConflictError (with
+// those ids) when the edits overlap; another error when now is not what
+// berth wrote. e.applyMu must be held.
+func (e *Engine) rebaseLocked(f FileEdit, now []byte) (FileEdit, []string, error) {
+	errChanged := errors.New("changed by another writer")
+	steps := e.written[f.Path]
+	at, to := f.OldHash, sha256.Sum256(now)
+	var over []syntax.Edit
+	var ids []string
+	for n := 0; at != to; n++ {
+		k := -1
+		for j := len(steps) - 1; j >= 0; j-- {
+			if steps[j].from == at {
+				k = j
+				break
+			}
+		}
+		if k < 0 || n >= len(steps) {
+			return FileEdit{}, nil, errChanged
+		}
+		over = syntax.Compose(f.Old, over, steps[k].edits)
+		at = steps[k].to
+		if !slices.Contains(ids, steps[k].id) {
+			ids = append(ids, steps[k].id)
+		}
+	}
+	if !bytes.Equal(syntax.Apply(f.Old, over), now) {
+		return FileEdit{}, nil, errChanged
+	}
+	edits, err := syntax.Rebase(f.Edits, over)
+	if err != nil {
+		return FileEdit{}, ids, err
+	}
+	rf := f
+	rf.Old, rf.OldHash, rf.Edits = now, to, edits
+	rf.New = syntax.Apply(now, edits)
+	return rf, ids, nil
+}
+
+// restageDiff is the diff p's rules would stage for path over its content
+// now, for a refusal: bounded, or a sentence when they would change nothing.
+func (e *Engine) restageDiff(ctx context.Context, p *Proposal, path string, now []byte) string {
+	fe, err := e.rewriteFile(ctx, p.lang, p.rules, now, nil, nil)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("(%s: the rewrite of its current content fails: %s)\n", path, strings.TrimPrefix(err.Error(), "syntax: "))
+	case fe == nil:
+		return fmt.Sprintf("(nothing in %s: the rules no longer match anything there)\n", path)
+	}
+	lines := strings.SplitAfter(UnifiedDiff(path, now, fe.New, diffContext), "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	if len(lines) > maxConflictDiffLines {
+		lines = append(lines[:maxConflictDiffLines], fmt.Sprintf("… %d more diff lines\n", len(lines)-maxConflictDiffLines))
+	}
+	return strings.Join(lines, "")
+}
+
+// lineOf returns the 1-based line of byte offset off in b.
+func lineOf(b []byte, off int) int { return bytes.Count(b[:min(off, len(b))], []byte{'\n'}) + 1 }
+
+// current reads f's file as it is now, after checking that it is still a
+// regular file with a single link.
+func (e *Engine) current(ctx context.Context, fsys sandbox.FS, f FileEdit) ([]byte, error) {
 	fi, err := fsys.Lstat(ctx, f.Path)
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		if errors.Is(err, fs.ErrNotExist) {
-			return tools.Fail("%s was removed after staging", f.Path)
+			return nil, tools.Fail("%s was removed after staging", f.Path)
 		}
-		return fsError(fsys, f.Path, err)
+		return nil, fsError(fsys, f.Path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return tools.Fail("%s is no longer a regular file", f.Path)
+		return nil, tools.Fail("%s is no longer a regular file", f.Path)
 	}
 	if workspace.HardLinks(fi) > 1 {
-		return tools.Fail("%s has %d hard links now, which may reach outside the workspace", f.Path, workspace.HardLinks(fi))
+		return nil, tools.Fail("%s has %d hard links now, which may reach outside the workspace", f.Path, workspace.HardLinks(fi))
 	}
 	now, err := fsys.ReadFile(ctx, f.Path)
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
-		return fsError(fsys, f.Path, err)
+		return nil, fsError(fsys, f.Path, err)
+	}
+	return now, nil
+}
+
+// unchanged checks that f on disk is still the regular file with the content
+// f was made against.
+func (e *Engine) unchanged(ctx context.Context, fsys sandbox.FS, f FileEdit) error {
+	now, err := e.current(ctx, fsys, f)
+	if err != nil {
+		return err
 	}
 	if sha256.Sum256(now) != f.OldHash {
 		return tools.Fail("%s changed after staging", f.Path)

@@ -2,6 +2,8 @@ package structural_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -166,4 +168,56 @@ func TestEditSyntaxWarnings(t *testing.T) {
 	if err != nil || len(p.Files) != 1 || len(p.Files[0].SyntaxWarnings) != 1 || p.Files[0].SyntaxWarnings[0].Line != 3 {
 		t.Fatalf("stage: %v %+v", err, p)
 	}
+}
+
+// TestResolveCarriesOverOwnAccept: two edits staged on the same file both
+// apply when their changes do not overlap: accepting the first does not
+// refuse the second, whose replacements are carried over the first's.
+func TestResolveCarriesOverOwnAccept(t *testing.T) {
+	const src = "def f(x):\n    print(x)\n    return old(x)\n\ndef g():\n    print(2)\n\ndef h():\n    pass\n"
+	ev := newEnv(t, map[string]string{"a.py": src, "b.py": "print(3)\n"}, structural.Options{})
+	wantOK(t, ev.call(t, "ast_edit", map[string]any{"pattern": "print($A)", "rewrite": "log($A)", "language": "python"}), `"edit_1"`, "3 replacements in 2 files")
+	wantOK(t, ev.call(t, "ast_edit", map[string]any{"pattern": "old($A)", "rewrite": "new_implementation($A, strict=True)", "path": "a.py"}), `"edit_2"`)
+	wantOK(t, ev.call(t, "ast_edit", map[string]any{"pattern": "pass", "rewrite": "return None", "path": "a.py"}), `"edit_3"`)
+	wantOK(t, ev.call(t, "resolve", map[string]any{"edit_id": "edit_1", "action": "accept"}), "wrote 3 replacements in 2 files")
+	res := ev.call(t, "resolve", map[string]any{"edit_id": "edit_2", "action": "accept"})
+	wantOK(t, res, "accepted edit_2: wrote 1 replacement in 1 file", "a.py (1, carried over edit_1, accepted since this edit was staged)")
+	res = ev.call(t, "resolve", map[string]any{"edit_id": "edit_3", "action": "accept"})
+	wantOK(t, res, "a.py (1, carried over edit_1, edit_2")
+	want := "def f(x):\n    log(x)\n    return new_implementation(x, strict=True)\n\ndef g():\n    log(2)\n\ndef h():\n    return None\n"
+	if got := ev.read(t, "a.py"); got != want {
+		t.Errorf("a.py:\n%s\nwant:\n%s", got, want)
+	}
+	if got := ev.read(t, "b.py"); got != "log(3)\n" {
+		t.Errorf("b.py = %q", got)
+	}
+}
+
+// TestResolveRefusesOverlap: where the second edit's changes overlap what
+// the first wrote, it is refused whole, with the diff it would stage over
+// the current content and the advice to run ast_edit again; a change by
+// another writer after berth's own accept is refused as before.
+func TestResolveRefusesOverlap(t *testing.T) {
+	const src = "print(a)\nprint(b)\n"
+	ev := newEnv(t, map[string]string{"a.py": src, "b.py": "print(1)\n"}, structural.Options{})
+	wantOK(t, ev.call(t, "ast_edit", map[string]any{"pattern": "print($A)", "rewrite": "log($A)", "path": "a.py"}), `"edit_1"`)
+	wantOK(t, ev.call(t, "ast_edit", map[string]any{"pattern": "print(b)", "rewrite": "print(c)", "language": "python"}), `"edit_2"`)
+	wantOK(t, ev.call(t, "ast_edit", map[string]any{"pattern": "print(a)", "rewrite": "print(z)", "path": "a.py"}), `"edit_3"`)
+	wantOK(t, ev.call(t, "ast_edit", map[string]any{"pattern": "$F(b)", "rewrite": "$F(bb)", "path": "a.py"}), `"edit_4"`)
+	wantOK(t, ev.call(t, "resolve", map[string]any{"edit_id": "edit_1", "action": "accept"}))
+	before := snapshot(t, ev.dir)
+	res := ev.call(t, "resolve", map[string]any{"edit_id": "edit_2", "action": "accept"})
+	wantError(t, res, "edit_2 was refused and dropped, nothing was written",
+		"a.py was changed by edit_1, accepted since this edit was staged, at line 2, where this edit changes line 2",
+		"Run ast_edit again with the same input", "(nothing in a.py: the rules no longer match anything there)")
+	if after := snapshot(t, ev.dir); !reflect.DeepEqual(before, after) {
+		t.Errorf("a refused accept wrote files (b.py is unchanged, but the edit is all or nothing)")
+	}
+	res = ev.call(t, "resolve", map[string]any{"edit_id": "edit_4", "action": "accept"})
+	wantError(t, res, "edit_4 was refused", "it would now stage:\n--- a/a.py\n+++ b/a.py\n", "-log(b)\n+log(bb)\n")
+	// Another writer after berth's accept: refused as a change after staging.
+	if err := os.WriteFile(filepath.Join(ev.dir, "a.py"), []byte("log(a)\nlog(b)\n# edited\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, ev.call(t, "resolve", map[string]any{"edit_id": "edit_3", "action": "accept"}), "a.py changed after staging", "nothing was written")
 }

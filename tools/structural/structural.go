@@ -90,7 +90,9 @@ type Engine struct {
 	nextID  int
 	pending map[string]*Proposal
 	done    map[string]string // id → "accepted", "discarded", "being resolved"
-	applyMu sync.Mutex        // one accept at a time, so two accepts never interleave
+
+	applyMu sync.Mutex // one accept at a time, so two accepts never interleave
+	written map[string][]writeStep
 
 	parses, cacheHits, prefiltered, reads atomic.Int64
 }
@@ -114,6 +116,7 @@ func NewEngine(opts Options) *Engine {
 		cache:   newParseCache(opts.CacheBytes),
 		pending: map[string]*Proposal{},
 		done:    map[string]string{},
+		written: map[string][]writeStep{},
 	}
 }
 
@@ -277,10 +280,13 @@ const (
 	ActionDiscard = "discard"
 )
 
-// AppliedFile is one file a resolve wrote.
+// AppliedFile is one file a resolve wrote. MergedOver names the edits
+// accepted since this one was staged that changed the file too: its
+// replacements were carried over theirs.
 type AppliedFile struct {
 	Path         string
 	Replacements int
+	MergedOver   []string
 }
 
 // Applied is what Resolve did: Action is ActionAccept or ActionDiscard;

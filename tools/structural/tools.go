@@ -51,7 +51,7 @@ const grepDescription = `Structural code search: finds code by syntax-tree shape
 
 const editDescription = `Structural rewrite, staged: replaces every match of pattern (as in ast_grep) with rewrite, its $NAME / $$$NAME substituted. A metavariable cannot stand for part of a string; to change part of a capture, match the whole ($MSG) and derive a new variable with transform, a regexp replacement: {"pattern": "fmt.Errorf($MSG, $E)", "rewrite": "fmt.Errorf($W, $E)", "transform": {"W": {"source": "$MSG", "replace": "%v", "by": "%w"}}}. rules [{pattern, rewrite, transform}, …] applies several rewrites in order as one edit. A rewrite variable the pattern does not bind is an error; a rewrite that leaves a syntax error is staged with a warning naming the line. Nothing is written: the result shows a diff and an edit_id; call resolve with it to accept (write all files) or discard.`
 
-const resolveDescription = `Applies or drops an edit staged by ast_edit. accept writes every file of the edit, but refuses the whole edit (writing nothing) when any of them changed since it was staged; discard drops it.`
+const resolveDescription = `Applies or drops an edit staged by ast_edit. accept writes every file of the edit, but refuses the whole edit (writing nothing) when any of them changed since it was staged, except by another edit accepted here: then its replacements are carried over that one's, and only where they overlap is the edit refused, with the diff it would stage now; discard drops it.`
 
 // Register adds ast_grep (read), ast_edit (write) and resolve (write) to r,
 // bound to the workspace ws and the run's Engine e.
@@ -259,6 +259,10 @@ func (h *handlers) resolve(ctx context.Context, in ResolveInput) (*tools.Result,
 	var b strings.Builder
 	fmt.Fprintf(&b, "accepted %s: wrote %s in %s\n", a.ID, plural(a.Replacements, "replacement"), plural(len(a.Files), "file"))
 	for _, f := range a.Files {
+		if len(f.MergedOver) > 0 {
+			fmt.Fprintf(&b, "  %s (%d, carried over %s, accepted since this edit was staged)\n", f.Path, f.Replacements, strings.Join(f.MergedOver, ", "))
+			continue
+		}
 		fmt.Fprintf(&b, "  %s (%d)\n", f.Path, f.Replacements)
 	}
 	for _, w := range a.Warnings {
