@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"berth.dev/berth/syntax"
 	"berth.dev/berth/tools/structural"
 )
 
@@ -129,7 +130,7 @@ func TestEditRulesInOrder(t *testing.T) {
 	}
 	// Edits are replacements of the staged content.
 	for _, f := range p.Files {
-		if string(applyEdits(f)) != string(f.New) {
+		if string(syntax.Apply(f.Old, f.Edits)) != string(f.New) {
 			t.Errorf("%s: Edits do not make New from Old: %+v", f.Path, f.Edits)
 		}
 	}
@@ -137,15 +138,6 @@ func TestEditRulesInOrder(t *testing.T) {
 		{"pattern": "missing($A)", "rewrite": "x($A)"}, {"pattern": "gone($A)", "rewrite": "y($A)"},
 	}})
 	wantOK(t, res, "nothing matched the patterns of the 2 rules: no edit was staged")
-}
-
-func applyEdits(f structural.FileEdit) []byte {
-	out := append([]byte(nil), f.Old...)
-	for i := len(f.Edits) - 1; i >= 0; i-- {
-		e := f.Edits[i]
-		out = append(out[:e.StartByte], append([]byte(e.Text), out[e.EndByte:]...)...)
-	}
-	return out
 }
 
 // TestEditSyntaxWarnings: a rewrite that leaves a syntax error is staged
