@@ -120,7 +120,8 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 			return
 		}
 		fe, err := e.rewriteFile(ctx, t.lang, rules, f.data, f.tree, f.matches)
-		if err == nil && fe != nil {
+		linked := fe != nil && workspace.HardLinks(f.info) > 1
+		if err == nil && fe != nil && !linked {
 			fe.SyntaxWarnings, err = e.syntaxWarnings(ctx, t.lang, f.tree, fe)
 		}
 		mu.Lock()
@@ -131,7 +132,7 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 				firstErr = tools.Fail("rewriting %s failed: %s; fix the rewrite", f.name, strings.TrimPrefix(err.Error(), "syntax: "))
 			}
 		case fe == nil:
-		case workspace.HardLinks(f.info) > 1:
+		case linked:
 			links++
 		default:
 			fe.Path, fe.Mode = f.name, f.info.Mode().Perm()
