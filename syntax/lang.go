@@ -77,8 +77,9 @@ type Language struct {
 	// keywords, so searches skip files that lack them without parsing.
 	VerbatimKeywords bool
 
-	ptr   unsafe.Pointer // *C.TSLanguage
-	kinds *kindNames     // symbol names by kind id, read on first use
+	ptr    unsafe.Pointer // *C.TSLanguage
+	kinds  *kindNames     // symbol names by kind id, read on first use
+	scopes *scopeTable    // declaration kinds for Tree.Enclosing, built on first use
 }
 
 // kindNames holds a grammar's symbol names, read from it the first time a
@@ -116,6 +117,7 @@ func Register(l Language) error {
 	}
 	l.ptr = unsafe.Pointer(l.Grammar.Inner)
 	l.kinds = new(kindNames)
+	l.scopes = new(scopeTable)
 	lp := &l
 	registryMu.Lock()
 	defer registryMu.Unlock()

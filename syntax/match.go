@@ -122,6 +122,42 @@ func (t *Tree) HasError() bool {
 	return false
 }
 
+// SyntaxError is a place where the parser recovered from a syntax error:
+// text it could not parse (an ERROR node), or a token the grammar required
+// and the source lacks (a MISSING node; Missing names its kind, such as
+// ")").
+type SyntaxError struct {
+	Range
+	Missing string
+}
+
+// SyntaxErrors returns the tree's syntax errors in source order: each
+// outermost ERROR node (not the ERROR nodes inside it) and each MISSING
+// node outside them.
+func (t *Tree) SyntaxErrors() []SyntaxError {
+	tr := t.t
+	var out []SyntaxError
+	for i := range tr.nodes {
+		n := &tr.nodes[i]
+		if !n.isError() && !n.missing() {
+			continue
+		}
+		inside := false
+		for p := n.parent; p >= 0 && !inside; p = tr.nodes[p].parent {
+			inside = tr.nodes[p].isError()
+		}
+		if inside {
+			continue
+		}
+		e := SyntaxError{Range: tr.rangeOf(int32(i))}
+		if n.missing() {
+			e.Missing = tr.lang.kindName(n.kind)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 // Search compiles pattern for lang and returns every match in src.
 func Search(ctx context.Context, lang *Language, pattern string, src []byte) ([]Match, error) {
 	p, err := Compile(lang, pattern)

@@ -38,6 +38,30 @@ type Pattern struct {
 	literal string
 	lits    []string
 	seq     bool // root's children are a sequence of sibling nodes (Context.Sequence)
+	vars    []patVar
+	inert   []InertVar
+}
+
+// patVar is a variable the pattern binds.
+type patVar struct {
+	name  string
+	multi bool
+}
+
+func (v patVar) display() string {
+	if v.multi {
+		return "$$$" + v.name
+	}
+	return "$" + v.name
+}
+
+// InertVar is a metavariable written inside a leaf of a pattern (a string
+// literal, or part of a name as in obj.on$EVENT), where it is plain text:
+// it matches only itself and binds nothing.
+type InertVar struct {
+	Var      string // "$MSG"
+	Leaf     string // the leaf's text as written: "$MSG: %v"
+	InString bool   // the leaf is (part of) a string literal
 }
 
 // Language returns the language the pattern was compiled for.
@@ -56,6 +80,21 @@ func (p *Pattern) Literal() string { return p.literal }
 // VerbatimKeywords, the keywords it must match. A file that lacks one of
 // them has no match, so callers may skip it without parsing it.
 func (p *Pattern) Literals() []string { return p.lits }
+
+// Vars returns the names of the variables the pattern binds (without their
+// '$'s), in order of first appearance; $_ and other names starting with _
+// bind nothing and are not listed.
+func (p *Pattern) Vars() []string {
+	names := make([]string, len(p.vars))
+	for i, v := range p.vars {
+		names[i] = v.name
+	}
+	return names
+}
+
+// Inert returns the metavariables written inside leaves of the pattern,
+// which bind nothing (see [InertVar]); nil when there are none.
+func (p *Pattern) Inert() []InertVar { return p.inert }
 
 // String returns the pattern source.
 func (p *Pattern) String() string { return p.source }
@@ -91,21 +130,23 @@ func preprocess(expando rune, pattern string) string {
 	return b.String()
 }
 
+// validVarName reports whether n is a metavariable name: [A-Z_][A-Z0-9_]*.
+func validVarName(n string) bool {
+	if n == "" || !(n[0] == '_' || (n[0] >= 'A' && n[0] <= 'Z')) {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		if !isVarChar(n[i]) {
+			return false
+		}
+	}
+	return true
+}
+
 // metaVar classifies text as a metavariable token written with sigil.
 func metaVar(sigil rune, text string) (metaKind, string) {
 	s := string(sigil)
-	validName := func(n string) bool {
-		if n == "" || !(n[0] == '_' || (n[0] >= 'A' && n[0] <= 'Z')) {
-			return false
-		}
-		for i := 0; i < len(n); i++ {
-			c := n[i]
-			if !(c == '_' || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
-				return false
-			}
-		}
-		return true
-	}
+	validName := validVarName
 	bind := func(n string) string {
 		if strings.HasPrefix(n, "_") {
 			return ""
@@ -245,6 +286,7 @@ func compileIn(lang *Language, cx Context, frag string, sigil rune) (*Pattern, s
 	}
 	p := &Pattern{lang: lang, root: root, context: cx.Name}
 	p.setLiterals()
+	p.setVars(sigil)
 	return p, ""
 }
 
@@ -345,6 +387,43 @@ func (p *Pattern) setLiterals() {
 	if len(p.lits) > 0 {
 		p.literal = p.lits[0]
 	}
+}
+
+// setVars records the variables the pattern binds and the metavariables
+// written inside its leaves.
+func (p *Pattern) setVars(sigil rune) {
+	var walk func(n, parent *pnode)
+	walk = func(n, parent *pnode) {
+		switch {
+		case n.meta != metaNone:
+			if n.name != "" && !slices.ContainsFunc(p.vars, func(v patVar) bool { return v.name == n.name }) {
+				p.vars = append(p.vars, patVar{name: n.name, multi: n.meta == metaMulti})
+			}
+		case n.leaf:
+			text := n.text
+			if sigil != '$' {
+				text = strings.ReplaceAll(text, string(sigil), "$")
+			}
+			for i := 0; i < len(text); i++ {
+				if text[i] != '$' {
+					continue
+				}
+				_, k, name := templateVar(text, i)
+				if name == "" {
+					continue
+				}
+				inString := strings.Contains(p.lang.kindName(n.kind), "string") ||
+					(parent != nil && strings.Contains(p.lang.kindName(parent.kind), "string"))
+				p.inert = append(p.inert, InertVar{Var: "$" + name, Leaf: text, InString: inString})
+				i = k - 1
+			}
+		default:
+			for _, c := range n.children {
+				walk(c, n)
+			}
+		}
+	}
+	walk(p.root, nil)
 }
 
 // isWord reports whether s is an identifier-like token ("return", "def").

@@ -3,6 +3,7 @@ package syntax
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -25,7 +26,25 @@ type Edit struct {
 //     which counts only spaces);
 //   - of overlapping matches the outermost (earliest, longest) wins; the
 //     others are dropped, not re-applied.
+//
+// Rewrite inserts nothing for a variable the pattern does not bind, as
+// ast-grep does; [NewTemplate] checks a template against its pattern first.
 func Rewrite(src []byte, matches []Match, template string) ([]Edit, error) {
+	ms, err := outermost(src, matches)
+	if err != nil {
+		return nil, err
+	}
+	edits := make([]Edit, len(ms))
+	for i, m := range ms {
+		edits[i] = Edit{StartByte: m.StartByte, EndByte: m.EndByte, Text: expand(src, m, template)}
+	}
+	return edits, nil
+}
+
+// outermost returns the matches a rewrite replaces, by position: of
+// overlapping ones the outermost (earliest, longest). It refuses a match
+// that does not fit src.
+func outermost(src []byte, matches []Match) ([]Match, error) {
 	ms := append([]Match(nil), matches...)
 	sort.SliceStable(ms, func(i, j int) bool {
 		if ms[i].StartByte != ms[j].StartByte {
@@ -33,7 +52,7 @@ func Rewrite(src []byte, matches []Match, template string) ([]Edit, error) {
 		}
 		return ms[i].EndByte > ms[j].EndByte
 	})
-	var edits []Edit
+	out := ms[:0]
 	end := -1
 	for _, m := range ms {
 		if m.StartByte < 0 || m.EndByte > len(src) || m.StartByte > m.EndByte || string(src[m.StartByte:m.EndByte]) != m.Text {
@@ -46,9 +65,9 @@ func Rewrite(src []byte, matches []Match, template string) ([]Edit, error) {
 		if m.StartByte == m.EndByte {
 			end = m.EndByte + 1
 		}
-		edits = append(edits, Edit{StartByte: m.StartByte, EndByte: m.EndByte, Text: expand(src, m, template)})
+		out = append(out, m)
 	}
-	return edits, nil
+	return out, nil
 }
 
 // lineIndent returns the leading spaces and tabs of the line containing off.
@@ -62,6 +81,43 @@ func lineIndent(src []byte, off int) string {
 }
 
 func isVarChar(c byte) bool { return c == '_' || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') }
+
+// templateVar reads the metavariable that starts at template[i], a '$': up
+// to three '$' end at j, the name at k. name is "" when the '$'s start no
+// variable ($$$ alone, $lower, $1), which a template keeps as text.
+func templateVar(template string, i int) (j, k int, name string) {
+	j = i
+	for j < len(template) && template[j] == '$' && j-i < 3 {
+		j++
+	}
+	k = j
+	for k < len(template) && isVarChar(template[k]) {
+		k++
+	}
+	name = template[j:k]
+	if name == "" || !(name[0] == '_' || (name[0] >= 'A' && name[0] <= 'Z')) {
+		return j, j, ""
+	}
+	return j, k, name
+}
+
+// TemplateVars returns the names of the metavariables a rewrite template
+// uses, without their '$'s, in order of first use.
+func TemplateVars(template string) []string {
+	var names []string
+	for i := 0; i < len(template); {
+		if template[i] != '$' {
+			i++
+			continue
+		}
+		_, k, name := templateVar(template, i)
+		if name != "" && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+		i = max(k, i+1)
+	}
+	return names
+}
 
 // expand substitutes m's captures into template and indents the result for
 // the match's position.
@@ -81,16 +137,8 @@ func expand(src []byte, m Match, template string) string {
 			i++
 			continue
 		}
-		j := i
-		for j < len(template) && template[j] == '$' && j-i < 3 {
-			j++
-		}
-		k := j
-		for k < len(template) && isVarChar(template[k]) {
-			k++
-		}
-		name := template[j:k]
-		if name == "" || !(name[0] == '_' || (name[0] >= 'A' && name[0] <= 'Z')) {
+		j, k, name := templateVar(template, i)
+		if name == "" {
 			b.WriteString(template[i:j])
 			i = j
 			continue

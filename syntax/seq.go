@@ -58,6 +58,7 @@ func compileSeq(t *tree, lang *Language, cx Context, tops []int32, sigil rune) (
 	}
 	p := &Pattern{lang: lang, root: root, context: cx.Name, seq: true}
 	p.setLiterals()
+	p.setVars(sigil)
 	return p, ""
 }
 

@@ -190,7 +190,9 @@ honoured, .git, binary and oversized files are skipped.
 
 Output is one "path:line:text" line per matched line, or with --json one JSON
 object per match (JSON Lines): file, start_line, start_col, end_line,
-end_col, text, captures (lines 1-based, columns 0-based bytes). Paths print
+end_col, text, enclosing (the declarations around the match, such as
+"HTTPConnection.putheader" or "(*Server).Serve"; left out at the top
+level), captures (lines 1-based, columns 0-based bytes). Paths print
 relative to the working directory, or prefixed with PATH as given when PATH
 lies outside it.
 
@@ -237,7 +239,7 @@ func runASTGrep(ctx context.Context, out, stderr io.Writer, f *structFlags, asJS
 		if err != nil {
 			return trouble(astGrepPrefix, err)
 		}
-		req := structural.SearchRequest{Pattern: f.pattern, Language: f.lang, Path: t.relPath, MaxResults: limit}
+		req := structural.SearchRequest{Pattern: f.pattern, Language: f.lang, Path: t.relPath, MaxResults: limit, Enclosing: asJSON}
 		var res *structural.SearchResult
 		if limit > 0 {
 			// The first matches in path order: the engine keeps them.
@@ -375,7 +377,7 @@ Exit status: 0 when something matched, 1 when nothing did, 2 on errors.`,
 				return &exitError{code: exitTrouble, msg: astEditPrefix + "--rewrite is required (it may be empty to delete matches)"}
 			}
 			f.loadGrammars(cmd.ErrOrStderr())
-			return runASTEdit(cmd.Context(), cmd.OutOrStdout(), f, rewrite, apply, args)
+			return runASTEdit(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), f, rewrite, apply, args)
 		},
 	}
 	f.add(cmd)
@@ -391,7 +393,7 @@ type staged struct {
 	p    *structural.Proposal
 }
 
-func runASTEdit(ctx context.Context, stdout io.Writer, f *structFlags, rewrite string, apply bool, args []string) error {
+func runASTEdit(ctx context.Context, stdout, stderr io.Writer, f *structFlags, rewrite string, apply bool, args []string) error {
 	ts, err := targets(args)
 	if err != nil {
 		return trouble(astEditPrefix, err)
@@ -421,6 +423,11 @@ func runASTEdit(ctx context.Context, stdout io.Writer, f *structFlags, rewrite s
 			continue
 		}
 		all = append(all, staged{t: t, fsys: fsys, p: p})
+		for _, fe := range p.Files {
+			for _, w := range fe.SyntaxWarnings {
+				fmt.Fprintf(stderr, "%swarning: %s:%d: the rewritten code has a syntax error here: %s\n", astEditPrefix, t.display(fe.Path), w.Line, w.What)
+			}
+		}
 	}
 	if len(all) == 0 {
 		return &exitError{code: exitNoMatch}

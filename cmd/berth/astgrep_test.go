@@ -139,6 +139,7 @@ func TestASTGrepJSONLines(t *testing.T) {
 		EndLine   *int              `json:"end_line"`
 		EndCol    *int              `json:"end_col"`
 		Text      *string           `json:"text"`
+		Enclosing string            `json:"enclosing"`
 		Captures  map[string]string `json:"captures"`
 	}
 	var got []match
@@ -157,6 +158,9 @@ func TestASTGrepJSONLines(t *testing.T) {
 	first := got[0]
 	if *first.File != "a.go" || *first.StartLine != 8 || *first.StartCol != 1 || *first.EndLine != 8 || *first.EndCol != 10 || *first.Text != "mu.Lock()" {
 		t.Errorf("first match = %s", lines[0])
+	}
+	if first.Enclosing != "f" || got[1].Enclosing != "g" {
+		t.Errorf("enclosing %q and %q, want f and g", first.Enclosing, got[1].Enclosing)
 	}
 	if first.Captures["X"] != "mu" {
 		t.Errorf("captures = %v, want X=mu", first.Captures)
@@ -215,5 +219,20 @@ func TestASTEdit(t *testing.T) {
 	}
 	if _, _, code := run(t, args...); code != 1 {
 		t.Errorf("after apply nothing matches: exit %d, want 1", code)
+	}
+}
+
+// TestASTEditChecks: the command shares the engine's checks: a rewrite
+// variable the pattern does not bind is an error, and a rewrite that leaves
+// a syntax error prints the diff with a warning on stderr.
+func TestASTEditChecks(t *testing.T) {
+	structDir(t)
+	_, errs, code := run(t, "ast-edit", "-p", "$X.Lock()", "-r", "$Y.TryLock()", "-l", "go")
+	if code != 2 || !strings.Contains(errs, "berth ast-edit: the rewrite uses $Y, which the pattern does not bind: the pattern binds $X") {
+		t.Errorf("unbound variable: exit %d, stderr %q", code, errs)
+	}
+	out, errs, code := run(t, "ast-edit", "-p", "$X.Lock()", "-r", "$X.TryLock(", "-l", "go", "a.go")
+	if code != 0 || !strings.Contains(out, "+\tmu.TryLock(\n") || !strings.Contains(errs, "berth ast-edit: warning: a.go:8: the rewritten code has a syntax error here") {
+		t.Errorf("syntax warning: exit %d\nstdout %s\nstderr %s", code, out, errs)
 	}
 }

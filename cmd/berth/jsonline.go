@@ -9,8 +9,9 @@ import (
 )
 
 // appendMatchJSON appends m as one line of `berth ast-grep --json`:
-// {"file","start_line","start_col","end_line","end_col","text","captures"}
-// in that order, captures sorted by name and left out when there are none,
+// {"file","start_line","start_col","end_line","end_col","text","enclosing",
+// "captures"} in that order, enclosing left out when it is empty, captures
+// sorted by name and left out when there are none,
 // byte for byte what encoding/json prints for that object without HTML
 // escaping (TestMatchJSON holds it to that). It is written by hand because a
 // search prints thousands of matches, and the reflection and allocations of
@@ -28,6 +29,10 @@ func appendMatchJSON(dst []byte, file string, m structural.FileMatch) []byte {
 	dst = strconv.AppendInt(dst, int64(m.EndCol), 10)
 	dst = append(dst, `,"text":`...)
 	dst = appendJSONString(dst, m.Text)
+	if m.Enclosing != "" {
+		dst = append(dst, `,"enclosing":`...)
+		dst = appendJSONString(dst, m.Enclosing)
+	}
 	if len(m.Captures) > 0 {
 		names := make([]string, 0, len(m.Captures))
 		for k := range m.Captures {

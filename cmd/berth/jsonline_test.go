@@ -47,6 +47,9 @@ func TestMatchJSON(t *testing.T) {
 	}
 	for i, text := range texts {
 		m := structural.FileMatch{StartLine: i + 1, StartCol: i % 7, EndLine: i + 3, EndCol: 0, Text: text}
+		if i%4 == 3 {
+			m.Enclosing = "(*T)." + text
+		}
 		switch i % 3 {
 		case 1:
 			m.Captures = map[string]string{"B": text, "A": "x", "ZZ": strings.ToUpper(text)}

@@ -29,15 +29,36 @@ type target struct {
 	// fresh reads every file, never trusting a cache entry on size and
 	// modification time alone (ast_edit captures what is on disk).
 	fresh bool
+	// prefilter, when set, replaces the pattern's literals as the test
+	// of which files to parse: a file is parsed when it contains every
+	// literal of one of the sets (ast_edit's rules, any of which may
+	// match).
+	prefilter [][][]byte
+}
+
+// keep reports whether data may hold a match: it contains every literal of
+// one of sets.
+func keep(data []byte, sets [][][]byte) bool {
+	for _, lits := range sets {
+		if containsAll(data, lits) {
+			return true
+		}
+	}
+	return false
 }
 
 // fileResult is one searched file: its bytes and matches, or a skip reason.
+// tree is the file's parse while the scan's visit runs (a worker without a
+// cache parses the next file into the same memory afterwards); enclosing
+// holds the enclosing symbols of the first of matches, for those shown.
 type fileResult struct {
-	name    string
-	data    []byte
-	info    fs.FileInfo
-	matches []syntax.Match
-	skip    string
+	name      string
+	data      []byte
+	info      fs.FileInfo
+	tree      *syntax.Tree
+	matches   []syntax.Match
+	enclosing []string
+	skip      string
 }
 
 // scanStats counts files of a scan.
@@ -129,9 +150,13 @@ func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData 
 
 	jobs := newQueue(walkAhead, !e.cache.enabled())
 	var wg sync.WaitGroup
-	var lits [][]byte
-	for _, l := range t.pat.Literals() {
-		lits = append(lits, []byte(l))
+	sets := t.prefilter
+	if sets == nil {
+		var lits [][]byte
+		for _, l := range t.pat.Literals() {
+			lits = append(lits, []byte(l))
+		}
+		sets = [][][]byte{lits}
 	}
 	for range e.opts.Workers {
 		wg.Add(1)
@@ -159,7 +184,7 @@ func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData 
 				if f == nil {
 					return
 				}
-				err := e.process(ctx, fsys, t, lits, w, f)
+				err := e.process(ctx, fsys, t, sets, w, f)
 				if err != nil {
 					cancel(err)
 					continue
@@ -172,6 +197,7 @@ func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData 
 				st.searched++
 				mu.Unlock()
 				visit(f)
+				f.tree = nil
 			}
 		}()
 	}
@@ -368,7 +394,7 @@ const maxReadBuffer = 4 << 20
 // process reads, prefilters, parses (or takes from the cache) and matches
 // one file, parsing with w's parser when it has one (the cache is off). A
 // returned error ends the scan; a skip is set in f.skip.
-func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, lits [][]byte, w *worker, f *fileResult) error {
+func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, sets [][][]byte, w *worker, f *fileResult) error {
 	key := cacheKey(t.lang.ID, f.name)
 	size, mtime := f.info.Size(), f.info.ModTime()
 	caching := e.cache.enabled()
@@ -407,7 +433,7 @@ func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, lits [
 		if caching {
 			c.hash = sha256.Sum256(data)
 			c.tree = e.cache.get(key, size, mtime, c.hash)
-			if c.tree == nil && !containsAll(data, lits) {
+			if c.tree == nil && !keep(data, sets) {
 				e.cache.put(key, size, mtime, c.hash, data, nil, readAt)
 			}
 			defer func() {
@@ -418,7 +444,7 @@ func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, lits [
 		}
 	}
 	f.data = c.src
-	if !containsAll(c.src, lits) {
+	if !keep(c.src, sets) {
 		e.prefiltered.Add(1)
 		return nil
 	}
@@ -484,8 +510,21 @@ func (e *Engine) match(ctx context.Context, t *target, f *fileResult, tree *synt
 		}
 		return ms[i].EndByte > ms[j].EndByte
 	})
-	f.matches = ms
+	f.tree, f.matches = tree, ms
 	return nil
+}
+
+// enclosingOf returns the enclosing symbol of each match (see
+// syntax.Tree.Enclosing); nil without a tree.
+func enclosingOf(tree *syntax.Tree, ms []syntax.Match) []string {
+	if tree == nil || len(ms) == 0 {
+		return nil
+	}
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = tree.Enclosing(m.StartByte, m.EndByte)
+	}
+	return out
 }
 
 // Search finds the matches of req.Pattern under req.Path. Errors the caller
@@ -507,11 +546,11 @@ func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest)
 			f.matches = f.matches[:limit]
 		}
 		mu.Lock()
-		defer mu.Unlock()
 		i := sort.Search(len(kept), func(i int) bool { return kept[i].name >= f.name })
 		kept = append(kept, nil)
 		copy(kept[i+1:], kept[i:])
 		kept[i] = f
+		shown := len(f.matches) // how many of f's matches are among the first limit, as of now
 		if limit > 0 {
 			n := 0
 			for j, k := range kept {
@@ -519,19 +558,32 @@ func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest)
 					kept = kept[:j]
 					break
 				}
+				if k == f {
+					shown = min(shown, limit-n)
+				}
 				n += len(k.matches)
 			}
+			if len(kept) <= i || kept[i] != f {
+				shown = 0
+			}
+		}
+		mu.Unlock()
+		// Enclosing symbols only for matches that may be shown: a file
+		// that a later one pushes out of the first limit matches has paid
+		// for a few, a file past them for none.
+		if req.Enclosing {
+			f.enclosing = enclosingOf(f.tree, f.matches[:shown])
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
 	for _, f := range kept {
-		for _, m := range f.matches {
+		for i, m := range f.matches {
 			if limit > 0 && len(res.Matches) >= limit {
 				break
 			}
-			res.Matches = append(res.Matches, fileMatch(f.name, m))
+			res.Matches = append(res.Matches, fileMatch(f.name, m, at(f.enclosing, i)))
 		}
 	}
 	res.Truncated = len(res.Matches) < res.Total
@@ -543,12 +595,16 @@ func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest)
 // from several goroutines at once and in no particular file order, so that
 // the caller's own work on them (formatting) runs in parallel with the
 // search. req.MaxResults is ignored; the result has the counts and no
-// Matches.
+// Matches. With req.Enclosing every match gets its enclosing symbol.
 func (e *Engine) SearchEach(ctx context.Context, fsys sandbox.FS, req SearchRequest, fn func(file string, ms []FileMatch)) (*SearchResult, error) {
 	return e.search(ctx, fsys, req, func(f *fileResult) {
+		var enc []string
+		if req.Enclosing {
+			enc = enclosingOf(f.tree, f.matches)
+		}
 		ms := make([]FileMatch, len(f.matches))
 		for i, m := range f.matches {
-			ms[i] = fileMatch(f.name, m)
+			ms[i] = fileMatch(f.name, m, at(enc, i))
 		}
 		fn(f.name, ms)
 	})
@@ -579,6 +635,9 @@ func (e *Engine) search(ctx context.Context, fsys sandbox.FS, req SearchRequest,
 		return nil, err
 	}
 	res.FilesSearched, res.Skipped = st.searched, st.skipped
+	if res.Total == 0 {
+		res.Hint = inertHint(t.pat)
+	}
 	for _, n := range st.skipped {
 		res.FilesSkipped += n
 	}
@@ -586,17 +645,62 @@ func (e *Engine) search(ctx context.Context, fsys sandbox.FS, req SearchRequest,
 	return res, nil
 }
 
-// fileMatch converts a syntax match.
-func fileMatch(name string, m syntax.Match) FileMatch {
+// inertHint explains why a pattern with metavariables written inside a
+// string literal or a name may match nothing; "" for other patterns.
+func inertHint(p *syntax.Pattern) string {
+	in := p.Inert()
+	if len(in) == 0 {
+		return ""
+	}
+	v := in[0]
+	if !v.InString {
+		return fmt.Sprintf("%s is part of %s in the pattern, where a metavariable is plain text and binds nothing (a metavariable stands for a whole node); use one metavariable for the whole name", v.Var, v.Leaf)
+	}
+	hint := fmt.Sprintf("%s is inside the string literal %q of the pattern, and metavariables do not bind inside string literals (a metavariable stands for a whole node, and a string is one node): match the whole string with a metavariable", v.Var, v.Leaf)
+	if whole := wholeString(p.String(), v); whole != "" {
+		hint += ", as in " + whole
+	}
+	return hint + `, and in ast_edit change its text with a transform: "transform": {"NEW": {"source": "` + v.Var + `", "replace": "<regexp>", "by": "<text>"}}, then $NEW in the rewrite`
+}
+
+// wholeString rewrites the pattern source with the string literal around
+// v replaced by v's variable, or returns "" when the literal's quotes are
+// not plain ones around exactly that text.
+func wholeString(src string, v syntax.InertVar) string {
+	i := strings.Index(src, v.Leaf)
+	j := i + len(v.Leaf)
+	if i < 1 || j >= len(src) || src[i-1] != src[j] || !strings.ContainsRune("\"'`", rune(src[j])) {
+		return ""
+	}
+	if i >= 2 && (isLetter(src[i-2])) {
+		return "" // a prefixed literal (f"…", r'…')
+	}
+	return src[:i-1] + v.Var + src[j+1:]
+}
+
+func isLetter(c byte) bool { return c == '_' || (c|0x20 >= 'a' && c|0x20 <= 'z') }
+
+// fileMatch converts a syntax match found in file name inside the
+// declarations enclosing.
+func fileMatch(name string, m syntax.Match, enclosing string) FileMatch {
 	fm := FileMatch{
 		File:      name,
 		StartLine: m.Start.Line + 1, StartCol: m.Start.Column,
 		EndLine: m.End.Line + 1, EndCol: m.End.Column,
-		Text:     m.Text,
-		Captures: map[string]string{},
+		Enclosing: enclosing,
+		Text:      m.Text,
+		Captures:  map[string]string{},
 	}
 	for k, c := range m.Captures {
 		fm.Captures[k] = c.Text
 	}
 	return fm
+}
+
+// at returns s[i], or "" past its end.
+func at(s []string, i int) string {
+	if i < len(s) {
+		return s[i]
+	}
+	return ""
 }

@@ -90,7 +90,9 @@ type Engine struct {
 	nextID  int
 	pending map[string]*Proposal
 	done    map[string]string // id → "accepted", "discarded", "being resolved"
-	applyMu sync.Mutex        // one accept at a time, so two accepts never interleave
+
+	applyMu sync.Mutex // one accept at a time, so two accepts never interleave
+	written map[string][]writeStep
 
 	parses, cacheHits, prefiltered, reads atomic.Int64
 }
@@ -114,6 +116,7 @@ func NewEngine(opts Options) *Engine {
 		cache:   newParseCache(opts.CacheBytes),
 		pending: map[string]*Proposal{},
 		done:    map[string]string{},
+		written: map[string][]writeStep{},
 	}
 }
 
@@ -152,13 +155,20 @@ func (e *Engine) Stats() Stats {
 // relative to the workspace or absolute under it; empty means the whole
 // workspace. Language is a language id or alias; it may be empty when Path
 // is a file. MaxResults 0 means DefaultMaxResults; negative means no limit.
+// Enclosing asks for each returned match's enclosing symbol
+// (FileMatch.Enclosing); it costs a walk up the syntax tree per match, so
+// Search computes it only for the matches it returns.
 type SearchRequest struct {
 	Pattern, Language, Path string
 	MaxResults              int
+	Enclosing               bool
 }
 
 // FileMatch is one match. File is workspace-relative and slash-separated;
 // lines are 1-based, columns 0-based byte offsets; EndCol is exclusive.
+// Enclosing names the declarations around the match, outermost first,
+// joined with "." ("HTTPConnection.putheader", "(*Server).Serve"; see
+// syntax.Tree.Enclosing), "" at the top level or when not asked for.
 // Captures maps metavariable names (without "$") to the captured text.
 type FileMatch struct {
 	File      string            `json:"file"`
@@ -167,6 +177,7 @@ type FileMatch struct {
 	EndLine   int               `json:"end_line"`
 	EndCol    int               `json:"end_col"`
 	Text      string            `json:"text"`
+	Enclosing string            `json:"enclosing,omitempty"`
 	Captures  map[string]string `json:"captures"`
 }
 
@@ -185,36 +196,82 @@ type SearchResult struct {
 	Skipped map[string]int
 	// Language is the id of the language searched.
 	Language string
+	// Hint, when nothing matched, says why the pattern may not match what
+	// it seems to: a metavariable written inside a string literal or a
+	// name binds nothing.
+	Hint string
 }
 
 // EditRequest is a structural rewrite: matches of Pattern under Path are
-// replaced with Rewrite, its metavariables substituted.
+// replaced with Rewrite, its metavariables substituted, with the variables
+// Transform derives. Rules, instead of Pattern, Rewrite and Transform,
+// gives several such rewrites, applied in order to each file (see Stage).
 type EditRequest struct {
-	Pattern, Rewrite, Language, Path string
+	Pattern, Rewrite string
+	Transform        map[string]Transform
+	Rules            []Rule
+	Language, Path   string
+}
+
+// Rule is one rewrite of an edit: every match of Pattern becomes Rewrite,
+// its $NAME and $$$NAME replaced by what they captured or by what a
+// Transform made of it. It is also ast_edit's input for one rule.
+type Rule struct {
+	Pattern   string               `json:"pattern" jsonschema:"what to match, as for ast_grep"`
+	Rewrite   string               `json:"rewrite" jsonschema:"what goes there instead, with $NAME and $$$NAME replaced by what they captured (or by a transform's result); \"\" deletes the match"`
+	Transform map[string]Transform `json:"transform,omitempty" jsonschema:"new variables for the rewrite, by name (NEW, used as $NEW): each a regexp replacement in the text of a variable the pattern binds"`
+}
+
+// Transform derives a variable from another by a regular-expression
+// replacement, as ast-grep's transform.replace: every match of Replace in
+// the text of Source becomes By. It is also ast_edit's input.
+type Transform struct {
+	Source  string `json:"source" jsonschema:"the variable to change, $NAME or $$$NAME as the pattern binds it (or another transform's)"`
+	Replace string `json:"replace" jsonschema:"a regular expression (Go RE2 syntax) to find in its text; every match is replaced"`
+	By      string `json:"by,omitempty" jsonschema:"what replaces each match; $1, ${1} or ${name} insert the regexp's groups (write ${1}x before a letter or digit); default empty"`
 }
 
 // FileEdit is one file of a staged edit: its content when the edit was
-// staged (Old, with its SHA-256) and the content accept writes (New).
+// staged (Old, with its SHA-256), the content accept writes (New), and the
+// replacements that make one from the other (Edits, byte ranges of Old).
+// SyntaxWarnings are syntax errors the rewrite brings into the file.
 type FileEdit struct {
-	Path         string
-	Old, New     []byte
-	OldHash      [sha256.Size]byte
-	Mode         fs.FileMode
-	Replacements int
+	Path           string
+	Old, New       []byte
+	OldHash        [sha256.Size]byte
+	Mode           fs.FileMode
+	Replacements   int
+	Edits          []syntax.Edit
+	SyntaxWarnings []SyntaxWarning
+}
+
+// SyntaxWarning is a syntax error in a file's rewritten content that its
+// old content did not have there: Line (1-based, in the new content) and
+// what is wrong ("missing \")\"", "cannot parse `foo(,`").
+type SyntaxWarning struct {
+	Line int
+	What string
 }
 
 // Proposal is a staged edit. Diff is the unified diff of all its files.
 type Proposal struct {
-	ID           string
-	Language     string
+	ID       string
+	Language string
+	// Pattern and Rewrite are the first rule's; Rules are all of them.
 	Pattern      string
 	Rewrite      string
+	Rules        []Rule
 	Files        []FileEdit
 	Replacements int
 	Diff         string
 	// Skipped counts files that were not searched or not rewritten, by
 	// reason, as in SearchResult.
 	Skipped map[string]int
+	// Hint, when nothing matched, is as SearchResult.Hint.
+	Hint string
+
+	lang  *syntax.Language
+	rules []*rule // compiled, to say what the edit would do to changed files
 }
 
 // Actions of Resolve.
@@ -223,10 +280,13 @@ const (
 	ActionDiscard = "discard"
 )
 
-// AppliedFile is one file a resolve wrote.
+// AppliedFile is one file a resolve wrote. MergedOver names the edits
+// accepted since this one was staged that changed the file too: its
+// replacements were carried over theirs.
 type AppliedFile struct {
 	Path         string
 	Replacements int
+	MergedOver   []string
 }
 
 // Applied is what Resolve did: Action is ActionAccept or ActionDiscard;

@@ -302,7 +302,7 @@ func TestMaxResults(t *testing.T) {
 		}
 	}
 	res := ev.call(t, "ast_grep", map[string]any{"pattern": "g($A, $B)", "language": "go", "max_results": 3})
-	wantOK(t, res, "20 matches in 5 files (5 files searched)", "d0/f.go:4\n  g(0, 0)\n  $A = 0\n  $B = 0", "showing 3 of 20 matches")
+	wantOK(t, res, "20 matches in 5 files (5 files searched)", "d0/f.go:4 in f\n  g(0, 0)\n  $A = 0\n  $B = 0", "showing 3 of 20 matches")
 	var sc struct {
 		Matches []struct {
 			File      string            `json:"file"`
