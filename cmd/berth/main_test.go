@@ -161,6 +161,35 @@ func TestTools(t *testing.T) {
 		}
 	}
 
+	// Every action or operation field says what it accepts.
+	out, errs, code = run(t, "tools", noDocker, "--workspace", dir, "--conversation", "c1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var all struct {
+		Tools []struct {
+			Name        string
+			InputSchema struct {
+				Properties map[string]struct{ Enum []string }
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &all); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	enums := map[string]string{"lsp": "action", "resolve": "action", "debug": "op"}
+	for _, tl := range all.Tools {
+		if field, ok := enums[tl.Name]; ok {
+			if len(tl.InputSchema.Properties[field].Enum) < 2 {
+				t.Errorf("%s.%s has no enum: %+v", tl.Name, field, tl.InputSchema.Properties[field])
+			}
+			delete(enums, tl.Name)
+		}
+	}
+	if len(enums) > 0 {
+		t.Errorf("tools --conversation lists none of %v", enums)
+	}
+
 	out, _, code = run(t, "tools", noDocker, "--workspace", dir)
 	if code != 0 {
 		t.Fatalf("exit %d", code)

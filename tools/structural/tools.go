@@ -59,7 +59,7 @@ func Register(r *tools.Registry, ws sandbox.FS, e *Engine) {
 	h := &handlers{fs: ws, e: e}
 	tools.Register(r, tools.Tool{Name: "ast_grep", Level: tools.LevelRead, Description: grepDescription}, h.grep)
 	tools.Register(r, tools.Tool{Name: "ast_edit", Level: tools.LevelWrite, Description: editDescription}, h.edit)
-	tools.Register(r, tools.Tool{Name: "resolve", Level: tools.LevelWrite, Description: resolveDescription}, h.resolve)
+	tools.Register(r, tools.Tool{Name: "resolve", Level: tools.LevelWrite, Description: resolveDescription}, h.resolve, tools.Enum("action", ActionAccept, ActionDiscard))
 }
 
 type handlers struct {
