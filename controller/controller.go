@@ -635,12 +635,18 @@ type Run struct {
 
 	calls sync.WaitGroup // in-flight calls
 
-	mu       sync.Mutex
-	closing  bool          // Close has begun: new calls are refused
-	gone     error         // set once the sandbox was found gone
-	inflight int           // calls in flight (what calls counts)
-	lastUsed time.Time     // when a call last started or ended
-	expired  time.Duration // the idle time after which the janitor closed the run; 0: not expired
+	mu      sync.Mutex
+	closing bool  // Close has begun: new calls are refused
+	gone    error // set once the sandbox was found gone
+	// unavailable is set while the sandbox is paused or its engine does not
+	// answer (sandbox.ErrUnavailable): calls fail fast until retryAt, then
+	// one Check decides; backoff doubles up to UnavailableRetryMax.
+	unavailable error
+	retryAt     time.Time
+	backoff     time.Duration
+	inflight    int           // calls in flight (what calls counts)
+	lastUsed    time.Time     // when a call last started or ended
+	expired     time.Duration // the idle time after which the janitor closed the run; 0: not expired
 
 	closeMu  sync.Mutex // serialises Close
 	done     bool
@@ -762,6 +768,19 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		r.mu.Unlock()
 		return nil, gone
 	}
+	if r.unavailable != nil {
+		if time.Now().Before(r.retryAt) {
+			u := r.unavailable
+			r.mu.Unlock()
+			return nil, u
+		}
+		r.mu.Unlock()
+		// Time to look again: a sandbox that answers is used as before.
+		if err := r.recheck(ctx, name); err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+	}
 	r.calls.Add(1)
 	r.inflight++
 	r.lastUsed = time.Now()
@@ -774,14 +793,19 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		r.calls.Done()
 	}()
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(r.ctx, cancel)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(r.ctx, func() { cancel(nil) })
 	defer stop()
+	unwatch := r.watch(ctx, cancel)
 
 	res, err = r.reg.Call(ctx, s, name, args)
+	unwatch()
 	if r.ctx.Err() != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("controller: run %s was closed during the %s call: %w", r.id, name, ErrUnknownRun)
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, sandbox.ErrUnavailable) {
+		return nil, r.markUnavailable(name, cause)
 	}
 	if errors.Is(err, sandbox.ErrGone) || (err == nil && res.IsError) || (err != nil && !isCallError(err)) {
 		if gone := r.checkGone(ctx, name, err); gone != nil {
@@ -803,6 +827,9 @@ func (r *Run) checkGone(ctx context.Context, tool string, callErr error) error {
 			return nil
 		}
 	}
+	if errors.Is(cerr, sandbox.ErrUnavailable) {
+		return r.markUnavailable(tool, cerr)
+	}
 	gone := fmt.Errorf("controller: run %s: sandbox %s is gone (%w); berth does not restart containers: open a new run once the container runs again",
 		r.id, r.info.Sandbox, cerr)
 	r.mu.Lock()
@@ -813,6 +840,102 @@ func (r *Run) checkGone(ctx context.Context, tool string, callErr error) error {
 	r.mu.Unlock()
 	r.log.Warn("sandbox gone", "tool", tool, "err", cerr)
 	return gone
+}
+
+// A call that has not returned after UnavailableCheckAfter makes the run
+// ask its sandbox whether it is still available, then every
+// UnavailableCheckEvery: a paused container freezes whatever the call
+// waits on, so the call is cut short with a retryable error instead of
+// hanging until the pause ends.
+const (
+	UnavailableCheckAfter = 2 * time.Second
+	UnavailableCheckEvery = 5 * time.Second
+)
+
+// watch looks after a call in flight (see UnavailableCheckAfter): when the
+// sandbox becomes unavailable it cancels the call with the sandbox's error
+// as the cause. The returned stop ends the watch and waits for it.
+func (r *Run) watch(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTimer(UnavailableCheckAfter)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			cctx, ccancel := context.WithTimeout(ctx, UnavailableCheckEvery)
+			err := r.sb.Check(cctx)
+			ccancel()
+			if errors.Is(err, sandbox.ErrUnavailable) {
+				cancel(err)
+				return
+			}
+			t.Reset(UnavailableCheckEvery)
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
+}
+
+// UnavailableRetryMin and UnavailableRetryMax bound how long a run whose
+// sandbox is unavailable (paused, engine not answering) fails calls fast
+// before it asks the sandbox again; the wait doubles between the two.
+const (
+	UnavailableRetryMin = time.Second
+	UnavailableRetryMax = 30 * time.Second
+)
+
+// markUnavailable records that the sandbox is unavailable for now (cerr
+// wraps sandbox.ErrUnavailable) and returns the error calls get until the
+// next look: the run is kept.
+func (r *Run) markUnavailable(tool string, cerr error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.unavailable != nil && time.Now().Before(r.retryAt):
+		return r.unavailable // another call of the same spell noticed first
+	case r.backoff == 0:
+		r.backoff = UnavailableRetryMin
+	default:
+		r.backoff = min(2*r.backoff, UnavailableRetryMax)
+	}
+	r.retryAt = time.Now().Add(r.backoff)
+	r.unavailable = fmt.Errorf("controller: run %s: sandbox %s is unavailable (%w); the run and what runs in it are kept: retry in %v, or close the run if the container will not come back",
+		r.id, r.info.Sandbox, cerr, r.backoff.Round(time.Second))
+	r.log.Warn("sandbox unavailable", "tool", tool, "retry_in", r.backoff, "err", cerr)
+	return r.unavailable
+}
+
+// recheck asks an unavailable sandbox again: nil when it answers (the run
+// is usable as before), else the error for this call — still unavailable
+// (the wait grows) or gone (remembered as gone).
+func (r *Run) recheck(ctx context.Context, tool string) error {
+	cerr := r.sb.Check(ctx)
+	switch {
+	case cerr == nil:
+		r.mu.Lock()
+		r.unavailable, r.backoff = nil, 0
+		r.mu.Unlock()
+		r.log.Info("sandbox available again", "tool", tool)
+		return nil
+	case errors.Is(cerr, sandbox.ErrUnavailable):
+		return r.markUnavailable(tool, cerr)
+	case errors.Is(cerr, sandbox.ErrGone):
+		r.mu.Lock()
+		r.unavailable = nil
+		r.mu.Unlock()
+		return r.checkGone(ctx, tool, cerr)
+	}
+	return fmt.Errorf("controller: run %s: checking sandbox %s failed: %w", r.id, r.info.Sandbox, cerr)
 }
 
 func isCallError(err error) bool {

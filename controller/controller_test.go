@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -70,6 +71,7 @@ type fakeSandbox struct {
 	ref    string
 	closed atomic.Int32
 	gone   atomic.Bool
+	paused atomic.Bool
 	checks atomic.Int32
 }
 
@@ -90,6 +92,9 @@ func (s *fakeSandbox) Check(ctx context.Context) error {
 	s.checks.Add(1)
 	if s.gone.Load() {
 		return fmt.Errorf("fake: container %s exited (exit code 137): %w", s.ref, sandbox.ErrGone)
+	}
+	if s.paused.Load() {
+		return fmt.Errorf("fake: container %s is paused: %w: %w", s.ref, sandbox.ErrUnavailable, sandbox.ErrGone)
 	}
 	return nil
 }
@@ -575,5 +580,88 @@ func TestBinderErrorClosesEverything(t *testing.T) {
 	}
 	if len(rg.c.List()) != 0 {
 		t.Error("a run that failed to open is listed")
+	}
+}
+
+// TestSandboxUnavailable: a paused sandbox (or an engine that does not
+// answer) is not the end of the run: calls fail fast with a retryable
+// error, the sandbox is asked again after a wait that grows, and the run
+// is used as before once it answers; only then gone is gone.
+func TestSandboxUnavailable(t *testing.T) {
+	rg := newRig(t, nil)
+	ctx := context.Background()
+	r, err := rg.c.Open(ctx, RunSpec{ConversationID: "c-42", Workspace: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := rg.docker.opened[0]
+	sb.paused.Store(true)
+	_, err = r.Call(ctx, "", "fail", nil)
+	if !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "the run and what runs in it are kept") {
+		t.Fatalf("a call while paused: err = %v, want ErrUnavailable saying the run is kept", err)
+	}
+	checks := sb.checks.Load()
+	// Within the wait, calls fail fast without asking the sandbox.
+	if _, err := r.Call(ctx, "", "look", json.RawMessage(`{"path":"a"}`)); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatalf("look while paused: err = %v", err)
+	}
+	if n := sb.checks.Load(); n != checks {
+		t.Errorf("the sandbox was checked %d more times within the wait", n-checks)
+	}
+	// After the wait one look decides: still paused, and the wait grows.
+	r.mu.Lock()
+	first := r.backoff
+	r.retryAt = time.Now()
+	r.mu.Unlock()
+	if _, err := r.Call(ctx, "", "look", json.RawMessage(`{"path":"a"}`)); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatalf("look after the wait, still paused: err = %v", err)
+	}
+	r.mu.Lock()
+	second := r.backoff
+	r.retryAt = time.Now()
+	r.mu.Unlock()
+	if second != 2*first {
+		t.Errorf("the wait went from %v to %v, want it doubled", first, second)
+	}
+	// Unpaused: the run works again, nothing was lost.
+	sb.paused.Store(false)
+	res, err := r.Call(ctx, "", "look", json.RawMessage(`{"path":"a"}`))
+	if err != nil || !strings.Contains(res.AllText(), "looked at a") {
+		t.Fatalf("look after unpause: %v %v", res, err)
+	}
+	if got := testutil.ToFloat64(rg.c.m.calls.WithLabelValues("look", OutcomeSandboxUnavailable)); got != 2 {
+		t.Errorf("sandbox_unavailable outcomes for look = %v, want 2", got)
+	}
+	// Paused, then stopped while paused: gone for good.
+	sb.paused.Store(true)
+	if _, err := r.Call(ctx, "", "fail", nil); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatalf("paused again: %v", err)
+	}
+	sb.paused.Store(false)
+	sb.gone.Store(true)
+	r.mu.Lock()
+	r.retryAt = time.Now()
+	r.mu.Unlock()
+	if _, err := r.Call(ctx, "", "look", json.RawMessage(`{"path":"a"}`)); !errors.Is(err, sandbox.ErrGone) || errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatalf("stopped while paused: err = %v, want ErrGone alone", err)
+	}
+}
+
+// TestCallCutWhenSandboxPauses: a call that waits on something a pause
+// froze is cut short with the retryable error, instead of hanging until
+// the pause ends.
+func TestCallCutWhenSandboxPauses(t *testing.T) {
+	rg := newRig(t, nil)
+	ctx := context.Background()
+	r, err := rg.c.Open(ctx, RunSpec{ConversationID: "c-42", Workspace: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg.docker.opened[0].paused.Store(true)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, err = r.Call(ctx, "", "block", nil)
+	if !errors.Is(err, sandbox.ErrUnavailable) || ctx.Err() != nil {
+		t.Fatalf("a call blocked by a pause: err = %v (ctx %v), want ErrUnavailable before the caller's deadline", err, ctx.Err())
 	}
 }

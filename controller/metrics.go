@@ -18,8 +18,11 @@ const (
 	OutcomeBadInput    = "bad_input"    // *tools.InputError
 	OutcomeUnknown     = "unknown"      // tools.ErrUnknownTool or an unknown run
 	OutcomeSandboxGone = "sandbox_gone" // sandbox.ErrGone
-	OutcomeTooMany     = "too_many"     // ErrTooMany: the tenant's cap on calls in flight
-	OutcomeError       = "error"        // anything else (cancelled, internal)
+	// OutcomeSandboxUnavailable: paused, or its engine does not answer
+	// (sandbox.ErrUnavailable); the run is kept.
+	OutcomeSandboxUnavailable = "sandbox_unavailable"
+	OutcomeTooMany            = "too_many" // ErrTooMany: the tenant's cap on calls in flight
+	OutcomeError              = "error"    // anything else (cancelled, internal)
 )
 
 type metrics struct {
@@ -80,6 +83,8 @@ func outcome(res *tools.Result, err error) string {
 		return OutcomeTooMany
 	case errors.Is(err, tools.ErrUnknownTool), errors.Is(err, ErrUnknownRun), errors.Is(err, ErrRunExpired):
 		return OutcomeUnknown
+	case errors.Is(err, sandbox.ErrUnavailable):
+		return OutcomeSandboxUnavailable
 	case errors.Is(err, sandbox.ErrGone):
 		return OutcomeSandboxGone
 	}

@@ -59,6 +59,12 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// TimeToDead defaults to [DefaultTimeToDead].
 	TimeToDead time.Duration
+	// Suspended, when set, is asked before a silent heartbeat declares the
+	// kernel dead: true means the place the kernel runs in is paused or
+	// does not answer for now (a sandbox's sandbox.ErrUnavailable), so the
+	// silence is not the kernel's. Time-to-dead then counts again from
+	// zero: it runs only while that place answers.
+	Suspended func(ctx context.Context) bool
 	// Username goes into message headers; default "berth".
 	Username string
 	// Logger receives debug records (dropped messages, zmq4's own log).
@@ -89,7 +95,9 @@ type Client struct {
 	log      *slog.Logger
 	interval time.Duration
 	toDead   time.Duration
-	dial     DialFunc
+	// suspended is Config.Suspended, or nil.
+	suspended func(context.Context) bool
+	dial      DialFunc
 
 	ctx    context.Context // client lifetime: canceled by Close
 	cancel context.CancelFunc
@@ -131,18 +139,19 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		conn:     cfg.Conn,
-		codec:    codec,
-		session:  newID(),
-		username: cfg.Username,
-		log:      cfg.Logger,
-		interval: cfg.HeartbeatInterval,
-		toDead:   cfg.TimeToDead,
-		dial:     cfg.Dial,
-		dead:     make(chan struct{}),
-		pending:  map[string]*waiter{},
-		seen:     map[string]struct{}{},
-		ring:     make([]string, ReplayWindow),
+		conn:      cfg.Conn,
+		codec:     codec,
+		session:   newID(),
+		username:  cfg.Username,
+		log:       cfg.Logger,
+		interval:  cfg.HeartbeatInterval,
+		toDead:    cfg.TimeToDead,
+		suspended: cfg.Suspended,
+		dial:      cfg.Dial,
+		dead:      make(chan struct{}),
+		pending:   map[string]*waiter{},
+		seen:      map[string]struct{}{},
+		ring:      make([]string, ReplayWindow),
 	}
 	if c.username == "" {
 		c.username = "berth"

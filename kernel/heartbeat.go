@@ -65,6 +65,12 @@ func (c *Client) heartbeat() {
 			return
 		}
 		if silent := time.Since(last); silent >= c.toDead {
+			if c.isSuspended() {
+				// Paused or out of reach: not the kernel's silence.
+				c.log.Debug("kernel: heartbeat silent while its sandbox is suspended", "silent", silent, "err", err)
+				last = time.Now()
+				continue
+			}
 			c.markDead(fmt.Errorf("%w: no heartbeat reply for %s (last error: %v); its state is lost, start a new kernel", ErrDead, silent.Round(time.Millisecond), err))
 			return
 		}
@@ -114,4 +120,14 @@ func (c *Client) beat(hb *hbSocket) error {
 		<-done
 		return fmt.Errorf("no echo within %s", c.interval)
 	}
+}
+
+// isSuspended asks Config.Suspended, bounded by one interval.
+func (c *Client) isSuspended() bool {
+	if c.suspended == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.interval)
+	defer cancel()
+	return c.suspended(ctx)
 }

@@ -209,6 +209,14 @@ var (
 	// ErrGone means the sandbox's container stopped, was paused or removed, or
 	// its engine cannot be reached. Calls fail fast with it; nothing retries.
 	ErrGone = errors.New("sandbox is gone")
+	// ErrUnavailable marks an ErrGone that may pass: the container is
+	// paused, or its engine does not answer. Such errors wrap both, so that
+	// whatever is under way stops at once as for a gone sandbox, while the
+	// owner of the sandbox keeps it and asks Check again later: a Check
+	// that passes means the sandbox, and what still runs in it, can be
+	// used as before. A container that stopped, restarted or was removed
+	// is ErrGone alone.
+	ErrUnavailable = errors.New("sandbox is unavailable for now")
 	// ErrNotFound means no sandbox matches a reference or a conversation id.
 	ErrNotFound = errors.New("sandbox not found")
 	// ErrEscape means a name leaves the FS root: "..", an absolute path, or a

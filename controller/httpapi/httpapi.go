@@ -63,13 +63,14 @@
 //	404 sandbox_not_found  no container for the reference or conversation (sandbox.ErrNotFound)
 //	404 not_found          no such route
 //	405 method_not_allowed
-//	410 sandbox_gone       the run's container stopped, was removed, or its engine is unreachable (sandbox.ErrGone)
+//	410 sandbox_gone       the run's container stopped, restarted or was removed (sandbox.ErrGone): open a new run
 //	413 too_large          the body exceeds MaxBodyBytes
 //	421 misdirected        Host is not a loopback name while serving without a token
 //	429 too_many           the tenant's cap of open runs or calls in flight (controller.ErrTooMany): close a run or wait
 //	499 cancelled          the client went away (logged only; the client sees nothing)
 //	500 internal           anything else
 //	503 shutting_down      the controller is closing
+//	503 sandbox_unavailable the run's container is paused or its engine does not answer (sandbox.ErrUnavailable): the run is kept, retry
 //	504 timeout            the call's deadline passed
 //
 // 401 and 403 refusals before the body is read close the connection
@@ -624,6 +625,8 @@ func classify(err error) (int, string) {
 		return http.StatusForbidden, "denied"
 	case errors.As(err, &in), errors.Is(err, controller.ErrBadSpec):
 		return http.StatusBadRequest, "bad_request"
+	case errors.Is(err, sandbox.ErrUnavailable):
+		return http.StatusServiceUnavailable, "sandbox_unavailable"
 	case errors.Is(err, sandbox.ErrGone):
 		return http.StatusGone, "sandbox_gone"
 	case errors.Is(err, sandbox.ErrNotFound):

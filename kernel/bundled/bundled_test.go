@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -1567,5 +1568,55 @@ func TestToolEnvelope(t *testing.T) {
 	}
 	if _, err := ReplyOK(make(chan int)); err == nil {
 		t.Error("ReplyOK accepted a channel")
+	}
+}
+
+// TestSuspendedKernelIsNotDead freezes a kernel with its whole process
+// group, as a docker pause freezes a container. While Suspended says its
+// sandbox is paused, the silent heartbeat does not declare it dead,
+// however many times time-to-dead passes, and once thawed it runs cells
+// with its state intact. The same freeze without that is death.
+func TestSuspendedKernelIsNotDead(t *testing.T) {
+	r := pythonRunners(t)[0]
+	k := start(t, r)
+	var paused atomic.Bool
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	c, err := kernel.Connect(ctx, kernel.Config{
+		Conn: k.info, HeartbeatInterval: 100 * time.Millisecond, TimeToDead: 300 * time.Millisecond,
+		Suspended: func(context.Context) bool { return paused.Load() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if rep, ev := run(t, c, "x = 41", kernel.ExecuteOptions{}); rep.Status != "ok" {
+		t.Fatalf("%+v %s", rep, describe(ev))
+	}
+	group := -k.cmd.Process.Pid
+	paused.Store(true)
+	if err := syscall.Kill(group, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is to happen here; wait many times time-to-dead for it.
+	select {
+	case <-c.Dead():
+		syscall.Kill(group, syscall.SIGCONT)
+		t.Fatalf("a kernel of a paused sandbox was declared dead: %v", c.Err())
+	case <-time.After(2 * time.Second):
+	}
+	syscall.Kill(group, syscall.SIGCONT)
+	paused.Store(false)
+	if rep, ev := run(t, c, "x + 1", kernel.ExecuteOptions{}); rep.Status != "ok" || resultText(t, ev) != "42" {
+		t.Fatalf("after the pause: %+v %s", rep, describe(ev))
+	}
+	if err := syscall.Kill(group, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(group, syscall.SIGCONT)
+	select {
+	case <-c.Dead():
+	case <-time.After(deadTimeout):
+		t.Fatal("a frozen kernel whose sandbox answers was not declared dead")
 	}
 }

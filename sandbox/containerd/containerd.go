@@ -145,8 +145,8 @@ func New(opts ...Option) (*Provider, error) {
 func (p *Provider) newClient() (*client.Client, error) {
 	cli, err := client.New(p.opts.address, client.WithTimeout(callTimeout))
 	if err != nil {
-		return nil, fmt.Errorf("containerd: connect to %s: %w; check that containerd runs and berth may open its socket (root): %w",
-			p.opts.address, err, sandbox.ErrGone)
+		return nil, fmt.Errorf("containerd: connect to %s: %w; check that containerd runs and berth may open its socket (root): %w: %w",
+			p.opts.address, err, sandbox.ErrUnavailable, sandbox.ErrGone)
 	}
 	return cli, nil
 }
@@ -359,7 +359,7 @@ func timeoutError(parent, bounded context.Context, err error) error {
 	if errors.Is(err, sandbox.ErrGone) || parent.Err() != nil || bounded.Err() == nil {
 		return err
 	}
-	return fmt.Errorf("containerd: no answer within %v (%v); check that containerd runs and its socket: %w", callTimeout, err, sandbox.ErrGone)
+	return fmt.Errorf("containerd: no answer within %v (%v); check that containerd runs and its socket: %w: %w", callTimeout, err, sandbox.ErrUnavailable, sandbox.ErrGone)
 }
 
 // daemonError wraps a failure to talk to containerd; an unreachable daemon
@@ -369,7 +369,7 @@ func daemonError(what string, err error) error {
 		what = " about container " + what
 	}
 	if errdefs.IsUnavailable(err) {
-		return fmt.Errorf("containerd: cannot reach containerd%s (%v); check that it runs and its socket: %w", what, err, sandbox.ErrGone)
+		return fmt.Errorf("containerd: cannot reach containerd%s (%v); check that it runs and its socket: %w: %w", what, err, sandbox.ErrUnavailable, sandbox.ErrGone)
 	}
 	return fmt.Errorf("containerd: asking containerd%s: %w", what, err)
 }

@@ -93,7 +93,7 @@ func (t *Transport) task(ctx context.Context) (client.Task, error) {
 	case client.Running:
 		return task, nil
 	case client.Paused, client.Pausing:
-		return nil, fmt.Errorf("containerd: container %s is paused; exec would block until it is resumed: %w", t.name(), sandbox.ErrGone)
+		return nil, fmt.Errorf("containerd: container %s is paused; exec would block until it is resumed: %w: %w", t.name(), sandbox.ErrUnavailable, sandbox.ErrGone)
 	case client.Stopped:
 		return nil, fmt.Errorf("containerd: container %s stopped (exit code %d); berth does not start containers, so use a running one: %w", t.name(), st.ExitStatus, sandbox.ErrGone)
 	}

@@ -186,7 +186,7 @@ func stateError(name string, st *container.State) error {
 	}
 	switch {
 	case st.Paused:
-		return fmt.Errorf("docker: container %s is paused; exec would block until it is unpaused (docker unpause): %w", name, sandbox.ErrGone)
+		return fmt.Errorf("docker: container %s is paused; exec would block until it is unpaused (docker unpause): %w: %w", name, sandbox.ErrUnavailable, sandbox.ErrGone)
 	case st.Restarting:
 		return fmt.Errorf("docker: container %s is restarting; open it again once it runs: %w", name, sandbox.ErrGone)
 	case st.Running:
@@ -207,13 +207,13 @@ func stateError(name string, st *container.State) error {
 }
 
 // engineError wraps a failure to talk to the engine; an unreachable engine
-// is ErrGone.
+// is ErrGone and ErrUnavailable (it may come back).
 func engineError(what string, err error) error {
 	if what != "" {
 		what = " about container " + what
 	}
 	if client.IsErrConnectionFailed(err) {
-		return fmt.Errorf("docker: cannot reach the Docker engine%s (%v); check that dockerd runs and DOCKER_HOST: %w", what, err, sandbox.ErrGone)
+		return fmt.Errorf("docker: cannot reach the Docker engine%s (%v); check that dockerd runs and DOCKER_HOST: %w: %w", what, err, sandbox.ErrUnavailable, sandbox.ErrGone)
 	}
 	return fmt.Errorf("docker: asking the engine%s: %w", what, err)
 }

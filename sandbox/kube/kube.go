@@ -400,12 +400,12 @@ func unreachable(err error) bool {
 }
 
 // apiError wraps the failure of an API call: an unreachable API server is
-// sandbox.ErrGone; a refusal says which permissions berth needs.
+// sandbox.ErrGone and ErrUnavailable (it may come back); a refusal says which permissions berth needs.
 func apiError(host, what, ns string, err error) error {
 	switch {
 	case unreachable(err):
-		return fmt.Errorf("kube: %s: cannot reach the API server at %s (%v); check that the cluster runs and that the kubeconfig or in-cluster account points at it: %w",
-			what, host, err, sandbox.ErrGone)
+		return fmt.Errorf("kube: %s: cannot reach the API server at %s (%v); check that the cluster runs and that the kubeconfig or in-cluster account points at it: %w: %w",
+			what, host, err, sandbox.ErrUnavailable, sandbox.ErrGone)
 	case apierrors.IsForbidden(err):
 		where := "namespace " + ns
 		if ns == "" {

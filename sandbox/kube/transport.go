@@ -120,7 +120,7 @@ func (t *Transport) explain(ctx context.Context, op string, err error) error {
 	}
 	c := cause(err)
 	if unreachable(c) {
-		return fmt.Errorf("kube: %s in %s: the connection to the API server or the kubelet broke (%v); check that the cluster runs: %w", op, t.name(), err, sandbox.ErrGone)
+		return fmt.Errorf("kube: %s in %s: the connection to the API server or the kubelet broke (%v); check that the cluster runs: %w: %w", op, t.name(), err, sandbox.ErrUnavailable, sandbox.ErrGone)
 	}
 	if apierrors.IsForbidden(c) {
 		return fmt.Errorf("kube: %s in %s: %w; grant berth's account the rules of kube.Rules() (pods/exec create) in namespace %s", op, t.name(), err, t.ns)

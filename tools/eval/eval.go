@@ -517,6 +517,11 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
 			return s.sb.Dial(ctx, network, address)
 		},
+		// A paused sandbox freezes the kernel too: its silence is not
+		// death, and its state is kept for when the sandbox is back.
+		Suspended: func(ctx context.Context) bool {
+			return errors.Is(s.sb.Check(ctx), sandbox.ErrUnavailable)
+		},
 	})
 	ccancel()
 	if err != nil {
