@@ -32,7 +32,7 @@ type Input struct {
 	Action string `json:"action" jsonschema:"what to ask; the tool's description says what each action reads"`
 	File   string `json:"file,omitempty" jsonschema:"the file, relative to the workspace; \"*\" with diagnostics runs the project check"`
 	Line   int    `json:"line,omitempty" jsonschema:"1-based line of the symbol"`
-	Symbol string `json:"symbol,omitempty" jsonschema:"text of the symbol on that line (a substring); \"name#2\" picks its second occurrence on the line"`
+	Symbol string `json:"symbol,omitempty" jsonschema:"the identifier on that line; a whole identifier is matched first, a part of one only when none matches; \"name#2\" picks its second occurrence on the line"`
 	Query  string `json:"query,omitempty" jsonschema:"symbols: search the whole workspace for this name"`
 }
 
@@ -97,7 +97,7 @@ func actionNames() []string {
 func describe(servers string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Ask the project's language server (%s) running in the sandbox.\n", servers)
-	b.WriteString("Positions are a 1-based line plus the symbol's text on that line — never a column.")
+	b.WriteString("Positions are a 1-based line plus the symbol's identifier on that line — never a column; each answer says what it resolved (\"resolved at main.go:11:15-20\").")
 	for _, a := range actions {
 		fmt.Fprintf(&b, "\n- %s %s: %s.", a.name, a.args, a.doc)
 	}

@@ -106,7 +106,9 @@ func TestGoplsOnHost(t *testing.T) {
 	h := newHostRun(t, lsp.Options{})
 	e := h.env()
 	e.PutAll(t, lsptest.GoProject)
+	e.PutAll(t, lsptest.GoResolveProject)
 	t.Run("actions", func(t *testing.T) { lsptest.CheckGo(t, e) })
+	t.Run("resolve", func(t *testing.T) { lsptest.CheckGoResolve(t, e) })
 	t.Run("write", func(t *testing.T) { lsptest.CheckGoWriteScenario(t, e) })
 	t.Run("rename", func(t *testing.T) { lsptest.CheckGoRename(t, e) })
 	t.Run("lifecycle", func(t *testing.T) { lsptest.CheckLifecycle(t, e, "gopls", "main.go", 11, "Hello") })
@@ -117,7 +119,9 @@ func TestPylspOnHost(t *testing.T) {
 	h := newHostRun(t, lsp.Options{})
 	e := h.env()
 	e.PutAll(t, lsptest.PythonProject)
-	lsptest.CheckPython(t, e)
+	e.PutAll(t, lsptest.PythonResolveProject)
+	t.Run("actions", func(t *testing.T) { lsptest.CheckPython(t, e) })
+	t.Run("resolve", func(t *testing.T) { lsptest.CheckPythonResolve(t, e) })
 }
 
 // statusRow is one row of lsp status's structuredContent.

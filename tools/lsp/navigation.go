@@ -63,6 +63,11 @@ func (s *Supervisor) navigate(ctx context.Context, q *query, at spot, ans answer
 	if at.t.note != "" {
 		res.Content = append([]tools.Content{{Type: "text", Text: at.t.note}}, res.Content...)
 	}
+	if sc, ok := res.StructuredContent.(map[string]any); ok {
+		sc["resolved"] = at.t.resolved()
+	} else if res.StructuredContent == nil {
+		res.StructuredContent = map[string]any{"resolved": at.t.resolved()}
+	}
 	return res, nil
 }
 
@@ -86,8 +91,7 @@ func (s *Supervisor) references(ctx context.Context, q *query, at spot) (*tools.
 
 // locations renders a location list grouped by file, with source lines.
 func (s *Supervisor) locations(ctx context.Context, at spot, locs []lspc.Location, limit int, enc string) (*tools.Result, error) {
-	what := strings.ReplaceAll(at.action, "_", " ")
-	head := fmt.Sprintf("%s of %q (%s:%d)", what, at.t.symbol, at.t.name, at.t.line)
+	head := at.t.head(strings.ReplaceAll(at.action, "_", " "))
 	if len(locs) == 0 {
 		return tools.Textf("%s: none found", head), nil
 	}
@@ -236,7 +240,7 @@ func (s *Supervisor) hover(ctx context.Context, q *query, at spot) (*tools.Resul
 	if err != nil {
 		return nil, err
 	}
-	head := fmt.Sprintf("hover of %q (%s:%d)", t.symbol, t.name, t.line)
+	head := t.head("hover")
 	if h == nil {
 		return tools.Textf("%s: the server has nothing to show here", head), nil
 	}
@@ -268,7 +272,7 @@ func (s *Supervisor) codeActions(ctx context.Context, q *query, at spot) (*tools
 		cancel()
 	}
 	end := pos
-	end.Character = lspc.Character(t.lineText, t.byteCol+len(t.symbol), q.c.PositionEncoding())
+	end.Character = lspc.Character(t.lineText, t.byteCol+len(t.ident), q.c.PositionEncoding())
 	rng := lspc.Range{Start: pos, End: end}
 	var diags []lspc.Diagnostic
 	if set, ok := q.c.Diagnostics(uri); ok {
@@ -282,7 +286,7 @@ func (s *Supervisor) codeActions(ctx context.Context, q *query, at spot) (*tools
 	if err != nil {
 		return nil, err
 	}
-	head := fmt.Sprintf("code actions at %q (%s:%d)", t.symbol, t.name, t.line)
+	head := t.head("code actions")
 	// Actions that only run an editor command (open documentation, toggle
 	// a view) are of no use here; fixes with edits come first.
 	hidden := 0

@@ -156,8 +156,8 @@ func CheckGo(t *testing.T, e Env) {
 		"greet/greet.go:15:6", "main.go:11:15", "main.go:13:20")
 	// A symbol occurring twice on a line: the first is used, and the
 	// result says how to pick the second.
-	r := e.ok(t, "lsp", map[string]any{"action": "definition", "file": "greet/greet.go", "line": 15, "symbol": "g"}, `"g#2"`)
-	_ = r
+	wantLocs(t, "definition of the first name on line 12", e.locations(t, map[string]any{"action": "definition", "file": "greet/greet.go", "line": 12, "symbol": "name"}), "greet/greet.go:12:22")
+	e.ok(t, "lsp", map[string]any{"action": "definition", "file": "greet/greet.go", "line": 12, "symbol": "name"}, `"name#2"`)
 	wantLocs(t, "definition of Greeter via occurrence", e.locations(t, map[string]any{"action": "definition", "file": "greet/greet.go", "line": 15, "symbol": "Greeter"}), "greet/greet.go:4:6")
 	wantLocs(t, "definition of the second Greet on line 16", e.locations(t, map[string]any{"action": "definition", "file": "greet/greet.go", "line": 16, "symbol": "Greet"}), "greet/greet.go:5:2")
 	e.ok(t, "lsp", map[string]any{"action": "hover", "file": "main.go", "line": 11, "symbol": "Hello"}, "func greet.Hello(g greet.Greeter, name string) string", "Hello greets name with g.")
@@ -242,7 +242,7 @@ func CheckGoRename(t *testing.T, e Env) {
 	// workspace: refused, nothing changed.
 	e.fails(t, "lsp_rename", map[string]any{"file": "main.go", "line": 12, "symbol": "Println", "new_name": "PrintlnX"}, "outside the workspace", "nothing was changed")
 	e.fails(t, "lsp_rename", map[string]any{"file": "main.go", "line": 11, "symbol": "Hello", "new_name": " "}, "new_name is required")
-	e.ok(t, "lsp_rename", map[string]any{"file": "main.go", "line": 11, "symbol": "Hello", "new_name": "SayHello"}, "4 edits in 2 files", "M greet/greet.go", "M main.go", "no new problems")
+	e.ok(t, "lsp_rename", map[string]any{"file": "main.go", "line": 11, "symbol": "Hello", "new_name": "SayHello"}, "4 occurrences in 2 files: greet/greet.go (2), main.go (2)", "no new problems")
 	if got := readBack(t, e, "main.go"); strings.Count(got, "greet.SayHello(") != 2 || strings.Contains(got, "greet.Hello(") {
 		t.Fatalf("main.go after rename:\n%s", got)
 	}
@@ -251,7 +251,7 @@ func CheckGoRename(t *testing.T, e Env) {
 	}
 	// The server knows: a definition query on the new name answers.
 	wantLocs(t, "definition after rename", e.locations(t, map[string]any{"action": "definition", "file": "main.go", "line": 11, "symbol": "SayHello"}), "greet/greet.go:15:6")
-	e.ok(t, "lsp_rename", map[string]any{"file": "main.go", "line": 11, "symbol": "SayHello", "new_name": "Hello"}, "4 edits in 2 files")
+	e.ok(t, "lsp_rename", map[string]any{"file": "main.go", "line": 11, "symbol": "SayHello", "new_name": "Hello"}, "4 occurrences in 2 files")
 }
 
 var pidRe = regexp.MustCompile(`pid (\d+)`)
@@ -358,4 +358,134 @@ func CheckPython(t *testing.T, e Env) {
 	e.ok(t, "edit", map[string]any{"path": "main.py", "old_string": `print(hello(wrld))`, "new_string": "\n\nprint(hello(wrld))"}, "no new problems")
 	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "main.py"}, "main.py:5:13: error: undefined name 'wrld'")
 	e.PutAll(t, PythonProject)
+}
+
+// GoResolveProject is a package added to GoProject for whole-identifier
+// resolution (LSP-2): a line where "page" is only part of identifiers, and
+// a method named like a part of the variable it is called on. Known
+// positions: pager/pager.go: page_count 3:6, the line 6 `pages :=
+// page_count(n, per_page)`; pager/codec.go: encode 5:18, line 10 `return
+// _default_encoder.encode(obj)` with encode at 10:26-32.
+var GoResolveProject = map[string]string{
+	"pager/pager.go": `package pager
+
+func page_count(n, per_page int) int { return (n + per_page - 1) / per_page }
+
+func Pages(n, per_page int) int {
+	pages := page_count(n, per_page)
+	return pages
+}
+`,
+	"pager/codec.go": `package pager
+
+type encoder struct{}
+
+func (encoder) encode(v any) string { return "" }
+
+var _default_encoder encoder
+
+func Dumps(obj any) string {
+	return _default_encoder.encode(obj)
+}
+`,
+}
+
+// CheckGoResolve checks whole-identifier resolution with GoResolveProject
+// (already in the workspace): the identifier is found whole, a part of one
+// is said to be a part, and lsp_rename refuses a part and renames the
+// whole identifier only, counting its occurrences.
+func CheckGoResolve(t *testing.T, e Env) {
+	t.Helper()
+	checkResolve(t, e, resolveCase{
+		encodeFile: "pager/codec.go", encodeLine: 10, encodeAt: "(resolved at pager/codec.go:10:26-32)", encodeDef: "pager/codec.go:5:16",
+		pageFile: "pager/pager.go", pageLine: 6, pagesAt: "pager/pager.go:6:2-7", call: "page_count(n",
+		renamed: "2 occurrences in 1 file: pager/pager.go (2)",
+	})
+}
+
+// PythonResolveProject is CheckGoResolve's fixture in Python, for pylsp:
+// pager.py line 6 `pages = page_count(len(items), per_page)`; codec.py
+// line 10 `return _default_encoder.encode(obj)` (encode at 10:29-35),
+// Encoder.encode at 2:9; main.py calls page_count once.
+var PythonResolveProject = map[string]string{
+	"pager.py": `def page_count(total, per_page):
+    return (total + per_page - 1) // per_page
+
+
+def paginate(items, per_page):
+    pages = page_count(len(items), per_page)
+    return [items[i * per_page:(i + 1) * per_page] for i in range(pages)]
+`,
+	"codec.py": `class Encoder:
+    def encode(self, obj):
+        return str(obj)
+
+
+_default_encoder = Encoder()
+
+
+def dumps(obj):
+    return _default_encoder.encode(obj)
+`,
+	"usepager.py": `from pager import page_count
+
+print(page_count(10, 3))
+`,
+}
+
+// CheckPythonResolve is CheckGoResolve with PythonResolveProject, for
+// pylsp.
+func CheckPythonResolve(t *testing.T, e Env) {
+	t.Helper()
+	checkResolve(t, e, resolveCase{
+		encodeFile: "codec.py", encodeLine: 10, encodeAt: "(resolved at codec.py:10:29-35)", encodeDef: "codec.py:2:9",
+		pageFile: "pager.py", pageLine: 6, pagesAt: "pager.py:6:5-10", call: "page_count(len",
+		renamed: "4 occurrences in 2 files: pager.py (2), usepager.py (2)",
+	})
+}
+
+// resolveCase is one language's fixture for checkResolve.
+type resolveCase struct {
+	encodeFile, encodeAt, encodeDef string
+	encodeLine                      int
+	pageFile, pagesAt               string
+	pageLine                        int
+	call                            string // the call of page_count on pageLine, with its "("
+	renamed                         string // what renaming page_count says
+}
+
+func checkResolve(t *testing.T, e Env, c resolveCase) {
+	t.Helper()
+	// "encode" is part of "_default_encoder" too; the method is meant.
+	def := map[string]any{"action": "definition", "file": c.encodeFile, "line": c.encodeLine, "symbol": "encode"}
+	wantLocs(t, "definition of encode", e.locations(t, def), c.encodeDef)
+	r := e.ok(t, "lsp", def, c.encodeAt)
+	var sc struct {
+		Resolved struct {
+			Symbol    string `json:"symbol"`
+			Column    int    `json:"column"`
+			EndColumn int    `json:"end_column"`
+		} `json:"resolved"`
+	}
+	if err := json.Unmarshal(r.Structured, &sc); err != nil || sc.Resolved.Symbol != "encode" || sc.Resolved.EndColumn-sc.Resolved.Column != len("encode") {
+		t.Fatalf("structured resolved: %v %s", err, r.Structured)
+	}
+	// "page" is only part of pages, page_count and per_page: navigation
+	// resolves the first and says so; rename refuses and changes nothing.
+	before := readBack(t, e, c.pageFile)
+	e.ok(t, "lsp", map[string]any{"action": "hover", "file": c.pageFile, "line": c.pageLine, "symbol": "page"},
+		`"page" is no whole identifier`, `resolved "pages"`, `"page_count"`, `"per_page"`, "(resolved at "+c.pagesAt+")")
+	e.fails(t, "lsp_rename", map[string]any{"file": c.pageFile, "line": c.pageLine, "symbol": "page", "new_name": "page_no"},
+		`"page" is only part of an identifier`, `"pages"`, `"page_count"`, `"per_page"`, "nothing was changed")
+	e.fails(t, "lsp_rename", map[string]any{"file": c.pageFile, "line": c.pageLine, "symbol": c.call, "new_name": "page_no"}, "not one identifier", `resolved to "page_count"`, "nothing was changed")
+	if got := readBack(t, e, c.pageFile); got != before {
+		t.Fatalf("a refused rename changed %s:\n%s", c.pageFile, got)
+	}
+	// The whole identifier is renamed, and nothing that only contains it.
+	e.ok(t, "lsp_rename", map[string]any{"file": c.pageFile, "line": c.pageLine, "symbol": "page_count", "new_name": "count_pages"}, c.renamed)
+	got := readBack(t, e, c.pageFile)
+	if strings.Contains(got, "page_count") || !strings.Contains(got, "count_pages(") || !strings.Contains(got, "pages") || !strings.Contains(got, "per_page") {
+		t.Fatalf("%s after renaming page_count:\n%s", c.pageFile, got)
+	}
+	e.ok(t, "lsp_rename", map[string]any{"file": c.pageFile, "line": c.pageLine, "symbol": "count_pages", "new_name": "page_count"}, c.renamed)
 }
