@@ -116,7 +116,10 @@ func (s *Supervisor) workspaceServers(ctx context.Context) ([]*query, error) {
 	seen := map[string]bool{} // one server per language
 	for _, c := range choices {
 		lang := langSet(c.Server)
-		if !c.Usable() || seen[lang] {
+		// A server that would only fall back to the root is not started
+		// for a question about the whole workspace: a Go workspace has no
+		// Python to ask pylsp about.
+		if !c.Usable() || c.Fallback || seen[lang] {
 			continue
 		}
 		seen[lang] = true

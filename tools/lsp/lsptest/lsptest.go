@@ -210,8 +210,9 @@ func CheckGoWriteScenario(t *testing.T, e Env) {
 	if strings.Contains(r.Text, "main.go:") {
 		t.Fatalf("the old errors in main.go were reported again:\n%s", r.Text)
 	}
-	// Fixing it all: nothing new, and the file check says so.
-	e.ok(t, "edit", map[string]any{"path": "greet/greet.go", "old_string": "name, punct string", "new_string": "name string"}, "no new problems")
+	// Fixing it all: nothing new, the three errors counted as fixed, and
+	// the file check says so.
+	e.ok(t, "edit", map[string]any{"path": "greet/greet.go", "old_string": "name, punct string", "new_string": "name string"}, "no new problems; fixed 3 problems")
 	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "other.go"}, "none")
 	// A change behind the server's back (a shell command) is seen by the
 	// next query.
@@ -300,9 +301,9 @@ func CheckLifecycle(t *testing.T, e Env, server, file string, line int, symbol s
 	}
 }
 
-// CheckStatusMissing checks that status names the missing half: markerless
-// is a file whose project has no marker, and binaryless a server of the
-// table whose binary is absent from the sandbox.
+// CheckStatusMissing checks that status names the missing half:
+// binaryless is a server of the table whose binary is absent from the
+// sandbox.
 func CheckStatusMissing(t *testing.T, e Env, binaryless string) {
 	t.Helper()
 	e.Put(t, "loose/x.go", "package loose\n")
@@ -311,12 +312,7 @@ func CheckStatusMissing(t *testing.T, e Env, binaryless string) {
 	if !strings.Contains(st.Text, "binary missing: no "+binaryless) {
 		t.Fatalf("status does not say %s's binary is missing:\n%s", binaryless, st.Text)
 	}
-	e.Sh(t, "mkdir -p /tmp/nomarker && true")
-	// The workspace root has go.mod; a Python file has no Python marker.
-	e.Put(t, "py/x.py", "x = 1\n")
-	r := e.fails(t, "lsp", map[string]any{"action": "hover", "file": "py/x.py", "line": 1, "symbol": "x"}, "marker missing", "setup.py")
-	_ = r
-	e.Sh(t, "rm -rf loose py")
+	e.Sh(t, "rm -rf loose")
 }
 
 // PythonProject is a small package for pylsp. Known positions:
@@ -357,7 +353,36 @@ func CheckPython(t *testing.T, e Env) {
 	_ = r
 	e.ok(t, "edit", map[string]any{"path": "main.py", "old_string": `print(hello(wrld))`, "new_string": "\n\nprint(hello(wrld))"}, "no new problems")
 	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "main.py"}, "main.py:5:13: error: undefined name 'wrld'")
+	// Fixing it says so.
+	e.ok(t, "edit", map[string]any{"path": "main.py", "old_string": `print(hello(wrld))`, "new_string": `print(hello("world"))`}, "no new problems; fixed 1 problem")
 	e.PutAll(t, PythonProject)
+}
+
+// CheckPythonNoMarker checks pylsp on a Python file with no root marker
+// anywhere (no setup.py, pyproject.toml, …; the workspace must have none):
+// pylsp serves it from the workspace root, status says so, and writes are
+// diagnosed.
+func CheckPythonNoMarker(t *testing.T, e Env) {
+	t.Helper()
+	e.Put(t, "loose.py", "def f(x):\n    return x\n")
+	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "loose.py"}, "diagnostics of loose.py (pylsp): none")
+	e.ok(t, "lsp", map[string]any{"action": "status", "file": "loose.py"}, "pylsp: running; root the workspace root (no marker found; pylsp works without one)")
+	e.ok(t, "edit", map[string]any{"path": "loose.py", "old_string": "return x", "new_string": "return y"}, "diagnostics (pylsp): 1 new problem", "loose.py:2:12: error: undefined name 'y'")
+	e.ok(t, "edit", map[string]any{"path": "loose.py", "old_string": "return y", "new_string": "return x"}, "fixed 1 problem")
+	e.Sh(t, "rm -f loose.py")
+}
+
+// CheckNoServerSaysSo checks that a write no language server can diagnose
+// says so, once per run for each reason: file (content) is of a language
+// whose server is missing, and why is the reason the result gives.
+func CheckNoServerSaysSo(t *testing.T, e Env, file, content, why string) {
+	t.Helper()
+	e.ok(t, "write", map[string]any{"path": file, "content": content}, "diagnostics: none available ("+why)
+	if r := e.ok(t, "write", map[string]any{"path": file, "content": content + "\n"}); strings.Contains(r.Text, "diagnostics") {
+		t.Fatalf("the reason was given twice in a run:\n%s", r.Text)
+	}
+	e.ok(t, "write", map[string]any{"path": "notes/berth-check.md", "content": "# notes\n"}, "diagnostics: none available (no language server handles .md files)")
+	e.Sh(t, "rm -rf notes "+file)
 }
 
 // GoResolveProject is a package added to GoProject for whole-identifier
