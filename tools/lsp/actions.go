@@ -14,6 +14,7 @@ import (
 // Caps of the lsp tool (docs/tools.md §2).
 const (
 	MaxReferences       = 50
+	MaxCalls            = 50
 	MaxWorkspaceSymbols = 100
 	MaxDocumentSymbols  = 200
 	MaxLocations        = 50
@@ -34,6 +35,7 @@ type Input struct {
 	Line   int    `json:"line,omitempty" jsonschema:"1-based line of the symbol"`
 	Symbol string `json:"symbol,omitempty" jsonschema:"the identifier on that line; a whole identifier is matched first, a part of one only when none matches; \"name#2\" picks its second occurrence on the line"`
 	Query  string `json:"query,omitempty" jsonschema:"symbols: search the whole workspace for this name"`
+	Start  int    `json:"start,omitempty" jsonschema:"lists (references, calls, symbols): skip this many items, to page past the first ones"`
 }
 
 // Register adds lsp (read) and lsp_rename (write) to r, bound to a new
@@ -65,17 +67,23 @@ type action struct {
 // handler runs one action of an lsp call.
 type handler func(s *Supervisor, ctx context.Context, in Input) (*tools.Result, error)
 
-// atSymbol is what a position action reads (LSP-2).
-const atSymbol = "file, line, symbol"
+// atSymbol is what a position action reads (LSP-2), and atSymbolPaged
+// what one that answers a list reads.
+const (
+	atSymbol      = "file, line, symbol"
+	atSymbolPaged = "file, line, symbol[, start]"
+)
 
 // actions is the lsp tool's table, in the order its description lists
 // them (docs/tools.md §2).
 var actions = []action{
 	{"diagnostics", "file", fmt.Sprintf(`errors and warnings of the file (first %d); file "*" runs the project check (go vet, cargo check, tsc, pyright/mypy)`, MaxDiagnostics), (*Supervisor).diagnostics},
-	{"definition", atSymbol, fmt.Sprintf("where the symbol is defined (first %d)", MaxLocations), navigation("textDocument/definition", (*Supervisor).locationsAt)},
-	{"type_definition", atSymbol, fmt.Sprintf("where its type is defined (first %d)", MaxLocations), navigation("textDocument/typeDefinition", (*Supervisor).locationsAt)},
-	{"implementation", atSymbol, fmt.Sprintf("what implements it (first %d)", MaxLocations), navigation("textDocument/implementation", (*Supervisor).locationsAt)},
-	{"references", atSymbol, fmt.Sprintf("every use, grouped by file (first %d)", MaxReferences), navigation("textDocument/references", (*Supervisor).references)},
+	{"definition", atSymbolPaged, fmt.Sprintf("where the symbol is defined (first %d)", MaxLocations), navigation("textDocument/definition", (*Supervisor).locationsAt)},
+	{"type_definition", atSymbolPaged, fmt.Sprintf("where its type is defined (first %d)", MaxLocations), navigation("textDocument/typeDefinition", (*Supervisor).locationsAt)},
+	{"implementation", atSymbolPaged, fmt.Sprintf("what implements it (first %d)", MaxLocations), navigation("textDocument/implementation", (*Supervisor).locationsAt)},
+	{"references", atSymbolPaged, fmt.Sprintf("every use, grouped by file (first %d)", MaxReferences), navigation("textDocument/references", (*Supervisor).references)},
+	{"incoming_calls", atSymbolPaged, fmt.Sprintf("who calls the function: each call site, in its caller (first %d)", MaxCalls), navigation("textDocument/prepareCallHierarchy", calls(true))},
+	{"outgoing_calls", atSymbolPaged, fmt.Sprintf("what the function calls: each call site in it, with the callee (first %d)", MaxCalls), navigation("textDocument/prepareCallHierarchy", calls(false))},
 	{"hover", atSymbol, fmt.Sprintf("its signature and doc (first %d characters)", MaxHoverChars), navigation("textDocument/hover", (*Supervisor).hover)},
 	{"symbols", "query or file", fmt.Sprintf("query searches the workspace (first %d); file lists the file's symbols (first %d)", MaxWorkspaceSymbols, MaxDocumentSymbols), (*Supervisor).symbols},
 	{"code_actions", atSymbol, fmt.Sprintf("the server's quick fixes there, listed, not applied (first %d)", MaxCodeActions), navigation("textDocument/codeAction", (*Supervisor).codeActions)},

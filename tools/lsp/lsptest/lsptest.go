@@ -160,6 +160,12 @@ func CheckGo(t *testing.T, e Env) {
 	e.ok(t, "lsp", map[string]any{"action": "definition", "file": "greet/greet.go", "line": 12, "symbol": "name"}, `"name#2"`)
 	wantLocs(t, "definition of Greeter via occurrence", e.locations(t, map[string]any{"action": "definition", "file": "greet/greet.go", "line": 15, "symbol": "Greeter"}), "greet/greet.go:4:6")
 	wantLocs(t, "definition of the second Greet on line 16", e.locations(t, map[string]any{"action": "definition", "file": "greet/greet.go", "line": 16, "symbol": "Greet"}), "greet/greet.go:5:2")
+	// Every use says where it is; so do the calls, both ways.
+	e.ok(t, "lsp", map[string]any{"action": "references", "file": "greet/greet.go", "line": 15, "symbol": "Hello"}, "  11:15 in main  msg := greet.Hello", "  13:20 in main  fmt.Println")
+	wantLocs(t, "incoming calls of Hello", e.locations(t, map[string]any{"action": "incoming_calls", "file": "greet/greet.go", "line": 15, "symbol": "Hello"}), "main.go:11:15", "main.go:13:20")
+	e.ok(t, "lsp", map[string]any{"action": "incoming_calls", "file": "main.go", "line": 11, "symbol": "Hello"}, "2 calls in 1 file", "11:15 in main", "13:20 in main")
+	e.ok(t, "lsp", map[string]any{"action": "outgoing_calls", "file": "greet/greet.go", "line": 15, "symbol": "Hello"}, "1 call in 1 file", "16:11 calls Greeter.Greet greet/greet.go:5  return g.Greet(name)")
+	e.ok(t, "lsp", map[string]any{"action": "implementation", "file": "greet/greet.go", "line": 5, "symbol": "Greet"}, "12:16  func (English) Greet")
 	e.ok(t, "lsp", map[string]any{"action": "hover", "file": "main.go", "line": 11, "symbol": "Hello"}, "func greet.Hello(g greet.Greeter, name string) string", "Hello greets name with g.")
 	e.ok(t, "lsp", map[string]any{"action": "symbols", "query": "Hello"}, "Hello", "greet/greet.go:15:6")
 	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "greet/greet.go"}, "4: interface Greeter", "  5: method Greet", "9: struct English", "15: function Hello")
@@ -346,6 +352,11 @@ func CheckPython(t *testing.T, e Env) {
 	e.ok(t, "lsp", map[string]any{"action": "hover", "file": "main.py", "line": 3, "symbol": "hello"}, "hello(name)", "Greet name.")
 	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "pkg/greet.py"}, "function hello", "class English", "greet")
 	e.fails(t, "lsp", map[string]any{"action": "implementation", "file": "main.py", "line": 4, "symbol": "English"}, "pylsp does not offer implementation")
+	// A use says which function or method it is in; pylsp has no call
+	// hierarchy, and says so.
+	e.ok(t, "lsp", map[string]any{"action": "references", "file": "pkg/greet.py", "line": 1, "symbol": "hello"}, "  7:16 in English.greet  return hello(name)", "  3:7  print(hello", "  1:23  from pkg.greet import")
+	e.fails(t, "lsp", map[string]any{"action": "incoming_calls", "file": "pkg/greet.py", "line": 1, "symbol": "hello"}, "pylsp does not offer incoming_calls")
+	e.fails(t, "lsp", map[string]any{"action": "outgoing_calls", "file": "pkg/greet.py", "line": 6, "symbol": "greet"}, "pylsp does not offer outgoing_calls")
 	// Diagnostics on write: pyflakes's undefined name, once.
 	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "main.py"}, "none")
 	r := e.ok(t, "edit", map[string]any{"path": "main.py", "old_string": `print(hello("world"))`, "new_string": `print(hello(wrld))`},
