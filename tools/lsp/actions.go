@@ -36,6 +36,8 @@ type Input struct {
 	Symbol string `json:"symbol,omitempty" jsonschema:"the identifier on that line; a whole identifier is matched first, a part of one only when none matches; \"name#2\" picks its second occurrence on the line"`
 	Query  string `json:"query,omitempty" jsonschema:"symbols: search the whole workspace for this name"`
 	Start  int    `json:"start,omitempty" jsonschema:"lists (references, calls, symbols): skip this many items, to page past the first ones"`
+	Depth  int    `json:"depth,omitempty" jsonschema:"symbols with file: how many levels to list (default 2: top-level symbols and their members, without the locals of functions; a depth given lists locals too)"`
+	Kind   string `json:"kind,omitempty" jsonschema:"symbols: only these kinds, comma-separated (function, method, class, struct, interface, variable, constant, field, …)"`
 }
 
 // Register adds lsp (read) and lsp_rename (write) to r, bound to a new
@@ -85,7 +87,7 @@ var actions = []action{
 	{"incoming_calls", atSymbolPaged, fmt.Sprintf("who calls the function: each call site, in its caller (first %d)", MaxCalls), navigation("textDocument/prepareCallHierarchy", calls(true))},
 	{"outgoing_calls", atSymbolPaged, fmt.Sprintf("what the function calls: each call site in it, with the callee (first %d)", MaxCalls), navigation("textDocument/prepareCallHierarchy", calls(false))},
 	{"hover", atSymbol, fmt.Sprintf("its signature and doc (first %d characters)", MaxHoverChars), navigation("textDocument/hover", (*Supervisor).hover)},
-	{"symbols", "query or file", fmt.Sprintf("query searches the workspace (first %d); file lists the file's symbols (first %d)", MaxWorkspaceSymbols, MaxDocumentSymbols), (*Supervisor).symbols},
+	{"symbols", "query or file[, kind, depth, start]", fmt.Sprintf("query searches the workspace, exact names and workspace files first (first %d); file lists the file's symbols with kinds and lines, %d levels deep without locals unless depth says (first %d)", MaxWorkspaceSymbols, DefaultSymbolDepth, MaxDocumentSymbols), (*Supervisor).symbols},
 	{"code_actions", atSymbol, fmt.Sprintf("the server's quick fixes there, listed, not applied (first %d)", MaxCodeActions), navigation("textDocument/codeAction", (*Supervisor).codeActions)},
 	{"status", "[file]", "every server of the table here — root, marker, binary, running or why not", (*Supervisor).status},
 	{"reload", "[file]", "restart the server of this root (all running servers without file)", (*Supervisor).reload},

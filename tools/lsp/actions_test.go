@@ -38,7 +38,8 @@ func TestActionTable(t *testing.T) {
 		fmt.Sprintf("errors and warnings of the file (first %d)", lsp.MaxDiagnostics),
 		fmt.Sprintf("every use, grouped by file (first %d)", lsp.MaxReferences),
 		fmt.Sprintf("(first %d characters)", lsp.MaxHoverChars),
-		fmt.Sprintf("query searches the workspace (first %d); file lists the file's symbols (first %d)", lsp.MaxWorkspaceSymbols, lsp.MaxDocumentSymbols),
+		fmt.Sprintf("query searches the workspace, exact names and workspace files first (first %d)", lsp.MaxWorkspaceSymbols),
+		fmt.Sprintf("without locals unless depth says (first %d)", lsp.MaxDocumentSymbols),
 	} {
 		if !strings.Contains(info.Description, want) {
 			t.Errorf("the description lacks %q:\n%s", want, info.Description)

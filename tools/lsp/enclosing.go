@@ -16,10 +16,12 @@ const MaxEnclosingFiles = 25
 // enclosingKinds are the symbol kinds a location is said to be in.
 var enclosingKinds = map[string]bool{"class": true, "method": true, "constructor": true, "interface": true, "function": true, "struct": true}
 
-// scope is a symbol of a file as the encloser sees it.
+// scope is a symbol of a file as the encloser and the symbols action see
+// it.
 type scope struct {
 	name     string
 	kind     string
+	detail   string
 	rng      lspc.Range  // the whole symbol
 	sel      *lspc.Range // its name; nil from a flat symbol list
 	children []scope
@@ -97,7 +99,7 @@ func fromTree(ds []lspc.DocumentSymbol) []scope {
 	out := make([]scope, 0, len(ds))
 	for _, d := range ds {
 		sel := d.SelectionRange
-		out = append(out, scope{name: d.Name, kind: d.Kind.String(), rng: d.Range, sel: &sel, children: fromTree(d.Children)})
+		out = append(out, scope{name: d.Name, kind: d.Kind.String(), detail: d.Detail, rng: d.Range, sel: &sel, children: fromTree(d.Children)})
 	}
 	return out
 }

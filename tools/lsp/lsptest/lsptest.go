@@ -168,7 +168,14 @@ func CheckGo(t *testing.T, e Env) {
 	e.ok(t, "lsp", map[string]any{"action": "implementation", "file": "greet/greet.go", "line": 5, "symbol": "Greet"}, "12:16  func (English) Greet")
 	e.ok(t, "lsp", map[string]any{"action": "hover", "file": "main.go", "line": 11, "symbol": "Hello"}, "func greet.Hello(g greet.Greeter, name string) string", "Hello greets name with g.")
 	e.ok(t, "lsp", map[string]any{"action": "symbols", "query": "Hello"}, "Hello", "greet/greet.go:15:6")
-	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "greet/greet.go"}, "4: interface Greeter", "  5: method Greet", "9: struct English", "15: function Hello")
+	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "greet/greet.go"}, "4-6: interface Greeter", "  5: method Greet", "9: struct English", "15-17: function Hello")
+	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "greet/greet.go", "kind": "method"}, "symbols of greet/greet.go of kind method: 2 (left out: 3 of other kinds)", "  5: method Greet", "12: method (English).Greet")
+	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "greet/greet.go", "depth": 1}, "symbols of greet/greet.go: 4 (left out: 1 deeper symbol (depth 2 lists more))")
+	// An exact name from the workspace comes before fuzzy matches.
+	r := e.ok(t, "lsp", map[string]any{"action": "symbols", "query": "Greet"})
+	if first := strings.SplitN(r.Text, "\n", 3)[1]; !strings.Contains(first, "Greet") || !strings.Contains(first, "greet/greet.go:") {
+		t.Fatalf("the workspace's Greet is not listed first:\n%s", r.Text)
+	}
 	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "main.go"}, "none")
 	// Navigation without a symbol, a symbol not on the line, a line past
 	// the end: errors that show what to do.
@@ -350,7 +357,17 @@ func CheckPython(t *testing.T, e Env) {
 	wantLocs(t, "references of hello", e.locations(t, map[string]any{"action": "references", "file": "pkg/greet.py", "line": 1, "symbol": "hello"}),
 		"main.py:1:23", "main.py:3:7", "pkg/greet.py:1:5", "pkg/greet.py:7:16")
 	e.ok(t, "lsp", map[string]any{"action": "hover", "file": "main.py", "line": 3, "symbol": "hello"}, "hello(name)", "Greet name.")
-	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "pkg/greet.py"}, "function hello", "class English", "greet")
+	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "pkg/greet.py"}, "1-3: function hello", "5-7: class English", "  6-7: method greet")
+	// Locals are left out unless a depth is given.
+	e.Put(t, "pkg/locals.py", "def f(a):\n    b = a + 1\n    return b\n\n\nclass C:\n    x = 1\n\n    def m(self):\n        y = 2\n        return y\n")
+	r := e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "pkg/locals.py"}, "symbols of pkg/locals.py: 4 (left out: 2 local or deeper symbols (depth 3 lists more))", "1-3: function f", "6-11: class C", "  7: field x", "  9-11: method m")
+	if strings.Contains(r.Text, " b\n") || strings.Contains(r.Text, "variable y") {
+		t.Fatalf("locals listed by default:\n%s", r.Text)
+	}
+	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "pkg/locals.py", "depth": 3}, "symbols of pkg/locals.py: 6\n", "  2: variable b", "    10: variable y")
+	e.Sh(t, "rm -f pkg/locals.py")
+	// pylsp has no workspace search, and says so.
+	e.fails(t, "lsp", map[string]any{"action": "symbols", "query": "hello", "file": "main.py"}, "pylsp offers no workspace symbol search (workspace/symbol)")
 	e.fails(t, "lsp", map[string]any{"action": "implementation", "file": "main.py", "line": 4, "symbol": "English"}, "pylsp does not offer implementation")
 	// A use says which function or method it is in; pylsp has no call
 	// hierarchy, and says so.
@@ -359,9 +376,8 @@ func CheckPython(t *testing.T, e Env) {
 	e.fails(t, "lsp", map[string]any{"action": "outgoing_calls", "file": "pkg/greet.py", "line": 6, "symbol": "greet"}, "pylsp does not offer outgoing_calls")
 	// Diagnostics on write: pyflakes's undefined name, once.
 	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "main.py"}, "none")
-	r := e.ok(t, "edit", map[string]any{"path": "main.py", "old_string": `print(hello("world"))`, "new_string": `print(hello(wrld))`},
+	e.ok(t, "edit", map[string]any{"path": "main.py", "old_string": `print(hello("world"))`, "new_string": `print(hello(wrld))`},
 		"1 new problem", "main.py:3:13: error: undefined name 'wrld'")
-	_ = r
 	e.ok(t, "edit", map[string]any{"path": "main.py", "old_string": `print(hello(wrld))`, "new_string": "\n\nprint(hello(wrld))"}, "no new problems")
 	e.ok(t, "lsp", map[string]any{"action": "diagnostics", "file": "main.py"}, "main.py:5:13: error: undefined name 'wrld'")
 	// Fixing it says so.
