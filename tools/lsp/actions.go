@@ -21,6 +21,10 @@ const (
 	MaxDiagnostics      = 200
 	MaxCodeActions      = 50
 	MaxHoverChars       = 4000
+	// MaxLibraryHoverChars caps the first paragraph of the docs of a
+	// symbol from outside the workspace (a builtin, a library, a local's
+	// type), which hover shows after its signature.
+	MaxLibraryHoverChars = 600
 	// MaxLineChars caps a source line shown next to a location.
 	MaxLineChars = 200
 	// nearbyLines is how far around the given line a missing symbol is

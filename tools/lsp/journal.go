@@ -189,6 +189,7 @@ type writeReport struct {
 	text       []string
 	structured []Diag
 	fixed      int // reported diagnostics that the write made go away
+	more       int // new diagnostics past those listed
 }
 
 // afterWrite syncs the touched workspace files into their servers (one
@@ -251,6 +252,7 @@ func (s *Supervisor) afterWrite(ctx context.Context, touched []string) writeRepo
 		rep.text = append(rep.text, r.text...)
 		rep.structured = append(rep.structured, r.structured...)
 		rep.fixed += r.fixed
+		rep.more += r.more
 	}
 	return rep
 }
@@ -323,7 +325,7 @@ func (s *Supervisor) syncWrite(ctx context.Context, in *instance, c *lspc.Client
 	news := fresh(prev, now, sets, touched)
 	rep := writeReport{fixed: fixed(prev, now)}
 	lines, structured := s.render(ctx, news, MaxWriteDiagnostics, c.PositionEncoding())
-	rep.structured = structured
+	rep.structured, rep.more = structured, len(news)-len(structured)
 	switch {
 	case len(news) == 0 && rep.fixed > 0:
 		rep.text = append(rep.text, fmt.Sprintf("diagnostics (%s): no new problems; fixed %s", in.spec.ID, plural(rep.fixed, "problem")))
@@ -368,6 +370,9 @@ func (s *Supervisor) Middleware() tools.Middleware {
 				sc["diagnostics"] = nonNil(rep.structured)
 				if rep.fixed > 0 {
 					sc["diagnostics_fixed"] = rep.fixed
+				}
+				if rep.more > 0 {
+					sc["diagnostics_more"] = rep.more
 				}
 			}
 			return res, nil

@@ -112,6 +112,10 @@ func TestGoplsOnHost(t *testing.T) {
 	t.Run("write", func(t *testing.T) { lsptest.CheckGoWriteScenario(t, e) })
 	t.Run("rename", func(t *testing.T) { lsptest.CheckGoRename(t, e) })
 	t.Run("lifecycle", func(t *testing.T) { lsptest.CheckLifecycle(t, e, "gopls", "main.go", 11, "Hello") })
+	t.Run("caps", func(t *testing.T) {
+		e.PutAll(t, lsptest.GoCapsProject(60, 210))
+		lsptest.CheckGoCaps(t, e, 60, 210, lsp.MaxReferences, lsp.MaxDocumentSymbols, lsp.MaxWorkspaceSymbols)
+	})
 }
 
 func TestPylspOnHost(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/tools"
@@ -370,12 +371,76 @@ func (s *Supervisor) hover(ctx context.Context, q *query, at spot) (*tools.Resul
 	if text == "" {
 		return tools.Textf("%s: the server has nothing to show here", head), nil
 	}
-	if len(text) > MaxHoverChars {
-		text = text[:MaxHoverChars] + fmt.Sprintf("\n… (%d more characters)", len(text)-MaxHoverChars)
+	if brief := briefHover(text); len(brief) < len(text) && s.foreignHover(ctx, q, at, brief) {
+		// The docs of a builtin or a library, or of a local's type: the
+		// signature and first paragraph say what the agent needs.
+		text = brief + fmt.Sprintf("\n… (%d more characters of the docs of a symbol from outside the workspace)", len(text)-len(brief))
+	} else if len(text) > MaxHoverChars {
+		cut := cutAt(text, MaxHoverChars)
+		text = cut + fmt.Sprintf("\n… (%d more characters)", len(text)-len(cut))
 	}
 	res := tools.Text(head + ":\n" + text)
 	res.StructuredContent = map[string]any{"hover": text}
 	return res, nil
+}
+
+// briefHover returns the signature and first paragraph of a hover: its
+// leading code blocks and rules, then one paragraph of prose, at most
+// MaxLibraryHoverChars of it.
+func briefHover(text string) string {
+	lines := strings.Split(text, "\n")
+	n, fence, prose := 0, false, false
+	for ; n < len(lines); n++ {
+		l := strings.TrimSpace(lines[n])
+		switch {
+		case strings.HasPrefix(l, "```"):
+			if prose && !fence {
+				return cutAt(strings.Join(lines[:n], "\n"), MaxLibraryHoverChars)
+			}
+			fence = !fence
+		case fence || l == "---":
+		case l == "":
+			if prose {
+				return cutAt(strings.Join(lines[:n], "\n"), MaxLibraryHoverChars)
+			}
+		default:
+			prose = true
+		}
+	}
+	return cutAt(text, MaxLibraryHoverChars)
+}
+
+// foreignHover reports whether a hover shows the docs of something from
+// outside the workspace: the identifier is not in its signature (a
+// local's hover showing its type's docs), or its definition lies outside.
+func (s *Supervisor) foreignHover(ctx context.Context, q *query, at spot, brief string) bool {
+	if !strings.Contains(brief, at.t.ident) {
+		return true
+	}
+	if !q.c.Supports("textDocument/definition") {
+		return false
+	}
+	locs, err := q.c.Locations(ctx, "textDocument/definition", at.uri, at.pos)
+	if err != nil || len(locs) == 0 {
+		return false
+	}
+	for _, l := range locs {
+		if name, ok := s.nameOfURI(l.URI); ok && name != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// cutAt returns s cut to at most n bytes, at a rune boundary.
+func cutAt(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strings.TrimRight(s[:n], " \n")
 }
 
 // codeActions answers code_actions: the server's fixes at the spot,
@@ -493,6 +558,6 @@ func (s *Supervisor) codeActions(ctx context.Context, q *query, at spot) (*tools
 		b.WriteString("\n")
 	}
 	res := tools.Text(strings.TrimRight(b.String(), "\n"))
-	res.StructuredContent = map[string]any{"actions": out}
+	res.StructuredContent = paged(map[string]any{"actions": out}, len(acts), 0, len(out))
 	return res, nil
 }

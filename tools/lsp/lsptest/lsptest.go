@@ -167,6 +167,11 @@ func CheckGo(t *testing.T, e Env) {
 	e.ok(t, "lsp", map[string]any{"action": "outgoing_calls", "file": "greet/greet.go", "line": 15, "symbol": "Hello"}, "1 call in 1 file", "16:11 calls Greeter.Greet greet/greet.go:5  return g.Greet(name)")
 	e.ok(t, "lsp", map[string]any{"action": "implementation", "file": "greet/greet.go", "line": 5, "symbol": "Greet"}, "12:16  func (English) Greet")
 	e.ok(t, "lsp", map[string]any{"action": "hover", "file": "main.go", "line": 11, "symbol": "Hello"}, "func greet.Hello(g greet.Greeter, name string) string", "Hello greets name with g.")
+	// A library function's hover: its signature and first paragraph.
+	e.Put(t, "tmp/hover.go", "package tmp\n\nimport \"encoding/json\"\n\nvar _, _ = json.Marshal(1)\n")
+	if r := e.ok(t, "lsp", map[string]any{"action": "hover", "file": "tmp/hover.go", "line": 5, "symbol": "Marshal"}, "func json.Marshal(v any) ([]byte, error)", "Marshal returns the JSON encoding of v.", "more characters of the docs of a symbol from outside the workspace"); len(r.Text) > 1000 {
+		t.Fatalf("the hover of json.Marshal is %d characters:\n%s", len(r.Text), r.Text)
+	}
 	e.ok(t, "lsp", map[string]any{"action": "symbols", "query": "Hello"}, "Hello", "greet/greet.go:15:6")
 	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "greet/greet.go"}, "4-6: interface Greeter", "  5: method Greet", "9: struct English", "15-17: function Hello")
 	e.ok(t, "lsp", map[string]any{"action": "symbols", "file": "greet/greet.go", "kind": "method"}, "symbols of greet/greet.go of kind method: 2 (left out: 3 of other kinds)", "  5: method Greet", "12: method (English).Greet")
@@ -527,6 +532,11 @@ func checkResolve(t *testing.T, e Env, c resolveCase) {
 	before := readBack(t, e, c.pageFile)
 	e.ok(t, "lsp", map[string]any{"action": "hover", "file": c.pageFile, "line": c.pageLine, "symbol": "page"},
 		`"page" is no whole identifier`, `resolved "pages"`, `"page_count"`, `"per_page"`, "(resolved at "+c.pagesAt+")")
+	// A local's hover is short, whatever the docs of its type (pylsp shows
+	// all of int's).
+	if r := e.ok(t, "lsp", map[string]any{"action": "hover", "file": c.pageFile, "line": c.pageLine, "symbol": "pages"}, "int"); len(r.Text) > 1000 {
+		t.Fatalf("the hover of a local is %d characters:\n%s", len(r.Text), r.Text)
+	}
 	e.fails(t, "lsp_rename", map[string]any{"file": c.pageFile, "line": c.pageLine, "symbol": "page", "new_name": "page_no"},
 		`"page" is only part of an identifier`, `"pages"`, `"page_count"`, `"per_page"`, "nothing was changed")
 	e.fails(t, "lsp_rename", map[string]any{"file": c.pageFile, "line": c.pageLine, "symbol": c.call, "new_name": "page_no"}, "not one identifier", `resolved to "page_count"`, "nothing was changed")
@@ -540,4 +550,80 @@ func checkResolve(t *testing.T, e Env, c resolveCase) {
 		t.Fatalf("%s after renaming page_count:\n%s", c.pageFile, got)
 	}
 	e.ok(t, "lsp_rename", map[string]any{"file": c.pageFile, "line": c.pageLine, "symbol": "count_pages", "new_name": "page_count"}, c.renamed)
+}
+
+// GoCapsProject returns a fixture with more items than the lsp tool's
+// caps: caps/refs.go calls Target refs times, caps/syms.go declares syms
+// functions Sym000…, and capsb/ is a module of its own (a second gopls)
+// declaring syms functions SymB000….
+func GoCapsProject(refs, syms int) map[string]string {
+	var r, s, sb strings.Builder
+	r.WriteString("package caps\n\nfunc Target() {}\n")
+	for i := range refs {
+		fmt.Fprintf(&r, "\nfunc use%03d() { Target() }\n", i)
+	}
+	s.WriteString("package caps\n")
+	sb.WriteString("package capsb\n")
+	for i := range syms {
+		fmt.Fprintf(&s, "\nfunc Sym%03d() {}\n", i)
+		fmt.Fprintf(&sb, "\nfunc SymB%03d() {}\n", i)
+	}
+	return map[string]string{"caps/refs.go": r.String(), "caps/syms.go": s.String(),
+		"capsb/go.mod": "module example.com/capsb\n\ngo 1.22\n", "capsb/syms.go": sb.String()}
+}
+
+// list is the counts of a list's structuredContent.
+type list struct {
+	Locations []json.RawMessage `json:"locations"`
+	Symbols   []json.RawMessage `json:"symbols"`
+	Total     int               `json:"total"`
+	Start     int               `json:"start"`
+	More      int               `json:"more"`
+}
+
+func (e Env) list(t *testing.T, args map[string]any, wants ...string) list {
+	t.Helper()
+	r := e.ok(t, "lsp", args, wants...)
+	var l list
+	if err := json.Unmarshal(r.Structured, &l); err != nil {
+		t.Fatalf("lsp %v: structuredContent: %v", args, err)
+	}
+	return l
+}
+
+// CheckGoCaps checks the caps of references (limit, 50), document symbols
+// (docLimit, 200) and workspace symbols (wsLimit, 100) on a
+// GoCapsProject(refs, syms) in the workspace (over GoProject, whose gopls
+// runs): the text and structuredContent show the first page, count the
+// rest the same way, and start pages on.
+func CheckGoCaps(t *testing.T, e Env, refs, syms, limit, docLimit, wsLimit int) {
+	t.Helper()
+	at := map[string]any{"action": "references", "file": "caps/refs.go", "line": 3, "symbol": "Target"}
+	l := e.list(t, at, fmt.Sprintf(": %d locations, the first %d shown in 1 file", refs+1, limit), fmt.Sprintf("… and %d more not shown: call again with start %d", refs+1-limit, limit))
+	if len(l.Locations) != limit || l.Total != refs+1 || l.More != refs+1-limit {
+		t.Fatalf("references structuredContent: %d locations, total %d, more %d", len(l.Locations), l.Total, l.More)
+	}
+	at["start"] = limit
+	l = e.list(t, at, fmt.Sprintf(": %d locations, %d-%d shown", refs+1, limit+1, refs+1))
+	if len(l.Locations) != refs+1-limit || l.Start != limit || l.More != 0 {
+		t.Fatalf("references from start %d: %d locations, start %d, more %d", limit, len(l.Locations), l.Start, l.More)
+	}
+
+	doc := map[string]any{"action": "symbols", "file": "caps/syms.go"}
+	l = e.list(t, doc, fmt.Sprintf("symbols of caps/syms.go: %d, the first %d shown", syms, docLimit))
+	if len(l.Symbols) != docLimit || l.Total != syms || l.More != syms-docLimit {
+		t.Fatalf("document symbols structuredContent: %d symbols, total %d, more %d", len(l.Symbols), l.Total, l.More)
+	}
+	doc["start"] = docLimit
+	if l = e.list(t, doc, fmt.Sprintf("Sym%03d", syms-1)); len(l.Symbols) != syms-docLimit {
+		t.Fatalf("document symbols from start %d: %d", docLimit, len(l.Symbols))
+	}
+
+	// Each gopls answers at most 100 symbols; two answer here.
+	e.ok(t, "lsp", map[string]any{"action": "hover", "file": "capsb/syms.go", "line": 3, "symbol": "SymB000"})
+	l = e.list(t, map[string]any{"action": "symbols", "query": "Sym"}, fmt.Sprintf(", the first %d shown", wsLimit))
+	if len(l.Symbols) != wsLimit || l.Total <= wsLimit || l.More != l.Total-wsLimit {
+		t.Fatalf("workspace symbols structuredContent: %d symbols, total %d, more %d", len(l.Symbols), l.Total, l.More)
+	}
+	e.Sh(t, "rm -rf caps capsb")
 }
