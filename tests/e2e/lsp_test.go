@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"berth.dev/berth/tools/lsp"
 	"berth.dev/berth/tools/lsp/lsptest"
 )
 
@@ -38,6 +39,10 @@ func TestLSPGoInContainer(t *testing.T) {
 	t.Run("write", func(t *testing.T) { lsptest.CheckGoWriteScenario(t, e) })
 	t.Run("rename", func(t *testing.T) { lsptest.CheckGoRename(t, e) })
 	t.Run("lifecycle", func(t *testing.T) { lsptest.CheckLifecycle(t, e, "gopls", "main.go", 11, "Hello") })
+	t.Run("caps", func(t *testing.T) {
+		e.PutAll(t, lsptest.GoCapsProject(60, 210))
+		lsptest.CheckGoCaps(t, e, 60, 210, lsp.MaxReferences, lsp.MaxDocumentSymbols, lsp.MaxWorkspaceSymbols)
+	})
 	t.Run("missing", func(t *testing.T) {
 		// The image has gopls and no pylsp; a Python project's status says
 		// the binary is missing, and so does a markerless Python file,
