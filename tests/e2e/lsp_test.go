@@ -35,7 +35,7 @@ func TestLSPGoInContainer(t *testing.T) {
 	e.PutAll(t, lsptest.GoResolveProject)
 
 	t.Run("actions", func(t *testing.T) { lsptest.CheckGo(t, e) })
-	t.Run("resolve", func(t *testing.T) { lsptest.CheckGoResolve(t, e) })
+	t.Run("resolve", func(t *testing.T) { lsptest.CheckResolve(t, e, lsptest.GoResolve) })
 	t.Run("write", func(t *testing.T) { lsptest.CheckGoWriteScenario(t, e) })
 	t.Run("rename", func(t *testing.T) { lsptest.CheckGoRename(t, e) })
 	t.Run("lifecycle", func(t *testing.T) { lsptest.CheckLifecycle(t, e, "gopls", "main.go", 11, "Hello") })
@@ -85,7 +85,7 @@ func TestLSPPythonInContainer(t *testing.T) {
 	e.PutAll(t, lsptest.PythonProject)
 	e.PutAll(t, lsptest.PythonResolveProject)
 	t.Run("actions", func(t *testing.T) { lsptest.CheckPython(t, e) })
-	t.Run("resolve", func(t *testing.T) { lsptest.CheckPythonResolve(t, e) })
+	t.Run("resolve", func(t *testing.T) { lsptest.CheckResolve(t, e, lsptest.PythonResolve) })
 	t.Run("lifecycle", func(t *testing.T) { lsptest.CheckLifecycle(t, e, "pylsp", "main.py", 3, "hello") })
 	if r := a.do("DELETE", "/v1/runs/"+run, token, ""); r.status/100 != 2 {
 		t.Fatalf("close run: %s", r)

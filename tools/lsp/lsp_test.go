@@ -108,7 +108,7 @@ func TestGoplsOnHost(t *testing.T) {
 	e.PutAll(t, lsptest.GoProject)
 	e.PutAll(t, lsptest.GoResolveProject)
 	t.Run("actions", func(t *testing.T) { lsptest.CheckGo(t, e) })
-	t.Run("resolve", func(t *testing.T) { lsptest.CheckGoResolve(t, e) })
+	t.Run("resolve", func(t *testing.T) { lsptest.CheckResolve(t, e, lsptest.GoResolve) })
 	t.Run("write", func(t *testing.T) { lsptest.CheckGoWriteScenario(t, e) })
 	t.Run("rename", func(t *testing.T) { lsptest.CheckGoRename(t, e) })
 	t.Run("lifecycle", func(t *testing.T) { lsptest.CheckLifecycle(t, e, "gopls", "main.go", 11, "Hello") })
@@ -125,7 +125,7 @@ func TestPylspOnHost(t *testing.T) {
 	e.PutAll(t, lsptest.PythonProject)
 	e.PutAll(t, lsptest.PythonResolveProject)
 	t.Run("actions", func(t *testing.T) { lsptest.CheckPython(t, e) })
-	t.Run("resolve", func(t *testing.T) { lsptest.CheckPythonResolve(t, e) })
+	t.Run("resolve", func(t *testing.T) { lsptest.CheckResolve(t, e, lsptest.PythonResolve) })
 }
 
 // statusRow is one row of lsp status's structuredContent.

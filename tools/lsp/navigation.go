@@ -347,7 +347,7 @@ func (s *Supervisor) nameOfURI(uri string) (string, bool) {
 func clipLine(l string) string {
 	l = strings.TrimSpace(l)
 	if len(l) > MaxLineChars {
-		return l[:MaxLineChars] + "…"
+		return cutAt(l, MaxLineChars) + "…"
 	}
 	return l
 }

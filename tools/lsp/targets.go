@@ -249,13 +249,7 @@ func allIndex(s, sub string) []int {
 	return out
 }
 
-func quoteLine(l string) string {
-	l = strings.TrimSpace(l)
-	if len(l) > MaxLineChars {
-		l = l[:MaxLineChars] + "…"
-	}
-	return "`" + l + "`"
-}
+func quoteLine(l string) string { return "`" + clipLine(l) + "`" }
 
 // position syncs the target's file into the server and returns the LSP
 // position of the symbol in the text the server now has.

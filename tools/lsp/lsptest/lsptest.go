@@ -447,20 +447,15 @@ func Dumps(obj any) string {
 `,
 }
 
-// CheckGoResolve checks whole-identifier resolution with GoResolveProject
-// (already in the workspace): the identifier is found whole, a part of one
-// is said to be a part, and lsp_rename refuses a part and renames the
-// whole identifier only, counting its occurrences.
-func CheckGoResolve(t *testing.T, e Env) {
-	t.Helper()
-	checkResolve(t, e, resolveCase{
-		encodeFile: "pager/codec.go", encodeLine: 10, encodeAt: "(resolved at pager/codec.go:10:26-32)", encodeDef: "pager/codec.go:5:16",
-		pageFile: "pager/pager.go", pageLine: 6, pagesAt: "pager/pager.go:6:2-7", call: "page_count(n",
-		renamed: "2 occurrences in 1 file: pager/pager.go (2)",
-	})
+// GoResolve is the whole-identifier check on GoResolveProject, for
+// CheckResolve.
+var GoResolve = ResolveCase{
+	EncodeFile: "pager/codec.go", EncodeLine: 10, EncodeAt: "(resolved at pager/codec.go:10:26-32)", EncodeDef: "pager/codec.go:5:16",
+	PageFile: "pager/pager.go", PageLine: 6, PagesAt: "pager/pager.go:6:2-7", Call: "page_count(n",
+	Renamed: "2 occurrences in 1 file: pager/pager.go (2)",
 }
 
-// PythonResolveProject is CheckGoResolve's fixture in Python, for pylsp:
+// PythonResolveProject is GoResolveProject in Python, for pylsp:
 // pager.py line 6 `pages = page_count(len(items), per_page)`; codec.py
 // line 10 `return _default_encoder.encode(obj)` (encode at 10:29-35),
 // Encoder.encode at 2:9; main.py calls page_count once.
@@ -490,33 +485,39 @@ print(page_count(10, 3))
 `,
 }
 
-// CheckPythonResolve is CheckGoResolve with PythonResolveProject, for
-// pylsp.
-func CheckPythonResolve(t *testing.T, e Env) {
-	t.Helper()
-	checkResolve(t, e, resolveCase{
-		encodeFile: "codec.py", encodeLine: 10, encodeAt: "(resolved at codec.py:10:29-35)", encodeDef: "codec.py:2:9",
-		pageFile: "pager.py", pageLine: 6, pagesAt: "pager.py:6:5-10", call: "page_count(len",
-		renamed: "4 occurrences in 2 files: pager.py (2), usepager.py (2)",
-	})
+// PythonResolve is the whole-identifier check on PythonResolveProject,
+// for CheckResolve with pylsp.
+var PythonResolve = ResolveCase{
+	EncodeFile: "codec.py", EncodeLine: 10, EncodeAt: "(resolved at codec.py:10:29-35)", EncodeDef: "codec.py:2:9",
+	PageFile: "pager.py", PageLine: 6, PagesAt: "pager.py:6:5-10", Call: "page_count(len",
+	Renamed: "4 occurrences in 2 files: pager.py (2), usepager.py (2)",
 }
 
-// resolveCase is one language's fixture for checkResolve.
-type resolveCase struct {
-	encodeFile, encodeAt, encodeDef string
-	encodeLine                      int
-	pageFile, pagesAt               string
-	pageLine                        int
-	call                            string // the call of page_count on pageLine, with its "("
-	renamed                         string // what renaming page_count says
+// ResolveCase is one language's fixture for CheckResolve: a line where
+// the method "encode" is called on "_default_encoder" (EncodeFile,
+// EncodeLine; EncodeAt is the echo of the resolved method, EncodeDef its
+// definition), and a line `pages = page_count(…, per_page)` where "page"
+// is only part of identifiers (PageFile, PageLine; PagesAt is where
+// "pages" resolves, Call the call of page_count with its "(", Renamed what
+// renaming page_count says).
+type ResolveCase struct {
+	EncodeFile, EncodeAt, EncodeDef string
+	EncodeLine                      int
+	PageFile, PagesAt, Call         string
+	PageLine                        int
+	Renamed                         string
 }
 
-func checkResolve(t *testing.T, e Env, c resolveCase) {
+// CheckResolve checks whole-identifier resolution with c's project in the
+// workspace: the identifier is found whole, a part of one is said to be a
+// part, and lsp_rename refuses a part and renames the whole identifier
+// only, counting its occurrences.
+func CheckResolve(t *testing.T, e Env, c ResolveCase) {
 	t.Helper()
 	// "encode" is part of "_default_encoder" too; the method is meant.
-	def := map[string]any{"action": "definition", "file": c.encodeFile, "line": c.encodeLine, "symbol": "encode"}
-	wantLocs(t, "definition of encode", e.locations(t, def), c.encodeDef)
-	r := e.ok(t, "lsp", def, c.encodeAt)
+	def := map[string]any{"action": "definition", "file": c.EncodeFile, "line": c.EncodeLine, "symbol": "encode"}
+	wantLocs(t, "definition of encode", e.locations(t, def), c.EncodeDef)
+	r := e.ok(t, "lsp", def, c.EncodeAt)
 	var sc struct {
 		Resolved struct {
 			Symbol    string `json:"symbol"`
@@ -529,27 +530,27 @@ func checkResolve(t *testing.T, e Env, c resolveCase) {
 	}
 	// "page" is only part of pages, page_count and per_page: navigation
 	// resolves the first and says so; rename refuses and changes nothing.
-	before := readBack(t, e, c.pageFile)
-	e.ok(t, "lsp", map[string]any{"action": "hover", "file": c.pageFile, "line": c.pageLine, "symbol": "page"},
-		`"page" is no whole identifier`, `resolved "pages"`, `"page_count"`, `"per_page"`, "(resolved at "+c.pagesAt+")")
+	before := readBack(t, e, c.PageFile)
+	e.ok(t, "lsp", map[string]any{"action": "hover", "file": c.PageFile, "line": c.PageLine, "symbol": "page"},
+		`"page" is no whole identifier`, `resolved "pages"`, `"page_count"`, `"per_page"`, "(resolved at "+c.PagesAt+")")
 	// A local's hover is short, whatever the docs of its type (pylsp shows
 	// all of int's).
-	if r := e.ok(t, "lsp", map[string]any{"action": "hover", "file": c.pageFile, "line": c.pageLine, "symbol": "pages"}, "int"); len(r.Text) > 1000 {
+	if r := e.ok(t, "lsp", map[string]any{"action": "hover", "file": c.PageFile, "line": c.PageLine, "symbol": "pages"}, "int"); len(r.Text) > 1000 {
 		t.Fatalf("the hover of a local is %d characters:\n%s", len(r.Text), r.Text)
 	}
-	e.fails(t, "lsp_rename", map[string]any{"file": c.pageFile, "line": c.pageLine, "symbol": "page", "new_name": "page_no"},
+	e.fails(t, "lsp_rename", map[string]any{"file": c.PageFile, "line": c.PageLine, "symbol": "page", "new_name": "page_no"},
 		`"page" is only part of an identifier`, `"pages"`, `"page_count"`, `"per_page"`, "nothing was changed")
-	e.fails(t, "lsp_rename", map[string]any{"file": c.pageFile, "line": c.pageLine, "symbol": c.call, "new_name": "page_no"}, "not one identifier", `resolved to "page_count"`, "nothing was changed")
-	if got := readBack(t, e, c.pageFile); got != before {
-		t.Fatalf("a refused rename changed %s:\n%s", c.pageFile, got)
+	e.fails(t, "lsp_rename", map[string]any{"file": c.PageFile, "line": c.PageLine, "symbol": c.Call, "new_name": "page_no"}, "not one identifier", `resolved to "page_count"`, "nothing was changed")
+	if got := readBack(t, e, c.PageFile); got != before {
+		t.Fatalf("a refused rename changed %s:\n%s", c.PageFile, got)
 	}
 	// The whole identifier is renamed, and nothing that only contains it.
-	e.ok(t, "lsp_rename", map[string]any{"file": c.pageFile, "line": c.pageLine, "symbol": "page_count", "new_name": "count_pages"}, c.renamed)
-	got := readBack(t, e, c.pageFile)
+	e.ok(t, "lsp_rename", map[string]any{"file": c.PageFile, "line": c.PageLine, "symbol": "page_count", "new_name": "count_pages"}, c.Renamed)
+	got := readBack(t, e, c.PageFile)
 	if strings.Contains(got, "page_count") || !strings.Contains(got, "count_pages(") || !strings.Contains(got, "pages") || !strings.Contains(got, "per_page") {
-		t.Fatalf("%s after renaming page_count:\n%s", c.pageFile, got)
+		t.Fatalf("%s after renaming page_count:\n%s", c.PageFile, got)
 	}
-	e.ok(t, "lsp_rename", map[string]any{"file": c.pageFile, "line": c.pageLine, "symbol": "count_pages", "new_name": "page_count"}, c.renamed)
+	e.ok(t, "lsp_rename", map[string]any{"file": c.PageFile, "line": c.PageLine, "symbol": "count_pages", "new_name": "page_count"}, c.Renamed)
 }
 
 // GoCapsProject returns a fixture with more items than the lsp tool's
