@@ -91,7 +91,7 @@ func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Resul
 		return nil, err
 	}
 	if len(plan.changes) == 0 {
-		return tools.Textf("renaming %q to %q changes nothing", t.ident, in.NewName), nil
+		return tools.Textf("renaming %q (resolved at %s) to %q changes nothing", t.ident, t.at(), in.NewName), nil
 	}
 	committed = true
 	if err := wspath.Commit(ctx, s.ws, plan.changes); err != nil {
