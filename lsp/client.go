@@ -75,7 +75,7 @@ type InitOptions struct {
 // hover in markdown and plain text; definition, typeDefinition,
 // implementation and declaration with link support; references;
 // hierarchical document symbols; workspace symbols; code action literals;
-// rename with prepareSupport; publishDiagnostics with versions; pull
+// rename with prepareSupport; call hierarchy; publishDiagnostics with versions; pull
 // diagnostics; work-done progress; workspace configuration and folders;
 // dynamically registered didChangeWatchedFiles; workspace edits with
 // documentChanges and create/rename/delete; positions in UTF-8 or UTF-16.
@@ -115,7 +115,8 @@ func DefaultCapabilities(applyEdit bool) map[string]any {
 				"dataSupport":        true,
 				"resolveSupport":     m{"properties": []string{"edit"}},
 			},
-			"rename": m{"prepareSupport": true, "prepareSupportDefaultBehavior": 1},
+			"rename":        m{"prepareSupport": true, "prepareSupportDefaultBehavior": 1},
+			"callHierarchy": m{},
 		},
 		"workspace": m{
 			"applyEdit": applyEdit,

@@ -86,12 +86,13 @@ func TestInitializeAndDocuments(t *testing.T) {
 	}
 	p.respond(m.ID, map[string]any{
 		"capabilities": map[string]any{
-			"positionEncoding":   "utf-8",
-			"textDocumentSync":   map[string]any{"openClose": true, "change": 2, "save": map[string]any{"includeText": true}},
-			"hoverProvider":      true,
-			"renameProvider":     map[string]any{"prepareProvider": true},
-			"referencesProvider": false,
-			"experimental":       map[string]any{"x": 1},
+			"positionEncoding":      "utf-8",
+			"textDocumentSync":      map[string]any{"openClose": true, "change": 2, "save": map[string]any{"includeText": true}},
+			"hoverProvider":         true,
+			"renameProvider":        map[string]any{"prepareProvider": true},
+			"referencesProvider":    false,
+			"callHierarchyProvider": map[string]any{},
+			"experimental":          map[string]any{"x": 1},
 		},
 		"serverInfo": map[string]any{"name": "fake", "version": "1"},
 	})
@@ -101,7 +102,8 @@ func TestInitializeAndDocuments(t *testing.T) {
 		t.Fatalf("Initialize = %+v, %v", r.res, r.err)
 	}
 	if cl.PositionEncoding() != "utf-8" || !cl.Supports("textDocument/hover") || !cl.Supports("textDocument/prepareRename") ||
-		cl.Supports("textDocument/references") || cl.Capabilities().SyncKind() != SyncIncremental {
+		cl.Supports("textDocument/references") || cl.Capabilities().SyncKind() != SyncIncremental ||
+		!cl.Supports("textDocument/prepareCallHierarchy") || !cl.Supports("callHierarchy/outgoingCalls") || cl.Supports("workspace/symbol") {
 		t.Fatalf("capabilities read wrong: %+v", cl.Capabilities())
 	}
 	if !strings.Contains(string(cl.RawCapabilities()), "experimental") {
@@ -280,6 +282,29 @@ func TestQueries(t *testing.T) {
 	answer("workspace/symbol", []any{map[string]any{"name": "F", "kind": 12, "location": map[string]any{"uri": uri}}})
 	if s := <-sc; len(s) != 1 || s[0].Kind.String() != "function" {
 		t.Fatalf("workspace symbols = %+v", s)
+	}
+
+	hc2 := make(chan []CallHierarchyItem, 1)
+	go func() { items, _ := cl.PrepareCallHierarchy(ctx, uri, pos); hc2 <- items }()
+	item := map[string]any{"name": "F", "kind": 12, "uri": uri, "range": rng, "selectionRange": rng, "data": map[string]any{"id": 7}}
+	answer("textDocument/prepareCallHierarchy", []any{item})
+	items := <-hc2
+	if len(items) != 1 || items[0].Name != "F" || string(items[0].Data) != `{"id":7}` {
+		t.Fatalf("prepareCallHierarchy = %+v", items)
+	}
+	cc := make(chan []CallHierarchyCall, 1)
+	go func() { calls, _ := cl.IncomingCalls(ctx, items[0]); cc <- calls }()
+	params = answer("callHierarchy/incomingCalls", []any{map[string]any{"from": map[string]any{"name": "G", "kind": 12, "uri": "file:///ws/c.go", "range": rng, "selectionRange": rng}, "fromRanges": []any{rng, rng}}})
+	if !strings.Contains(string(params), `"data":{"id":7}`) {
+		t.Fatalf("incomingCalls params %s: the item's data must go back", params)
+	}
+	if calls := <-cc; len(calls) != 1 || calls[0].Item.Name != "G" || len(calls[0].FromRanges) != 2 {
+		t.Fatalf("incoming calls = %+v", calls)
+	}
+	go func() { calls, _ := cl.OutgoingCalls(ctx, items[0]); cc <- calls }()
+	answer("callHierarchy/outgoingCalls", []any{map[string]any{"to": map[string]any{"name": "H", "kind": 6, "uri": uri, "range": rng, "selectionRange": rng}, "fromRanges": []any{rng}}})
+	if calls := <-cc; len(calls) != 1 || calls[0].Item.Name != "H" || calls[0].Item.Kind.String() != "method" || len(calls[0].FromRanges) != 1 {
+		t.Fatalf("outgoing calls = %+v", calls)
 	}
 
 	ac := make(chan []CodeAction, 1)

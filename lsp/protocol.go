@@ -207,6 +207,7 @@ type ServerCapabilities struct {
 	CodeActionProvider      json.RawMessage `json:"codeActionProvider,omitempty"`
 	RenameProvider          json.RawMessage `json:"renameProvider,omitempty"`
 	DiagnosticProvider      json.RawMessage `json:"diagnosticProvider,omitempty"`
+	CallHierarchyProvider   json.RawMessage `json:"callHierarchyProvider,omitempty"`
 	Workspace               json.RawMessage `json:"workspace,omitempty"`
 }
 
@@ -283,6 +284,8 @@ func (s ServerCapabilities) Supports(method string) bool {
 		return s.PrepareRename()
 	case "textDocument/diagnostic":
 		raw = s.DiagnosticProvider
+	case "textDocument/prepareCallHierarchy", "callHierarchy/incomingCalls", "callHierarchy/outgoingCalls":
+		raw = s.CallHierarchyProvider
 	default:
 		return false
 	}
@@ -573,6 +576,28 @@ type DocumentSymbol struct {
 	Range          Range            `json:"range"`
 	SelectionRange Range            `json:"selectionRange"`
 	Children       []DocumentSymbol `json:"children,omitempty"`
+}
+
+// CallHierarchyItem is a function-like symbol of a call hierarchy: what
+// textDocument/prepareCallHierarchy returns and the incoming and outgoing
+// calls name. Data is the server's own, sent back unchanged.
+type CallHierarchyItem struct {
+	Name           string          `json:"name"`
+	Kind           SymbolKind      `json:"kind"`
+	Tags           []int           `json:"tags,omitempty"`
+	Detail         string          `json:"detail,omitempty"`
+	URI            string          `json:"uri"`
+	Range          Range           `json:"range"`
+	SelectionRange Range           `json:"selectionRange"`
+	Data           json.RawMessage `json:"data,omitempty"`
+}
+
+// CallHierarchyCall is one answer of callHierarchy/incomingCalls (Item is
+// the caller, "from") or callHierarchy/outgoingCalls (Item is the callee,
+// "to"). FromRanges are the call sites, always in the caller's document.
+type CallHierarchyCall struct {
+	Item       CallHierarchyItem
+	FromRanges []Range
 }
 
 // Command is a server command a client may execute.

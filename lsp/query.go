@@ -81,6 +81,47 @@ func (c *Client) WorkspaceSymbols(ctx context.Context, query string) ([]SymbolIn
 	return syms, nil
 }
 
+// PrepareCallHierarchy asks textDocument/prepareCallHierarchy: the
+// function-like symbols at pos (none when there is none).
+func (c *Client) PrepareCallHierarchy(ctx context.Context, uri string, pos Position) ([]CallHierarchyItem, error) {
+	var items []CallHierarchyItem
+	if err := c.Call(ctx, "textDocument/prepareCallHierarchy", positionParams(uri, pos), &items); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+// IncomingCalls asks callHierarchy/incomingCalls: who calls item, each
+// caller with its call sites.
+func (c *Client) IncomingCalls(ctx context.Context, item CallHierarchyItem) ([]CallHierarchyCall, error) {
+	return c.calls(ctx, "callHierarchy/incomingCalls", "from", item)
+}
+
+// OutgoingCalls asks callHierarchy/outgoingCalls: what item calls, each
+// callee with the call sites in item's document.
+func (c *Client) OutgoingCalls(ctx context.Context, item CallHierarchyItem) ([]CallHierarchyCall, error) {
+	return c.calls(ctx, "callHierarchy/outgoingCalls", "to", item)
+}
+
+// calls asks a call hierarchy method whose answers name the other end of
+// each call in their field end ("from" or "to").
+func (c *Client) calls(ctx context.Context, method, end string, item CallHierarchyItem) ([]CallHierarchyCall, error) {
+	var raw []map[string]json.RawMessage
+	if err := c.Call(ctx, method, map[string]any{"item": item}, &raw); err != nil {
+		return nil, err
+	}
+	out := make([]CallHierarchyCall, len(raw))
+	for i, x := range raw {
+		if err := json.Unmarshal(x[end], &out[i].Item); err != nil {
+			return nil, fmt.Errorf("lsp: %s: decoding call %d: %w", method, i, err)
+		}
+		if fr := x["fromRanges"]; fr != nil && json.Unmarshal(fr, &out[i].FromRanges) != nil {
+			return nil, fmt.Errorf("lsp: %s: the call sites of call %d are not ranges", method, i)
+		}
+	}
+	return out, nil
+}
+
 // CodeActions asks textDocument/codeAction for a range, passing the
 // diagnostics that overlap it.
 func (c *Client) CodeActions(ctx context.Context, uri string, rng Range, diagnostics []Diagnostic) ([]CodeAction, error) {

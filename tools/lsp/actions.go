@@ -13,12 +13,17 @@ import (
 // Caps of the lsp tool (docs/tools.md §2).
 const (
 	MaxReferences       = 50
+	MaxCalls            = 50
 	MaxWorkspaceSymbols = 100
 	MaxDocumentSymbols  = 200
 	MaxLocations        = 50
 	MaxDiagnostics      = 200
 	MaxCodeActions      = 50
 	MaxHoverChars       = 4000
+	// MaxLibraryHoverChars caps the first paragraph of the docs of a
+	// symbol from outside the workspace (a builtin, a library, a local's
+	// type), which hover shows after its signature.
+	MaxLibraryHoverChars = 600
 	// MaxLineChars caps a source line shown next to a location.
 	MaxLineChars = 200
 	// nearbyLines is how far around the given line a missing symbol is
@@ -31,8 +36,11 @@ type Input struct {
 	Action string `json:"action" jsonschema:"what to ask; the tool's description says what each action reads"`
 	File   string `json:"file,omitempty" jsonschema:"the file, relative to the workspace; \"*\" with diagnostics runs the project check"`
 	Line   int    `json:"line,omitempty" jsonschema:"1-based line of the symbol"`
-	Symbol string `json:"symbol,omitempty" jsonschema:"text of the symbol on that line (a substring); \"name#2\" picks its second occurrence on the line"`
+	Symbol string `json:"symbol,omitempty" jsonschema:"the identifier on that line; a whole identifier is matched first, a part of one only when none matches; \"name#2\" picks its second occurrence on the line"`
 	Query  string `json:"query,omitempty" jsonschema:"symbols: search the whole workspace for this name"`
+	Start  int    `json:"start,omitempty" jsonschema:"lists (references, calls, symbols): skip this many items, to page past the first ones"`
+	Depth  int    `json:"depth,omitempty" jsonschema:"symbols with file: how many levels to list (default 2: top-level symbols and their members, without the locals of functions; a depth given lists locals too)"`
+	Kind   string `json:"kind,omitempty" jsonschema:"symbols: only these kinds, comma-separated (function, method, class, struct, interface, variable, constant, field, …)"`
 }
 
 // Register adds lsp (read) and lsp_rename (write) to r, bound to a new
@@ -63,19 +71,25 @@ type action struct {
 // handler runs one action of an lsp call.
 type handler func(s *Supervisor, ctx context.Context, in Input) (*tools.Result, error)
 
-// atSymbol is what a position action reads (LSP-2).
-const atSymbol = "file, line, symbol"
+// atSymbol is what a position action reads (LSP-2), and atSymbolPaged
+// what one that answers a list reads.
+const (
+	atSymbol      = "file, line, symbol"
+	atSymbolPaged = "file, line, symbol[, start]"
+)
 
 // actions is the lsp tool's table, in the order its description lists
 // them (docs/tools.md §2).
 var actions = []action{
 	{"diagnostics", "file", fmt.Sprintf(`errors and warnings of the file (first %d); file "*" runs the project check (go vet, cargo check, tsc, pyright/mypy)`, MaxDiagnostics), (*Supervisor).diagnostics},
-	{"definition", atSymbol, fmt.Sprintf("where the symbol is defined (first %d)", MaxLocations), navigation("textDocument/definition", (*Supervisor).locationsAt)},
-	{"type_definition", atSymbol, fmt.Sprintf("where its type is defined (first %d)", MaxLocations), navigation("textDocument/typeDefinition", (*Supervisor).locationsAt)},
-	{"implementation", atSymbol, fmt.Sprintf("what implements it (first %d)", MaxLocations), navigation("textDocument/implementation", (*Supervisor).locationsAt)},
-	{"references", atSymbol, fmt.Sprintf("every use, grouped by file (first %d)", MaxReferences), navigation("textDocument/references", (*Supervisor).references)},
+	{"definition", atSymbolPaged, fmt.Sprintf("where the symbol is defined (first %d)", MaxLocations), navigation("textDocument/definition", (*Supervisor).locationsAt)},
+	{"type_definition", atSymbolPaged, fmt.Sprintf("where its type is defined (first %d)", MaxLocations), navigation("textDocument/typeDefinition", (*Supervisor).locationsAt)},
+	{"implementation", atSymbolPaged, fmt.Sprintf("what implements it (first %d)", MaxLocations), navigation("textDocument/implementation", (*Supervisor).locationsAt)},
+	{"references", atSymbolPaged, fmt.Sprintf("every use, grouped by file (first %d)", MaxReferences), navigation("textDocument/references", (*Supervisor).references)},
+	{"incoming_calls", atSymbolPaged, fmt.Sprintf("who calls the function: each call site, in its caller (first %d)", MaxCalls), navigation("textDocument/prepareCallHierarchy", calls(true))},
+	{"outgoing_calls", atSymbolPaged, fmt.Sprintf("what the function calls: each call site in it, with the callee (first %d)", MaxCalls), navigation("textDocument/prepareCallHierarchy", calls(false))},
 	{"hover", atSymbol, fmt.Sprintf("its signature and doc (first %d characters)", MaxHoverChars), navigation("textDocument/hover", (*Supervisor).hover)},
-	{"symbols", "query or file", fmt.Sprintf("query searches the workspace (first %d); file lists the file's symbols (first %d)", MaxWorkspaceSymbols, MaxDocumentSymbols), (*Supervisor).symbols},
+	{"symbols", "query or file[, kind, depth, start]", fmt.Sprintf("query searches the workspace, exact names and workspace files first (first %d); file lists the file's symbols with kinds and lines, %d levels deep without locals unless depth says (first %d)", MaxWorkspaceSymbols, DefaultSymbolDepth, MaxDocumentSymbols), (*Supervisor).symbols},
 	{"code_actions", atSymbol, fmt.Sprintf("the server's quick fixes there, listed, not applied (first %d)", MaxCodeActions), navigation("textDocument/codeAction", (*Supervisor).codeActions)},
 	{"status", "[file]", "every server of the table here — root, marker, binary, running or why not", (*Supervisor).status},
 	{"reload", "[file]", "restart the server of this root (all running servers without file)", (*Supervisor).reload},
@@ -95,7 +109,7 @@ func actionNames() []string {
 func describe(servers string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Ask the project's language server (%s) running in the sandbox.\n", servers)
-	b.WriteString("Positions are a 1-based line plus the symbol's text on that line — never a column.")
+	b.WriteString("Positions are a 1-based line plus the symbol's identifier on that line — never a column; each answer says what it resolved (\"resolved at main.go:11:15-20\").")
 	for _, a := range actions {
 		fmt.Fprintf(&b, "\n- %s %s: %s.", a.name, a.args, a.doc)
 	}

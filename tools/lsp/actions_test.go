@@ -18,7 +18,7 @@ import (
 // language server.
 func TestActionTable(t *testing.T) {
 	h := newHostRun(t, lsp.Options{})
-	actions := []string{"diagnostics", "definition", "type_definition", "implementation", "references", "hover", "symbols", "code_actions", "status", "reload"}
+	actions := []string{"diagnostics", "definition", "type_definition", "implementation", "references", "incoming_calls", "outgoing_calls", "hover", "symbols", "code_actions", "status", "reload"}
 	var info tools.Info
 	for _, i := range h.reg.List(tools.SurfaceReadonly) {
 		if i.Name == "lsp" {
@@ -32,11 +32,14 @@ func TestActionTable(t *testing.T) {
 	}
 	for _, want := range []string{
 		"gopls, pylsp, pyright, typescript-language-server, clangd, rust-analyzer, dart",
-		"definition file, line, symbol:",
+		"definition file, line, symbol[, start]:",
+		"hover file, line, symbol:",
+		fmt.Sprintf("who calls the function: each call site, in its caller (first %d)", lsp.MaxCalls),
 		fmt.Sprintf("errors and warnings of the file (first %d)", lsp.MaxDiagnostics),
 		fmt.Sprintf("every use, grouped by file (first %d)", lsp.MaxReferences),
 		fmt.Sprintf("(first %d characters)", lsp.MaxHoverChars),
-		fmt.Sprintf("query searches the workspace (first %d); file lists the file's symbols (first %d)", lsp.MaxWorkspaceSymbols, lsp.MaxDocumentSymbols),
+		fmt.Sprintf("query searches the workspace, exact names and workspace files first (first %d)", lsp.MaxWorkspaceSymbols),
+		fmt.Sprintf("without locals unless depth says (first %d)", lsp.MaxDocumentSymbols),
 	} {
 		if !strings.Contains(info.Description, want) {
 			t.Errorf("the description lacks %q:\n%s", want, info.Description)

@@ -62,7 +62,7 @@ func (s *Supervisor) diagnostics(ctx context.Context, in Input) (_ *tools.Result
 	})
 	text, ds := s.render(ctx, found, MaxDiagnostics, q.c.PositionEncoding())
 	res := tools.Textf("diagnostics of %s (%s): %s\n%s", name, q.in.spec.ID, countSeverities(found), text)
-	res.StructuredContent = map[string]any{"diagnostics": ds, "total": len(found)}
+	res.StructuredContent = paged(map[string]any{"diagnostics": ds}, len(found), 0, len(ds))
 	return res, nil
 }
 
@@ -130,6 +130,31 @@ func (s *Supervisor) render(ctx context.Context, ls []located, limit int, enc st
 	return strings.TrimRight(b.String(), "\n"), out
 }
 
+// checkSummary is a project check's result for structuredContent: what
+// ran and how it ended, and the counts of its findings, which are listed
+// once, in the result's diagnostics. Its unparsed output is there only
+// when the text shows it: when it is the only explanation of a failure.
+func checkSummary(r *projectcheck.Result) map[string]any {
+	m := map[string]any{"language": r.Language, "checker": r.Checker, "root": r.Root, "command": r.Command,
+		"status": r.Status, "total": r.Total, "shown": len(r.Diagnostics)}
+	if r.Interpreter != "" {
+		m["interpreter"] = r.Interpreter
+	}
+	if len(r.Skipped) > 0 {
+		m["skipped"] = r.Skipped
+	}
+	if r.TimedOut {
+		m["timed_out"] = true
+	}
+	if r.Truncated {
+		m["truncated"] = true
+	}
+	if r.Total == 0 && !r.Status.Success() {
+		m["unparsed"] = r.Unparsed
+	}
+	return m
+}
+
 // projectCheck runs the project's own checks (diagnostics "*"): one
 // checker per language whose marker is at the workspace root and whose
 // program resolves in the sandbox. On the host no program of the workspace
@@ -150,7 +175,7 @@ func (s *Supervisor) projectCheck(ctx context.Context) (*tools.Result, error) {
 	}
 	var b strings.Builder
 	var all []Diag
-	var results []*projectcheck.Result
+	var results []map[string]any // each check's summary; its findings are in all
 	var refused []string
 	sl := &sourceLines{s: s}
 	for _, m := range missing {
@@ -168,7 +193,7 @@ func (s *Supervisor) projectCheck(ctx context.Context) (*tools.Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		results = append(results, r)
+		results = append(results, checkSummary(r))
 		for _, why := range r.Skipped {
 			fmt.Fprintf(&b, "%s: skipped %s\n", a.Checker, why)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 	"time"
@@ -118,6 +117,17 @@ func fresh(prev, now *journal, sets []lspc.DiagnosticSet, touched map[string]boo
 	return out
 }
 
+// fixed counts the diagnostics of the journal prev that now has fewer of:
+// for each key, by how much its count fell. A diagnostic that moved keeps
+// its count and is not fixed.
+func fixed(prev, now *journal) int {
+	n := 0
+	for k, c := range prev.known {
+		n += max(c-now.known[k], 0)
+	}
+	return n
+}
+
 // settle waits, after a change, until the server has published diagnostics
 // for every (uri, version) in want and then stayed quiet for the settle
 // period (bounded by maxSettle). It returns the URIs whose diagnostics did
@@ -178,6 +188,8 @@ func (s *Supervisor) baseline(ctx context.Context, in *instance, c *lspc.Client)
 type writeReport struct {
 	text       []string
 	structured []Diag
+	fixed      int // reported diagnostics that the write made go away
+	more       int // new diagnostics past those listed
 }
 
 // afterWrite syncs the touched workspace files into their servers (one
@@ -188,13 +200,16 @@ func (s *Supervisor) afterWrite(ctx context.Context, touched []string) writeRepo
 	groups := map[*instance][]string{}
 	var order []*instance
 	for _, name := range touched {
-		if !s.handled(path.Ext(name)) {
-			continue
-		}
 		in, err := s.serverFor(ctx, name, s.opts.StartWait)
+		var none *noServerError
 		switch {
-		case errors.Is(err, ErrNoServer):
-			continue // no server applies: say nothing
+		case errors.As(err, &none):
+			// No server applies: silence would read as "no problems", so
+			// say why, once per run for each reason.
+			if s.firstTime(none.why) {
+				rep.text = append(rep.text, fmt.Sprintf("diagnostics: none available (%s)", none.why))
+			}
+			continue
 		case errors.Is(err, errStarting):
 			in.notePending(name)
 			if !slices.Contains(order, in) {
@@ -236,18 +251,22 @@ func (s *Supervisor) afterWrite(ctx context.Context, touched []string) writeRepo
 		}
 		rep.text = append(rep.text, r.text...)
 		rep.structured = append(rep.structured, r.structured...)
+		rep.fixed += r.fixed
+		rep.more += r.more
 	}
 	return rep
 }
 
-// handled reports whether some server of the table handles ext.
-func (s *Supervisor) handled(ext string) bool {
-	for _, sv := range s.opts.Servers {
-		if _, ok := sv.Languages[ext]; ok {
-			return true
-		}
+// firstTime reports whether diagnostics on write has not yet said why
+// (this run), and remembers that it now does.
+func (s *Supervisor) firstTime(why string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.told[why] {
+		return false
 	}
-	return false
+	s.told[why] = true
+	return true
 }
 
 // diagnoseWrite is afterWrite for one server.
@@ -304,12 +323,16 @@ func (s *Supervisor) syncWrite(ctx context.Context, in *instance, c *lspc.Client
 	s.journal[in.key] = now
 	s.mu.Unlock()
 	news := fresh(prev, now, sets, touched)
-	var rep writeReport
+	rep := writeReport{fixed: fixed(prev, now)}
 	lines, structured := s.render(ctx, news, MaxWriteDiagnostics, c.PositionEncoding())
-	rep.structured = structured
+	rep.structured, rep.more = structured, len(news)-len(structured)
 	switch {
+	case len(news) == 0 && rep.fixed > 0:
+		rep.text = append(rep.text, fmt.Sprintf("diagnostics (%s): no new problems; fixed %s", in.spec.ID, plural(rep.fixed, "problem")))
 	case len(news) == 0:
 		rep.text = append(rep.text, fmt.Sprintf("diagnostics (%s): no new problems", in.spec.ID))
+	case rep.fixed > 0:
+		rep.text = append(rep.text, fmt.Sprintf("diagnostics (%s): %s introduced (%d fixed):\n%s", in.spec.ID, plural(len(news), "new problem"), rep.fixed, lines))
 	default:
 		rep.text = append(rep.text, fmt.Sprintf("diagnostics (%s): %s introduced:\n%s", in.spec.ID, plural(len(news), "new problem"), lines))
 	}
@@ -338,11 +361,19 @@ func (s *Supervisor) Middleware() tools.Middleware {
 				return res, nil
 			}
 			res.AppendText(strings.Join(rep.text, "\n"))
-			switch sc := res.StructuredContent.(type) {
-			case nil:
-				res.StructuredContent = map[string]any{"diagnostics": nonNil(rep.structured)}
-			case map[string]any:
+			sc, ok := res.StructuredContent.(map[string]any)
+			if res.StructuredContent == nil {
+				sc, ok = map[string]any{}, true
+				res.StructuredContent = sc
+			}
+			if ok {
 				sc["diagnostics"] = nonNil(rep.structured)
+				if rep.fixed > 0 {
+					sc["diagnostics_fixed"] = rep.fixed
+				}
+				if rep.more > 0 {
+					sc["diagnostics_more"] = rep.more
+				}
 			}
 			return res, nil
 		}

@@ -204,3 +204,26 @@ func TestSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// TestFixed: a write's fixed count is how far each key's count fell; a
+// diagnostic that moved is not fixed, and one that is new does not offset
+// one that went away.
+func TestFixed(t *testing.T) {
+	undefined := diag(3, errSev, `"E1"`, "undefined: x")
+	unused := diag(5, warnSev, "", "unused y")
+	tests := []struct {
+		name          string
+		before, after []lspc.DiagnosticSet
+		want          int
+	}{
+		{"two fixed", []lspc.DiagnosticSet{dset("a.go", undefined, undefined, unused)}, []lspc.DiagnosticSet{dset("a.go", unused)}, 2},
+		{"moved is not fixed", []lspc.DiagnosticSet{dset("a.go", undefined)}, []lspc.DiagnosticSet{dset("b.go", diag(9, errSev, `"E1"`, "undefined: x"))}, 0},
+		{"one fixed, one new", []lspc.DiagnosticSet{dset("a.go", undefined)}, []lspc.DiagnosticSet{dset("a.go", unused)}, 1},
+		{"hints do not count", []lspc.DiagnosticSet{dset("a.go", diag(1, lspc.SeverityHint, "", "h"))}, nil, 0},
+	}
+	for _, tc := range tests {
+		if got := fixed(snapshot(tc.before, nil), snapshot(tc.after, nil)); got != tc.want {
+			t.Errorf("%s: fixed = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

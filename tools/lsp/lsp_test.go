@@ -106,10 +106,16 @@ func TestGoplsOnHost(t *testing.T) {
 	h := newHostRun(t, lsp.Options{})
 	e := h.env()
 	e.PutAll(t, lsptest.GoProject)
+	e.PutAll(t, lsptest.GoResolveProject)
 	t.Run("actions", func(t *testing.T) { lsptest.CheckGo(t, e) })
+	t.Run("resolve", func(t *testing.T) { lsptest.CheckResolve(t, e, lsptest.GoResolve) })
 	t.Run("write", func(t *testing.T) { lsptest.CheckGoWriteScenario(t, e) })
 	t.Run("rename", func(t *testing.T) { lsptest.CheckGoRename(t, e) })
 	t.Run("lifecycle", func(t *testing.T) { lsptest.CheckLifecycle(t, e, "gopls", "main.go", 11, "Hello") })
+	t.Run("caps", func(t *testing.T) {
+		e.PutAll(t, lsptest.GoCapsProject(60, 210))
+		lsptest.CheckGoCaps(t, e, 60, 210, lsp.MaxReferences, lsp.MaxDocumentSymbols, lsp.MaxWorkspaceSymbols)
+	})
 }
 
 func TestPylspOnHost(t *testing.T) {
@@ -117,7 +123,9 @@ func TestPylspOnHost(t *testing.T) {
 	h := newHostRun(t, lsp.Options{})
 	e := h.env()
 	e.PutAll(t, lsptest.PythonProject)
-	lsptest.CheckPython(t, e)
+	e.PutAll(t, lsptest.PythonResolveProject)
+	t.Run("actions", func(t *testing.T) { lsptest.CheckPython(t, e) })
+	t.Run("resolve", func(t *testing.T) { lsptest.CheckResolve(t, e, lsptest.PythonResolve) })
 }
 
 // statusRow is one row of lsp status's structuredContent.
@@ -125,6 +133,7 @@ type statusRow struct {
 	Server   string `json:"server"`
 	Root     string `json:"root"`
 	Marker   string `json:"marker"`
+	Fallback string `json:"fallback"`
 	Binary   string `json:"binary"`
 	Missing  string `json:"missing"`
 	State    string `json:"state"`
@@ -183,28 +192,45 @@ func TestStatusSaysWhichHalfIsMissing(t *testing.T) {
 	if g := st["gopls"]; g.Missing != "" || g.Marker != "go.mod" || g.Root != "." || g.Binary == "" {
 		t.Errorf("gopls: want marker and binary found, got %+v", g)
 	}
-	if p := st["pylsp"]; !strings.Contains(p.Missing, "marker missing") || strings.Contains(p.Missing, "binary missing") || p.Binary == "" {
-		t.Errorf("pylsp: want only the marker missing, got %+v", p)
+	// pylsp works without a marker: it falls back to the workspace root.
+	if p := st["pylsp"]; p.Missing != "" || p.Root != "." || p.Marker != "" || p.Fallback != "no marker found; pylsp works without one" || p.Binary == "" {
+		t.Errorf("pylsp: want the workspace root as its fallback, got %+v", p)
 	}
 	st = status(t, e, "rs/src/main.rs")
 	if r := st["rust-analyzer"]; r.Marker != "Cargo.toml" || r.Root != "rs" || !strings.Contains(r.Missing, "binary missing: no rust-analyzer") || strings.Contains(r.Missing, "marker missing") {
 		t.Errorf("rust-analyzer: want only the binary missing, got %+v", r)
 	}
-	if c := st["clangd"]; !strings.Contains(c.Missing, "marker missing") {
-		t.Errorf("clangd: want the marker missing, got %+v", c)
+	if c := st["clangd"]; c.Fallback == "" || !strings.Contains(c.Missing, "binary missing") || strings.Contains(c.Missing, "marker missing") {
+		t.Errorf("clangd (works without a marker): want only the binary missing, got %+v", c)
 	}
 	r := e.Call(t, "lsp", map[string]any{"action": "hover", "file": "rs/src/main.rs", "line": 1, "symbol": "main"})
 	if !r.IsError || !strings.Contains(r.Text, "binary missing: no rust-analyzer") {
 		t.Errorf("hover in a Rust project without rust-analyzer: %s", r.Text)
 	}
+	// A Python file without a marker is served from the workspace root.
 	r = e.Call(t, "lsp", map[string]any{"action": "hover", "file": "py/x.py", "line": 1, "symbol": "x"})
-	if !r.IsError || !strings.Contains(r.Text, "marker missing: none of pyproject.toml, setup.py") {
+	if r.IsError || !strings.Contains(r.Text, `hover of "x"`) {
 		t.Errorf("hover in a Python file without a marker: %s", r.Text)
 	}
-	// A write to a file no server applies to says nothing about diagnostics.
-	r = e.Call(t, "write", map[string]any{"path": "py/x.py", "content": "x = 2\n"})
-	if r.IsError || strings.Contains(r.Text, "diagnostics") {
-		t.Errorf("write without a server mentions diagnostics: %s", r.Text)
+	if st := status(t, e, "py/x.py")["pylsp"]; st.State != "running" || st.Fallback == "" {
+		t.Errorf("pylsp for py/x.py: %+v", st)
+	}
+	// A write no server can diagnose says why, once per reason.
+	lsptest.CheckNoServerSaysSo(t, e, "rs/src/lib.rs", "pub fn f() {}\n", "rust-analyzer: binary missing: no rust-analyzer")
+}
+
+// TestPythonWithoutMarker: pylsp serves a markerless Python workspace
+// from its root.
+func TestPythonWithoutMarker(t *testing.T) {
+	need(t, "pylsp")
+	h := newHostRun(t, lsp.Options{})
+	e := h.env()
+	lsptest.CheckPythonNoMarker(t, e)
+	// A server that needs its marker still says that half is missing.
+	if _, err := exec.LookPath("gopls"); err == nil {
+		if g := status(t, e, "")["gopls"]; g.Binary == "" || g.Fallback != "" || !strings.Contains(g.Missing, "marker missing: none of go.work, go.mod") {
+			t.Errorf("gopls without go.mod: want only the marker missing, got %+v", g)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/tools"
@@ -17,6 +18,12 @@ type Loc struct {
 	Column    int    `json:"column"`
 	EndLine   int    `json:"end_line"`
 	EndColumn int    `json:"end_column"`
+	// In is the function, method or type the location is in
+	// ("English.greet"), when the server's symbols say.
+	In string `json:"in,omitempty"`
+	// Calls is, for an outgoing call, the callee and where it is
+	// ("Greeter.Greet greet/greet.go:5").
+	Calls string `json:"calls,omitempty"`
 }
 
 // spot is where a position action asks: the action, its LSP method, the
@@ -24,6 +31,7 @@ type Loc struct {
 type spot struct {
 	action, method string
 	t              target
+	start          int // the first item of a list to show (paging)
 	uri            string
 	pos            lspc.Position
 }
@@ -41,7 +49,10 @@ func navigation(method string, ans answer) handler {
 			return nil, err
 		}
 		defer q.release()
-		res, err := s.navigate(ctx, q, spot{action: in.Action, method: method, t: t}, ans)
+		if in.Start < 0 {
+			return nil, tools.Fail("start must be 0 or more: how many items of the list to skip")
+		}
+		res, err := s.navigate(ctx, q, spot{action: in.Action, method: method, t: t, start: in.Start}, ans)
 		return res, q.died(err)
 	}
 }
@@ -63,6 +74,11 @@ func (s *Supervisor) navigate(ctx context.Context, q *query, at spot, ans answer
 	if at.t.note != "" {
 		res.Content = append([]tools.Content{{Type: "text", Text: at.t.note}}, res.Content...)
 	}
+	if sc, ok := res.StructuredContent.(map[string]any); ok {
+		sc["resolved"] = at.t.resolved()
+	} else if res.StructuredContent == nil {
+		res.StructuredContent = map[string]any{"resolved": at.t.resolved()}
+	}
 	return res, nil
 }
 
@@ -72,7 +88,7 @@ func (s *Supervisor) locationsAt(ctx context.Context, q *query, at spot) (*tools
 	if err != nil {
 		return nil, err
 	}
-	return s.locations(ctx, at, locs, MaxLocations, q.c.PositionEncoding())
+	return s.locations(ctx, q, at, sites(locs), "location", MaxLocations)
 }
 
 // references answers references: every use, the declaration included.
@@ -81,31 +97,86 @@ func (s *Supervisor) references(ctx context.Context, q *query, at spot) (*tools.
 	if err != nil {
 		return nil, err
 	}
-	return s.locations(ctx, at, locs, MaxReferences, q.c.PositionEncoding())
+	return s.locations(ctx, q, at, sites(locs), "location", MaxReferences)
 }
 
-// locations renders a location list grouped by file, with source lines.
-func (s *Supervisor) locations(ctx context.Context, at spot, locs []lspc.Location, limit int, enc string) (*tools.Result, error) {
-	what := strings.ReplaceAll(at.action, "_", " ")
-	head := fmt.Sprintf("%s of %q (%s:%d)", what, at.t.symbol, at.t.name, at.t.line)
-	if len(locs) == 0 {
+// calls answers incoming_calls (who calls the function at the spot: each
+// call site, in its caller) and outgoing_calls (what it calls: each call
+// site in it, with the callee), through the server's call hierarchy.
+func calls(incoming bool) answer {
+	return func(s *Supervisor, ctx context.Context, q *query, at spot) (*tools.Result, error) {
+		items, err := q.c.PrepareCallHierarchy(ctx, at.uri, at.pos)
+		if err != nil {
+			return nil, err
+		}
+		if len(items) == 0 {
+			return tools.Textf("%s: %s knows no function or method here; point at one's name, in its declaration or a call", at.t.head(strings.ReplaceAll(at.action, "_", " ")), q.in.spec.ID), nil
+		}
+		var all []site
+		for i := range items {
+			if incoming {
+				cs, err := q.c.IncomingCalls(ctx, items[i])
+				if err != nil {
+					return nil, err
+				}
+				for _, c := range cs {
+					for _, r := range c.FromRanges {
+						all = append(all, site{Location: lspc.Location{URI: c.Item.URI, Range: r}})
+					}
+				}
+				continue
+			}
+			cs, err := q.c.OutgoingCalls(ctx, items[i])
+			if err != nil {
+				return nil, err
+			}
+			for j := range cs {
+				for _, r := range cs[j].FromRanges {
+					all = append(all, site{Location: lspc.Location{URI: items[i].URI, Range: r}, callee: &cs[j].Item})
+				}
+			}
+		}
+		return s.locations(ctx, q, at, all, "call", MaxCalls)
+	}
+}
+
+// site is a location to list, and for an outgoing call what it calls.
+type site struct {
+	lspc.Location
+	callee *lspc.CallHierarchyItem
+}
+
+func sites(locs []lspc.Location) []site {
+	out := make([]site, len(locs))
+	for i, l := range locs {
+		out[i] = site{Location: l}
+	}
+	return out
+}
+
+// locations renders a list of sites grouped by file, with source lines
+// and the symbol each is in (or, for outgoing calls, what it calls): the
+// page from at.start of at most limit, counted as noun.
+func (s *Supervisor) locations(ctx context.Context, q *query, at spot, all []site, noun string, limit int) (*tools.Result, error) {
+	head := at.t.head(strings.ReplaceAll(at.action, "_", " "))
+	if len(all) == 0 {
 		return tools.Textf("%s: none found", head), nil
 	}
+	enc := q.c.PositionEncoding()
 	sl := &sourceLines{s: s}
-	var out []Loc
-	var texts []string
-	for _, l := range locs {
-		lo, text := s.loc(ctx, sl, l.URI, l.Range, enc)
-		out = append(out, lo)
-		texts = append(texts, text)
+	type row struct {
+		lo   Loc
+		text string
+		src  site
+	}
+	rows := make([]row, 0, len(all))
+	for _, x := range all {
+		lo, text := s.loc(ctx, sl, x.URI, x.Range, enc)
+		rows = append(rows, row{lo, text, x})
 	}
 	// Sort by file (workspace files first), then position; drop duplicates.
-	idx := make([]int, len(out))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		la, lb := out[a], out[b]
+	slices.SortStableFunc(rows, func(a, b row) int {
+		la, lb := a.lo, b.lo
 		if wa, wb := strings.HasPrefix(la.File, "/"), strings.HasPrefix(lb.File, "/"); wa != wb {
 			return boolInt(wa) - boolInt(wb)
 		}
@@ -117,30 +188,76 @@ func (s *Supervisor) locations(ctx context.Context, at spot, locs []lspc.Locatio
 		}
 		return la.Column - lb.Column
 	})
-	var sorted []Loc
-	var stexts []string
-	for _, i := range idx {
-		if n := len(sorted); n > 0 && sorted[n-1] == out[i] {
-			continue
+	rows = slices.CompactFunc(rows, func(a, b row) bool { return a.lo == b.lo && a.src.callee == b.src.callee })
+	total := len(rows)
+	from, to := window(total, at.start, limit)
+	page := rows[from:to]
+	en := newEncloser(q)
+	shown := make([]Loc, len(page))
+	texts := make([]string, len(page))
+	for i, r := range page {
+		lo := r.lo
+		if c := r.src.callee; c != nil {
+			where, _ := s.loc(ctx, sl, c.URI, c.SelectionRange, enc)
+			name := c.Name
+			if parent := en.in(ctx, c.URI, c.SelectionRange.Start); parent != "" {
+				name = parent + "." + name
+			}
+			lo.Calls = fmt.Sprintf("%s %s:%d", name, where.File, where.Line)
+		} else {
+			lo.In = en.in(ctx, r.src.URI, r.src.Range.Start)
 		}
-		sorted = append(sorted, out[i])
-		stexts = append(stexts, texts[i])
+		shown[i], texts[i] = lo, r.text
 	}
-	total := len(sorted)
-	shown := sorted[:min(total, limit)]
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s", head, plural(total, "location"))
-	if total > limit {
-		fmt.Fprintf(&b, ", the first %d shown", limit)
-	}
+	fmt.Fprintf(&b, "%s: %s", head, plural(total, noun))
+	writeWindow(&b, total, from, to)
 	b.WriteString(" in " + plural(countFiles(shown), "file") + "\n")
-	writeGrouped(&b, shown, stexts)
-	if total > limit {
-		fmt.Fprintf(&b, "… and %d more not shown", total-limit)
-	}
+	writeGrouped(&b, shown, texts)
+	writeMore(&b, total, to)
 	res := tools.Text(strings.TrimRight(b.String(), "\n"))
-	res.StructuredContent = map[string]any{"locations": nonNil(shown), "total": total}
+	res.StructuredContent = paged(map[string]any{"locations": nonNil(shown)}, total, from, to)
 	return res, nil
+}
+
+// window returns the part [from, to) of a list of total items that a page
+// from start of at most limit shows.
+func window(total, start, limit int) (from, to int) {
+	from = min(start, total)
+	return from, min(from+limit, total)
+}
+
+// writeWindow says which part of a list is shown, when not all of it is.
+func writeWindow(b *strings.Builder, total, from, to int) {
+	switch {
+	case from == 0 && to < total:
+		fmt.Fprintf(b, ", the first %d shown", to)
+	case from > 0 && from == to:
+		fmt.Fprintf(b, ", none from start %d", from)
+	case from > 0:
+		fmt.Fprintf(b, ", %d-%d shown", from+1, to)
+	}
+}
+
+// writeMore says how many items follow a page, and how to see them.
+func writeMore(b *strings.Builder, total, to int) {
+	if to < total {
+		fmt.Fprintf(b, "… and %d more not shown: call again with start %d", total-to, to)
+	}
+}
+
+// paged adds to a list's structuredContent how long the list is, where
+// the page starts and how many items follow it: the same counts as the
+// text, and never the items past the page.
+func paged(sc map[string]any, total, from, to int) map[string]any {
+	sc["total"] = total
+	if from > 0 {
+		sc["start"] = from
+	}
+	if to < total {
+		sc["more"] = total - to
+	}
+	return sc
 }
 
 func countFiles(ls []Loc) int {
@@ -160,6 +277,12 @@ func writeGrouped(b *strings.Builder, ls []Loc, texts []string) {
 			b.WriteString(l.File + "\n")
 		}
 		fmt.Fprintf(b, "  %d:%d", l.Line, l.Column)
+		switch {
+		case l.Calls != "":
+			b.WriteString(" calls " + l.Calls)
+		case l.In != "":
+			b.WriteString(" in " + l.In)
+		}
 		if texts[i] != "" {
 			b.WriteString("  " + clipLine(texts[i]))
 		}
@@ -224,7 +347,7 @@ func (s *Supervisor) nameOfURI(uri string) (string, bool) {
 func clipLine(l string) string {
 	l = strings.TrimSpace(l)
 	if len(l) > MaxLineChars {
-		return l[:MaxLineChars] + "…"
+		return cutAt(l, MaxLineChars) + "…"
 	}
 	return l
 }
@@ -236,7 +359,7 @@ func (s *Supervisor) hover(ctx context.Context, q *query, at spot) (*tools.Resul
 	if err != nil {
 		return nil, err
 	}
-	head := fmt.Sprintf("hover of %q (%s:%d)", t.symbol, t.name, t.line)
+	head := t.head("hover")
 	if h == nil {
 		return tools.Textf("%s: the server has nothing to show here", head), nil
 	}
@@ -248,12 +371,76 @@ func (s *Supervisor) hover(ctx context.Context, q *query, at spot) (*tools.Resul
 	if text == "" {
 		return tools.Textf("%s: the server has nothing to show here", head), nil
 	}
-	if len(text) > MaxHoverChars {
-		text = text[:MaxHoverChars] + fmt.Sprintf("\n… (%d more characters)", len(text)-MaxHoverChars)
+	if brief := briefHover(text); len(brief) < len(text) && s.foreignHover(ctx, q, at, brief) {
+		// The docs of a builtin or a library, or of a local's type: the
+		// signature and first paragraph say what the agent needs.
+		text = brief + fmt.Sprintf("\n… (%d more characters of the docs of a symbol from outside the workspace)", len(text)-len(brief))
+	} else if len(text) > MaxHoverChars {
+		cut := cutAt(text, MaxHoverChars)
+		text = cut + fmt.Sprintf("\n… (%d more characters)", len(text)-len(cut))
 	}
 	res := tools.Text(head + ":\n" + text)
 	res.StructuredContent = map[string]any{"hover": text}
 	return res, nil
+}
+
+// briefHover returns the signature and first paragraph of a hover: its
+// leading code blocks and rules, then one paragraph of prose, at most
+// MaxLibraryHoverChars of it.
+func briefHover(text string) string {
+	lines := strings.Split(text, "\n")
+	n, fence, prose := 0, false, false
+	for ; n < len(lines); n++ {
+		l := strings.TrimSpace(lines[n])
+		switch {
+		case strings.HasPrefix(l, "```"):
+			if prose && !fence {
+				return cutAt(strings.Join(lines[:n], "\n"), MaxLibraryHoverChars)
+			}
+			fence = !fence
+		case fence || l == "---":
+		case l == "":
+			if prose {
+				return cutAt(strings.Join(lines[:n], "\n"), MaxLibraryHoverChars)
+			}
+		default:
+			prose = true
+		}
+	}
+	return cutAt(text, MaxLibraryHoverChars)
+}
+
+// foreignHover reports whether a hover shows the docs of something from
+// outside the workspace: the identifier is not in its signature (a
+// local's hover showing its type's docs), or its definition lies outside.
+func (s *Supervisor) foreignHover(ctx context.Context, q *query, at spot, brief string) bool {
+	if !strings.Contains(brief, at.t.ident) {
+		return true
+	}
+	if !q.c.Supports("textDocument/definition") {
+		return false
+	}
+	locs, err := q.c.Locations(ctx, "textDocument/definition", at.uri, at.pos)
+	if err != nil || len(locs) == 0 {
+		return false
+	}
+	for _, l := range locs {
+		if name, ok := s.nameOfURI(l.URI); ok && name != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// cutAt returns s cut to at most n bytes, at a rune boundary.
+func cutAt(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strings.TrimRight(s[:n], " \n")
 }
 
 // codeActions answers code_actions: the server's fixes at the spot,
@@ -268,7 +455,7 @@ func (s *Supervisor) codeActions(ctx context.Context, q *query, at spot) (*tools
 		cancel()
 	}
 	end := pos
-	end.Character = lspc.Character(t.lineText, t.byteCol+len(t.symbol), q.c.PositionEncoding())
+	end.Character = lspc.Character(t.lineText, t.byteCol+len(t.ident), q.c.PositionEncoding())
 	rng := lspc.Range{Start: pos, End: end}
 	var diags []lspc.Diagnostic
 	if set, ok := q.c.Diagnostics(uri); ok {
@@ -282,7 +469,7 @@ func (s *Supervisor) codeActions(ctx context.Context, q *query, at spot) (*tools
 	if err != nil {
 		return nil, err
 	}
-	head := fmt.Sprintf("code actions at %q (%s:%d)", t.symbol, t.name, t.line)
+	head := t.head("code actions")
 	// Actions that only run an editor command (open documentation, toggle
 	// a view) are of no use here; fixes with edits come first.
 	hidden := 0
@@ -371,6 +558,6 @@ func (s *Supervisor) codeActions(ctx context.Context, q *query, at spot) (*tools
 		b.WriteString("\n")
 	}
 	res := tools.Text(strings.TrimRight(b.String(), "\n"))
-	res.StructuredContent = map[string]any{"actions": out}
+	res.StructuredContent = paged(map[string]any{"actions": out}, len(acts), 0, len(out))
 	return res, nil
 }

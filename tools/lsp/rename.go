@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -17,11 +18,11 @@ import (
 type RenameInput struct {
 	File    string `json:"file" jsonschema:"the file where the symbol is, relative to the workspace"`
 	Line    int    `json:"line" jsonschema:"1-based line of the symbol"`
-	Symbol  string `json:"symbol" jsonschema:"text of the symbol on that line; \"name#2\" picks its second occurrence"`
+	Symbol  string `json:"symbol" jsonschema:"the identifier on that line, whole (a part of one is refused); \"name#2\" picks its second occurrence"`
 	NewName string `json:"new_name" jsonschema:"the new name"`
 }
 
-const renameDescription = `Rename a symbol across the project with the language server: every reference in every file changes, all or nothing. Give file, line (1-based), the symbol's text on that line, and new_name. The result lists the files changed and any new diagnostics.`
+const renameDescription = `Rename a symbol across the project with the language server: every reference in every file changes, all or nothing. Give file, line (1-based), the whole identifier on that line, and new_name. The result counts the occurrences changed in each file and lists any new diagnostics.`
 
 // rename asks the server for a rename's WorkspaceEdit and applies it all
 // or nothing through the file tools' write path (LSP-5).
@@ -32,7 +33,18 @@ func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Resul
 	if strings.TrimSpace(in.NewName) == "" {
 		return nil, tools.Fail("new_name is required: the symbol's new name")
 	}
-	t, q, err := s.aim(ctx, Input{Action: "lsp_rename", File: in.File, Line: in.Line, Symbol: in.Symbol})
+	t, err := s.target(ctx, Input{Action: "lsp_rename", File: in.File, Line: in.Line, Symbol: in.Symbol})
+	if err != nil {
+		return nil, err
+	}
+	if len(t.partial) > 0 {
+		return nil, tools.Fail("%q is only part of an identifier on line %d of %s: it is in %s. lsp_rename renames whole identifiers: pass the one you mean as symbol (\"name#2\" for its second occurrence on the line); nothing was changed",
+			t.symbol, t.line, t.name, listSpans(t.partial, -1))
+	}
+	if t.ident != t.symbol {
+		return nil, tools.Fail("symbol %q is not one identifier; it resolved to %q at %s. lsp_rename renames one identifier: pass it alone as symbol; nothing was changed", t.symbol, t.ident, t.at())
+	}
+	q, err := s.query(ctx, t.name)
 	if err != nil {
 		return nil, err
 	}
@@ -56,51 +68,55 @@ func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Resul
 		var re *lspc.ResponseError
 		switch {
 		case errors.As(err, &re):
-			return nil, tools.Fail("%s cannot rename %q at %s:%d: %s. Point at the identifier itself (its declaration or a use)", q.in.spec.ID, t.symbol, t.name, t.line, re.Message)
+			return nil, tools.Fail("%s cannot rename %q at %s: %s. Point at the identifier itself (its declaration or a use)", q.in.spec.ID, t.ident, t.at(), re.Message)
 		case err != nil:
 			return nil, q.explain("rename", err)
 		case !pr.OK:
-			return nil, tools.Fail("%s says %q at %s:%d cannot be renamed (not an identifier it knows, or a name from outside the project); point at the identifier of a project symbol", q.in.spec.ID, t.symbol, t.name, t.line)
+			return nil, tools.Fail("%s says %q at %s cannot be renamed (not an identifier it knows, or a name from outside the project); point at the identifier of a project symbol", q.in.spec.ID, t.ident, t.at())
 		}
 	}
 	we, err := q.c.Rename(ctx, uri, pos, in.NewName)
 	if err != nil {
 		var re *lspc.ResponseError
 		if errors.As(err, &re) {
-			return nil, tools.Fail("%s refused to rename %q to %q: %s. Nothing was changed", q.in.spec.ID, t.symbol, in.NewName, re.Message)
+			return nil, tools.Fail("%s refused to rename %q to %q: %s. Nothing was changed", q.in.spec.ID, t.ident, in.NewName, re.Message)
 		}
 		return nil, q.explain("rename", err)
 	}
 	if we == nil {
-		return nil, tools.Fail("%s returned no edit for renaming %q at %s:%d; nothing was changed. Check the position with lsp hover", q.in.spec.ID, t.symbol, t.name, t.line)
+		return nil, tools.Fail("%s returned no edit for renaming %q at %s; nothing was changed. Check the position with lsp hover", q.in.spec.ID, t.ident, t.at())
 	}
 	plan, err := s.planEdit(ctx, q.c, *we)
 	if err != nil {
 		return nil, err
 	}
 	if len(plan.changes) == 0 {
-		return tools.Textf("renaming %q to %q changes nothing", t.symbol, in.NewName), nil
+		return tools.Textf("renaming %q (resolved at %s) to %q changes nothing", t.ident, t.at(), in.NewName), nil
 	}
 	committed = true
 	if err := wspath.Commit(ctx, s.ws, plan.changes); err != nil {
-		return nil, tools.Fail("renaming %q to %q: %v", t.symbol, in.NewName, err)
+		return nil, tools.Fail("renaming %q to %q: %v", t.ident, in.NewName, err)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "renamed %q to %q: %s in %s", t.symbol, in.NewName, plural(plan.edits, "edit"), plural(len(plan.changes), "file"))
+	var counts []string
 	var fileRows []map[string]any
 	var touched []string
+	occurrences := 0
 	for _, c := range plan.changes {
-		row := map[string]any{"file": c.Path, "edits": plan.perFile[c.Path]}
+		n := plan.perFile[c.Path]
+		occurrences += n.occurrences
+		counts = append(counts, fmt.Sprintf("%s (%d)", c.Path, n.occurrences))
+		row := map[string]any{"file": c.Path, "occurrences": n.occurrences, "edits": n.edits}
 		switch {
 		case c.Old == nil:
-			fmt.Fprintf(&b, "\nA %s", c.Path)
+			fmt.Fprintf(&b, "\nA %s (created)", c.Path)
+			row["created"] = true
 		case c.New == nil:
-			fmt.Fprintf(&b, "\nD %s", c.Path)
+			fmt.Fprintf(&b, "\nD %s (deleted)", c.Path)
+			row["deleted"] = true
 		case c.MoveTo != "":
-			fmt.Fprintf(&b, "\nR %s -> %s (%d edits)", c.Path, c.MoveTo, plan.perFile[c.Path])
+			fmt.Fprintf(&b, "\nR %s -> %s", c.Path, c.MoveTo)
 			row["moved_to"] = c.MoveTo
-		default:
-			fmt.Fprintf(&b, "\nM %s (%d edits)", c.Path, plan.perFile[c.Path])
 		}
 		fileRows = append(fileRows, row)
 		touched = append(touched, c.Path)
@@ -108,9 +124,10 @@ func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Resul
 			touched = append(touched, c.MoveTo)
 		}
 	}
-	res := tools.Text(b.String())
+	head := fmt.Sprintf("renamed %q to %q (resolved at %s): %s in %s: %s", t.ident, in.NewName, t.at(), plural(occurrences, "occurrence"), plural(len(plan.changes), "file"), strings.Join(counts, ", "))
+	res := tools.Text(head + b.String())
 	res.Touched = touched
-	res.StructuredContent = map[string]any{"files": fileRows, "edits": plan.edits}
+	res.StructuredContent = map[string]any{"files": fileRows, "occurrences": occurrences, "edits": plan.edits, "resolved": t.resolved()}
 	return res, nil
 }
 
@@ -118,8 +135,13 @@ func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Resul
 type editPlan struct {
 	changes []wspath.Change
 	edits   int
-	perFile map[string]int // by Change.Path
+	perFile map[string]fileCount // by Change.Path
 }
+
+// fileCount is what a WorkspaceEdit does to one file: the server's text
+// edits, and the places in the text they change (one edit may rewrite a
+// whole file for three renamed places).
+type fileCount struct{ edits, occurrences int }
 
 // fileState follows one file through a WorkspaceEdit's steps.
 type fileState struct {
@@ -256,7 +278,7 @@ func (s *Supervisor) planEdit(ctx context.Context, c *lspc.Client, we lspc.Works
 			st.cur = nil
 		}
 	}
-	plan := &editPlan{edits: edits, perFile: map[string]int{}}
+	plan := &editPlan{edits: edits, perFile: map[string]fileCount{}}
 	for _, st := range order {
 		var ch wspath.Change
 		switch {
@@ -276,10 +298,59 @@ func (s *Supervisor) planEdit(ctx context.Context, c *lspc.Client, we lspc.Works
 			}
 		}
 		plan.changes = append(plan.changes, ch)
-		plan.perFile[ch.Path] = st.n
+		plan.perFile[ch.Path] = fileCount{edits: st.n, occurrences: changedIdents(st.old, st.cur, dollarIdents[path.Ext(st.path)])}
 	}
 	slices.SortFunc(plan.changes, func(a, b wspath.Change) int { return strings.Compare(a.Path, b.Path) })
 	return plan, nil
+}
+
+// changedIdents counts the identifiers a change of a file's text replaced:
+// a rename keeps the sequence of identifiers but for the renamed ones, so
+// those are the places that differ. When the sequences differ in length
+// (the edit also added or removed code), it counts the identifiers that
+// the new text has and the old one does not.
+func changedIdents(old, cur []byte, dollar bool) int {
+	a, b := idents(string(old), dollar), idents(string(cur), dollar)
+	n := 0
+	if len(a) == len(b) {
+		for i := range a {
+			if a[i] != b[i] {
+				n++
+			}
+		}
+		return n
+	}
+	have := map[string]int{}
+	for _, id := range a {
+		have[id]++
+	}
+	for _, id := range b {
+		if have[id] > 0 {
+			have[id]--
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// idents returns the identifiers of a text, in order.
+func idents(text string, dollar bool) []string {
+	var out []string
+	start := -1
+	for i, r := range text {
+		switch {
+		case isIdent(r, dollar) && start < 0:
+			start = i
+		case !isIdent(r, dollar) && start >= 0:
+			out = append(out, text[start:i])
+			start = -1
+		}
+	}
+	if start >= 0 {
+		out = append(out, text[start:])
+	}
+	return out
 }
 
 // applyEdits applies LSP text edits to text. Edits must not overlap; they

@@ -27,6 +27,10 @@ type Server struct {
 	// Markers are the root markers, any of them; the root of a file is the
 	// nearest ancestor directory, inside the workspace, holding one.
 	Markers []string
+	// MarkerOptional says the server works without a marker (pylsp,
+	// pyright): a file with none above it is served from the workspace
+	// root, and status says so.
+	MarkerOptional bool
 	// Binaries are the executable names looked up, in order of preference;
 	// a trailing "-*" also matches versioned names (clangd-16), highest
 	// version first.
@@ -76,7 +80,7 @@ func DefaultServers() []Server {
 			// whole workspace at once instead of after gopls's 1s typing
 			// delay, and keep links to pkg.go.dev out of hovers.
 			InitOptions: map[string]any{"diagnosticsDelay": "0s", "linksInHover": false}},
-		{ID: "pylsp", Languages: py, Markers: pyMarkers, Binaries: []string{"pylsp"}, Local: []string{".venv/bin", "venv/bin"},
+		{ID: "pylsp", Languages: py, Markers: pyMarkers, MarkerOptional: true, Binaries: []string{"pylsp"}, Local: []string{".venv/bin", "venv/bin"},
 			// Style checkers drown real problems: keep pyflakes (undefined
 			// names, unused imports), drop pycodestyle and mccabe.
 			Settings: map[string]any{"pylsp": map[string]any{"plugins": map[string]any{
@@ -84,10 +88,12 @@ func DefaultServers() []Server {
 				"mccabe":      map[string]any{"enabled": false},
 				"pydocstyle":  map[string]any{"enabled": false},
 			}}}},
-		{ID: "pyright", Languages: py, Markers: pyMarkers, Binaries: []string{"pyright-langserver", "basedpyright-langserver"}, Args: []string{"--stdio"}, Local: []string{".venv/bin", "venv/bin", "node_modules/.bin"}},
-		{ID: "typescript-language-server", Languages: ts, Markers: []string{"tsconfig.json", "jsconfig.json", "package.json"}, Binaries: []string{"typescript-language-server"}, Args: []string{"--stdio"}, Local: []string{"node_modules/.bin"},
+		{ID: "pyright", Languages: py, Markers: pyMarkers, MarkerOptional: true, Binaries: []string{"pyright-langserver", "basedpyright-langserver"}, Args: []string{"--stdio"}, Local: []string{".venv/bin", "venv/bin", "node_modules/.bin"}},
+		// tsserver puts a loose file in an inferred project, and clangd
+		// compiles one with its fallback flags: both work without a marker.
+		{ID: "typescript-language-server", Languages: ts, Markers: []string{"tsconfig.json", "jsconfig.json", "package.json"}, MarkerOptional: true, Binaries: []string{"typescript-language-server"}, Args: []string{"--stdio"}, Local: []string{"node_modules/.bin"},
 			HostRefuse: []string{"node_modules/typescript"}},
-		{ID: "clangd", Languages: c, Markers: []string{"compile_commands.json", "CMakeLists.txt", ".clangd"}, Binaries: []string{"clangd", "clangd-*"}},
+		{ID: "clangd", Languages: c, Markers: []string{"compile_commands.json", "CMakeLists.txt", ".clangd"}, MarkerOptional: true, Binaries: []string{"clangd", "clangd-*"}},
 		{ID: "rust-analyzer", Languages: map[string]string{".rs": "rust"}, Markers: []string{"Cargo.toml"}, Binaries: []string{"rust-analyzer"},
 			HostInitOptions: map[string]any{
 				"cargo":       map[string]any{"buildScripts": map[string]any{"enable": false}},

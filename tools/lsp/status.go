@@ -35,6 +35,7 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		Server   string `json:"server"`
 		Root     string `json:"root,omitempty"`
 		Marker   string `json:"marker,omitempty"`
+		Fallback string `json:"fallback,omitempty"`
 		Binary   string `json:"binary,omitempty"`
 		Missing  string `json:"missing,omitempty"`
 		State    string `json:"state"`
@@ -89,6 +90,9 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 	}
 	for _, c := range choices {
 		r := row{Server: c.Server.ID, Root: c.Root, Marker: c.Marker, Binary: c.Binary, Missing: c.Missing, State: "not running"}
+		if c.Fallback {
+			r.Fallback = fmt.Sprintf("no marker found; %s works without one", c.Server.ID)
+		}
 		if c.Root != "" {
 			if in := insts[c.key()]; in != nil {
 				covered[c.key()] = true
@@ -122,8 +126,11 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		fmt.Fprintf(&b, "%s: %s", r.Server, r.State)
 		if r.Root != "" {
 			fmt.Fprintf(&b, "; root %s", showRoot(r.Root))
-			if r.Marker != "" {
+			switch {
+			case r.Marker != "":
 				fmt.Fprintf(&b, " (%s)", r.Marker)
+			case r.Fallback != "":
+				fmt.Fprintf(&b, " (%s)", r.Fallback)
 			}
 		}
 		if r.Binary != "" {

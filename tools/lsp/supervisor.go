@@ -132,6 +132,7 @@ type Supervisor struct {
 	closed  bool
 	sysFS   sandbox.FS // the sandbox's "/", for source lines outside the workspace
 	journal map[key]*journal
+	told    map[string]bool // why no server applied, as diagnostics on write said it
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
@@ -163,6 +164,7 @@ func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options
 		cold:    make(chan struct{}, opts.MaxColdStarts),
 		insts:   map[key]*instance{},
 		journal: map[key]*journal{},
+		told:    map[string]bool{},
 	}
 	if opts.IdleTimeout > 0 {
 		ctx, cancel := context.WithCancel(runCtx)
@@ -231,8 +233,12 @@ func (s *Supervisor) reap(ctx context.Context) {
 type Choice struct {
 	Server Server
 	// Root is the workspace-relative root ("." for the workspace root) where
-	// Marker was found; empty when no marker was found.
+	// Marker was found; empty when no marker was found, or "." with
+	// Fallback.
 	Root, Marker string
+	// Fallback says no marker was found and the server, which works
+	// without one, serves from the workspace root.
+	Fallback bool
 	// Binary is the server's program as the sandbox sees it; empty when it
 	// does not resolve.
 	Binary string
@@ -261,12 +267,15 @@ func (s *Supervisor) discover(ctx context.Context, dir, ext string, probeAlways 
 			return nil, fmt.Errorf("lsp: looking for %s's root markers: %w", sv.ID, err)
 		}
 		c.Root, c.Marker = root, marker
+		if root == "" && sv.MarkerOptional {
+			c.Root, c.Fallback = ".", true
+		}
 		out = append(out, c)
 	}
 	if len(out) == 0 {
 		return nil, nil
 	}
-	if !probeAlways && !slices.ContainsFunc(out, func(c Choice) bool { return c.Marker != "" }) {
+	if !probeAlways && !slices.ContainsFunc(out, func(c Choice) bool { return c.Root != "" }) {
 		// No marker anywhere: nothing can start, and the binaries do not
 		// matter (a write to a loose file costs no exec).
 		for i := range out {
@@ -332,7 +341,7 @@ func (s *Supervisor) discover(ctx context.Context, dir, ext string, probeAlways 
 				c.Binary, refused = "", true
 			}
 		}
-		if c.Marker == "" {
+		if c.Root == "" {
 			why = append(why, s.markerMissing(c.Server, dir))
 		}
 		if c.Binary == "" && !refused {
@@ -402,8 +411,10 @@ func (s *Supervisor) serverFor(ctx context.Context, name string, wait time.Durat
 		return nil, err
 	}
 	if len(choices) == 0 {
-		return nil, fmt.Errorf("%w: no server of the table handles %s files (%s); the servers are %s",
-			ErrNoServer, extOrName(name), name, s.serverIDs())
+		return nil, &noServerError{
+			msg: fmt.Sprintf("%v: no server of the table handles %s files (%s); the servers are %s", ErrNoServer, extOrName(name), name, s.serverIDs()),
+			why: fmt.Sprintf("no language server handles %s files", extOrName(name)),
+		}
 	}
 	for _, c := range choices {
 		if c.Usable() {
@@ -418,9 +429,19 @@ func (s *Supervisor) serverFor(ctx context.Context, name string, wait time.Durat
 	for _, c := range choices {
 		why = append(why, c.Server.ID+": "+c.Missing)
 	}
-	return nil, fmt.Errorf("%w to %s: %s. Add the marker or install the server in the sandbox, then call again; lsp status shows what was found",
-		ErrNoServer, name, strings.Join(why, "; "))
+	return nil, &noServerError{
+		msg: fmt.Sprintf("%v to %s: %s. Add the marker or install the server in the sandbox, then call again; lsp status shows what was found", ErrNoServer, name, strings.Join(why, "; ")),
+		why: strings.Join(why, "; "),
+	}
 }
+
+// noServerError is [ErrNoServer] with why, the reason without the advice:
+// for each candidate server the half that is missing, or that no server
+// handles the file's language. Diagnostics on write name it.
+type noServerError struct{ msg, why string }
+
+func (e *noServerError) Error() string        { return e.msg }
+func (e *noServerError) Is(target error) bool { return target == ErrNoServer }
 
 func extOrName(name string) string {
 	if e := path.Ext(name); e != "" {
@@ -451,6 +472,9 @@ func (s *Supervisor) runningFor(ctx context.Context, dir, ext string) *instance 
 	// The file's root must be this instance's root: no nearer marker.
 	for _, in := range cands {
 		root, _, err := findRoot(ctx, s.ws, dir, in.spec.Markers)
+		if root == "" && in.spec.MarkerOptional {
+			root = "."
+		}
 		if err == nil && root == in.key.root {
 			return in
 		}

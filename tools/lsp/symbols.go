@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	lspc "berth.dev/berth/lsp"
@@ -15,6 +16,9 @@ import (
 func (s *Supervisor) symbols(ctx context.Context, in Input) (*tools.Result, error) {
 	if in.Query == "" && in.File == "" {
 		return nil, tools.Fail("symbols needs query (search the workspace by name) or file (list the file's symbols)")
+	}
+	if in.Start < 0 || in.Depth < 0 {
+		return nil, tools.Fail("start and depth must be 0 or more")
 	}
 	if in.Query == "" {
 		return s.documentSymbols(ctx, in)
@@ -46,12 +50,16 @@ func (s *Supervisor) symbols(ctx context.Context, in Input) (*tools.Result, erro
 		Kind      string `json:"kind"`
 		Container string `json:"container,omitempty"`
 		Loc
+		rank int
+		text string
 	}
+	kinds := kindSet(in.Kind)
 	var all []sym
-	var texts []string
+	var without []string // servers that offer no workspace search
 	sl := &sourceLines{s: s}
 	for _, q := range qs {
 		if !q.c.Supports("workspace/symbol") {
+			without = append(without, q.in.spec.ID)
 			continue
 		}
 		syms, err := q.c.WorkspaceSymbols(ctx, in.Query)
@@ -59,37 +67,87 @@ func (s *Supervisor) symbols(ctx context.Context, in Input) (*tools.Result, erro
 			return nil, q.explain("symbols", err)
 		}
 		for _, si := range syms {
+			if kinds != nil && !kinds[si.Kind.String()] {
+				continue
+			}
 			lo, text := s.loc(ctx, sl, si.Location.URI, si.Location.Range, q.c.PositionEncoding())
-			all = append(all, sym{Name: si.Name, Kind: si.Kind.String(), Container: si.ContainerName, Loc: lo})
-			texts = append(texts, text)
+			all = append(all, sym{Name: si.Name, Kind: si.Kind.String(), Container: si.ContainerName, Loc: lo, rank: matchRank(si.Name, in.Query, lo.File), text: text})
 		}
 	}
+	if len(without) == len(qs) {
+		return nil, tools.Fail("%s offers no workspace symbol search (workspace/symbol); list one file's symbols with file and no query, or search the text with ast_grep", strings.Join(without, " and "))
+	}
+	// Exact names first, the workspace's before the rest; the server's
+	// order within each.
+	slices.SortStableFunc(all, func(a, b sym) int { return a.rank - b.rank })
 	head := fmt.Sprintf("workspace symbols matching %q", in.Query)
+	if in.Kind != "" {
+		head += " of kind " + in.Kind
+	}
+	var b strings.Builder
+	for _, id := range without {
+		fmt.Fprintf(&b, "note: %s offers no workspace symbol search; not asked\n", id)
+	}
 	if len(all) == 0 {
-		return tools.Textf("%s: none", head), nil
+		return tools.Text(b.String() + head + ": none"), nil
 	}
 	total := len(all)
-	all = all[:min(total, MaxWorkspaceSymbols)]
-	var b strings.Builder
+	from, to := window(total, in.Start, MaxWorkspaceSymbols)
+	page := all[from:to]
 	fmt.Fprintf(&b, "%s: %d", head, total)
-	if total > MaxWorkspaceSymbols {
-		fmt.Fprintf(&b, ", the first %d shown", MaxWorkspaceSymbols)
-	}
+	writeWindow(&b, total, from, to)
 	b.WriteString("\n")
-	for i, x := range all {
+	for _, x := range page {
 		fmt.Fprintf(&b, "%s %s", x.Kind, x.Name)
 		if x.Container != "" {
 			fmt.Fprintf(&b, " (in %s)", x.Container)
 		}
 		fmt.Fprintf(&b, "  %s:%d:%d", x.File, x.Line, x.Column)
-		if texts[i] != "" {
-			b.WriteString("  " + clipLine(texts[i]))
+		if x.text != "" {
+			b.WriteString("  " + clipLine(x.text))
 		}
 		b.WriteString("\n")
 	}
+	writeMore(&b, total, to)
 	res := tools.Text(strings.TrimRight(b.String(), "\n"))
-	res.StructuredContent = map[string]any{"symbols": all, "total": total}
+	res.StructuredContent = paged(map[string]any{"symbols": nonNil(page)}, total, from, to)
 	return res, nil
+}
+
+// matchRank orders a workspace symbol for a query: its name (or the last
+// part of a qualified one) equal to the query first, then equal but for
+// case, then the rest; within each, workspace files before those outside.
+func matchRank(name, query, file string) int {
+	last := name
+	if i := strings.LastIndexAny(name, ".:"); i >= 0 {
+		last = name[i+1:]
+	}
+	r := 4
+	switch {
+	case name == query || last == query:
+		r = 0
+	case strings.EqualFold(name, query) || strings.EqualFold(last, query):
+		r = 2
+	}
+	if strings.HasPrefix(file, "/") {
+		r++ // outside the workspace
+	}
+	return r
+}
+
+// kindSet reads a comma-separated kind filter ("function,method"); nil
+// when there is none.
+func kindSet(kinds string) map[string]bool {
+	var set map[string]bool
+	for _, k := range strings.Split(kinds, ",") {
+		if k = strings.ToLower(strings.TrimSpace(k)); k != "" {
+			if set == nil {
+				set = map[string]bool{}
+			}
+			set[k] = true
+		}
+	}
+	return set
 }
 
 // workspaceServers returns ready servers for a workspace-wide question: the
@@ -116,7 +174,10 @@ func (s *Supervisor) workspaceServers(ctx context.Context) ([]*query, error) {
 	seen := map[string]bool{} // one server per language
 	for _, c := range choices {
 		lang := langSet(c.Server)
-		if !c.Usable() || seen[lang] {
+		// A server that would only fall back to the root is not started
+		// for a question about the whole workspace: a Go workspace has no
+		// Python to ask pylsp about.
+		if !c.Usable() || c.Fallback || seen[lang] {
 			continue
 		}
 		seen[lang] = true
@@ -148,6 +209,14 @@ func langSet(sv Server) string {
 	return strings.Join(slices.Compact(ls), ",")
 }
 
+// DefaultSymbolDepth is how many levels of a file's symbols are listed
+// when depth is not given: top-level symbols and their members.
+const DefaultSymbolDepth = 2
+
+// documentSymbols lists a file's symbols with their kinds and lines: by
+// default DefaultSymbolDepth levels without the locals of functions, else
+// as deep as depth says (locals included), only of the kinds kind names,
+// paged from start.
 func (s *Supervisor) documentSymbols(ctx context.Context, in Input) (_ *tools.Result, err error) {
 	name, q, _, err := s.opened(ctx, in.File)
 	if err != nil {
@@ -160,52 +229,86 @@ func (s *Supervisor) documentSymbols(ctx context.Context, in Input) (_ *tools.Re
 		return nil, q.explain("symbols", err)
 	}
 	type sym struct {
-		Name   string `json:"name"`
-		Kind   string `json:"kind"`
-		Detail string `json:"detail,omitempty"`
-		Line   int    `json:"line"`
-		Depth  int    `json:"depth"`
+		Name    string `json:"name"`
+		Kind    string `json:"kind"`
+		Detail  string `json:"detail,omitempty"`
+		Line    int    `json:"line"`
+		EndLine int    `json:"end_line"`
+		Depth   int    `json:"depth"`
 	}
-	var out []sym
-	total := 0
-	var walk func(ds []lspc.DocumentSymbol, depth int)
-	walk = func(ds []lspc.DocumentSymbol, depth int) {
-		for _, d := range ds {
+	depth, locals := in.Depth, true
+	if depth == 0 {
+		depth, locals = DefaultSymbolDepth, false
+	}
+	kinds := kindSet(in.Kind)
+	var listed []sym
+	total, deeper := 0, 0
+	var walk func(scs []scope, level int, inFunc bool)
+	walk = func(scs []scope, level int, inFunc bool) {
+		for _, sc := range scs {
 			total++
-			if len(out) < MaxDocumentSymbols {
-				out = append(out, sym{Name: d.Name, Kind: d.Kind.String(), Detail: d.Detail, Line: int(d.SelectionRange.Start.Line) + 1, Depth: depth})
+			line := sc.rng.Start.Line
+			if sc.sel != nil {
+				line = sc.sel.Start.Line
 			}
-			walk(d.Children, depth+1)
+			switch {
+			case level >= depth || inFunc && !locals:
+				deeper++
+			case kinds == nil || kinds[sc.kind]:
+				listed = append(listed, sym{Name: sc.name, Kind: sc.kind, Detail: sc.detail, Line: int(line) + 1, EndLine: lastLine(sc.rng), Depth: level})
+			}
+			walk(sc.children, level+1, inFunc || functionKinds[sc.kind])
 		}
 	}
-	walk(tree, 0)
-	for _, f := range flat {
-		total++
-		if len(out) < MaxDocumentSymbols {
-			depth := 0
-			if f.ContainerName != "" {
-				depth = 1
-			}
-			out = append(out, sym{Name: f.Name, Kind: f.Kind.String(), Line: int(f.Location.Range.Start.Line) + 1, Depth: depth})
-		}
-	}
-	if total == 0 {
-		return tools.Textf("symbols of %s: none", name), nil
+	walk(append(fromTree(tree), nestFlat(flat)...), 0, false)
+	head := "symbols of " + name
+	if in.Kind != "" {
+		head += " of kind " + in.Kind
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "symbols of %s: %d", name, total)
-	if total > MaxDocumentSymbols {
-		fmt.Fprintf(&b, ", the first %d shown", MaxDocumentSymbols)
+	fmt.Fprintf(&b, "%s: %d", head, len(listed))
+	from, to := window(len(listed), in.Start, MaxDocumentSymbols)
+	writeWindow(&b, len(listed), from, to)
+	if left := total - len(listed); left > 0 {
+		var why []string
+		if deeper > 0 {
+			what := "deeper symbol"
+			if !locals {
+				what = "local or deeper symbol"
+			}
+			why = append(why, fmt.Sprintf("%s (depth %d lists more)", plural(deeper, what), depth+1))
+		}
+		if n := left - deeper; n > 0 {
+			why = append(why, fmt.Sprintf("%d of other kinds", n))
+		}
+		fmt.Fprintf(&b, " (left out: %s)", strings.Join(why, "; "))
 	}
 	b.WriteString("\n")
-	for _, x := range out {
-		fmt.Fprintf(&b, "%s%d: %s %s", strings.Repeat("  ", x.Depth), x.Line, x.Kind, x.Name)
+	for _, x := range listed[from:to] {
+		lines := strconv.Itoa(x.Line)
+		if x.EndLine > x.Line {
+			lines += "-" + strconv.Itoa(x.EndLine)
+		}
+		fmt.Fprintf(&b, "%s%s: %s %s", strings.Repeat("  ", x.Depth), lines, x.Kind, x.Name)
 		if x.Detail != "" {
 			b.WriteString("  " + clipLine(x.Detail))
 		}
 		b.WriteString("\n")
 	}
+	writeMore(&b, len(listed), to)
 	res := tools.Text(strings.TrimRight(b.String(), "\n"))
-	res.StructuredContent = map[string]any{"symbols": out, "total": total}
+	res.StructuredContent = paged(map[string]any{"symbols": nonNil(listed[from:to]), "left_out": total - len(listed)}, len(listed), from, to)
 	return res, nil
 }
+
+// lastLine is the 1-based last line of a range: a range that ends at the
+// start of a line ends on the line before it.
+func lastLine(r lspc.Range) int {
+	if r.End.Character == 0 && r.End.Line > r.Start.Line {
+		return int(r.End.Line)
+	}
+	return int(r.End.Line) + 1
+}
+
+// functionKinds are the symbol kinds whose children are locals.
+var functionKinds = map[string]bool{"function": true, "method": true, "constructor": true}
