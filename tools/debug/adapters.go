@@ -61,13 +61,16 @@ func specFor(id string) (adapterSpec, bool) {
 	return adapterSpec{}, false
 }
 
-func adapterIDs() string {
-	var ids []string
-	for _, a := range adapterTable {
-		ids = append(ids, a.id)
+// adapterList lists the adapter ids in the table's order.
+func adapterList() []string {
+	ids := make([]string, len(adapterTable))
+	for i, a := range adapterTable {
+		ids[i] = a.id
 	}
-	return strings.Join(ids, ", ")
+	return ids
 }
+
+func adapterIDs() string { return strings.Join(adapterList(), ", ") }
 
 // Availability is what discovery found for one adapter.
 type Availability struct {

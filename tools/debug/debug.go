@@ -100,11 +100,17 @@ func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options
 	return &Supervisor{sb: sb, ws: ws, root: path.Clean(ws.Root()), runCtx: runCtx, opts: opts, bps: map[string][]dap.Breakpoint{}}
 }
 
+// Tool is the debug tool as a registry lists it, described for
+// DefaultTTL; [Register] describes the supervisor's own TTL.
+var Tool = tools.Tool{Name: "debug", Level: tools.LevelExec, Serial: true, Description: description(DefaultTTL)}
+
 // Register adds the debug tool to r, bound to a new supervisor, and returns
 // the supervisor; the caller closes it when the run closes.
 func Register(r *tools.Registry, sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options) *Supervisor {
 	s := New(sb, ws, runCtx, opts)
-	tools.Register(r, tools.Tool{Name: "debug", Level: tools.LevelExec, Serial: true, Description: description(s.opts.TTL)}, s.call, schemaOptions()...)
+	t := Tool
+	t.Description = description(s.opts.TTL)
+	tools.Register(r, t, s.call, schemaOptions()...)
 	return s
 }
 

@@ -207,7 +207,6 @@ func TestInputValidation(t *testing.T) {
 	}{
 		{"no op", map[string]any{}, []string{"no operation", "launch"}},
 		{"unknown op", map[string]any{"op": "explode"}, []string{`unknown operation "explode"`}},
-		{"op and operation disagree", map[string]any{"op": "status", "operation": "launch"}, []string{"disagree"}},
 		{"continue without session", map[string]any{"op": "continue"}, []string{"no debug session", "launch"}},
 		{"stack without session", map[string]any{"op": "stack"}, []string{"no debug session"}},
 		{"launch without program", map[string]any{"op": "launch"}, []string{"program is empty"}},

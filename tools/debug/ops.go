@@ -20,9 +20,9 @@ import (
 // fields are its arguments. The schema prefixes each argument's
 // description with the operations that read it (see [ops]).
 type Input struct {
-	Op          string   `json:"op,omitempty" jsonschema:"the operation"`
-	Operation   string   `json:"operation,omitempty" jsonschema:"the same as op"`
-	Adapter     string   `json:"adapter,omitempty" jsonschema:"debugpy, delve, lldb or dart; by default chosen from the program"`
+	Op string `json:"op,omitempty" jsonschema:"the operation"`
+	// Adapter's values are listed from the adapter table (schemaOptions).
+	Adapter     string   `json:"adapter,omitempty" jsonschema:"the debug adapter; by default chosen from the program"`
 	File        string   `json:"file,omitempty" jsonschema:"the source file, relative to the workspace"`
 	Lines       []any    `json:"lines,omitempty" jsonschema:"line numbers, or objects {line, condition, hit_condition, log_message}; empty clears the file"`
 	Program     string   `json:"program,omitempty" jsonschema:"the program, relative to the workspace"`
@@ -37,8 +37,8 @@ type Input struct {
 }
 
 // op is one operation of the debug tool. [ops] is the one place an
-// operation is named: the tool's description, the enum of op and
-// operation, the argument descriptions, every message that lists the
+// operation is named: the tool's description, the enum of op, the
+// argument descriptions, every message that lists the
 // operations and the dispatch are all rendered from it.
 type op struct {
 	name string
@@ -143,10 +143,11 @@ func span(d time.Duration) string {
 	return d.String()
 }
 
-// schemaOptions render the schema's parts that come from ops: the
-// operations on op and operation, and which operations read each argument.
+// schemaOptions render the schema's parts that come from the tables: the
+// operations on op, the adapters on adapter, and which operations read
+// each argument.
 func schemaOptions() []tools.Option {
-	return []tools.Option{tools.Enum("op", opNames()...), tools.Enum("operation", opNames()...), argUsers}
+	return []tools.Option{tools.Enum("op", opNames()...), tools.Enum("adapter", adapterList()...), argUsers}
 }
 
 // argUsers prefixes each argument's description with the operations that
@@ -173,15 +174,9 @@ type reply struct {
 	data any
 }
 
-// pick returns the operation in, from op or its alias operation.
+// pick returns the operation in.Op names, lower-cased and trimmed.
 func pick(in Input) (op, error) {
 	name := strings.ToLower(strings.TrimSpace(in.Op))
-	if alt := strings.ToLower(strings.TrimSpace(in.Operation)); alt != "" {
-		if name != "" && name != alt {
-			return op{}, tools.Fail("op %q and operation %q disagree: give one of them", in.Op, in.Operation)
-		}
-		name = alt
-	}
 	if name == "" {
 		return op{}, tools.Fail("no operation: set op to one of %s", strings.Join(opNames(), ", "))
 	}
