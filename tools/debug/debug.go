@@ -38,6 +38,9 @@ const (
 	DefaultWait = 30 * time.Second
 	// MaxOutputChars bounds the output one call shows.
 	MaxOutputChars = 16_000
+	// MaxStopLocals bounds the top frame's locals a stop report shows;
+	// variables pages through the rest.
+	MaxStopLocals = 10
 	// endOutputChars bounds the output shown with the program's end and
 	// with terminate.
 	endOutputChars = 4000

@@ -34,8 +34,11 @@ func TestOpTable(t *testing.T) {
 		fmt.Sprintf("%d at a time", dap.MaxVariables),
 		fmt.Sprintf("cut at %d characters", dap.MaxValueChars),
 		fmt.Sprintf("its last %d characters", MaxOutputChars),
+		fmt.Sprintf("the frame's first %d locals", MaxStopLocals),
 		"- continue, pause, step_over, step_in, step_out [thread_id]: ",
-		"- launch program, args[], [adapter], [stop_on_entry]: ",
+		"- launch program, [module], args[], [cwd], [env], [adapter], [stop_on_entry]: ",
+		"; debugpy runs statements too",
+		"; delve evaluates Go expressions",
 	} {
 		if !strings.Contains(info.Description, limit) {
 			t.Errorf("the description lacks %q:\n%s", limit, info.Description)
@@ -106,6 +109,7 @@ func TestOpSpellings(t *testing.T) {
 	f.Ok(t, map[string]any{"op": " Terminate"}, "no debug session to terminate")
 	f.Fails(t, map[string]any{"op": "explode"}, `unknown operation "explode": use one of `+all)
 	f.Fails(t, map[string]any{}, "no operation: set op to one of "+all)
+	f.Fails(t, map[string]any{"op": "launch", "program": "x.py", "adapter": "GDB"}, `unknown adapter "GDB": use one of `+adapterIDs())
 	for _, args := range []string{`{"operation":"status"}`, `{"op":"status","operation":"status"}`} {
 		_, err := f.reg.Call(t.Context(), tools.SurfaceDefault, "debug", json.RawMessage(args))
 		if ie := (*tools.InputError)(nil); !errors.As(err, &ie) || !strings.Contains(err.Error(), "operation") {
