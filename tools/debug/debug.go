@@ -2,7 +2,8 @@
 // that drives a Debug Adapter Protocol session (debugpy, delve, lldb-dap,
 // the Dart adapter) inside the run's sandbox.
 //
-// A [Supervisor] holds at most one session per run (DBG-3). Adapters are
+// A [Supervisor] holds at most one session per run, and with
+// [Options.Claim] at most one per conversation (DBG-3). Adapters are
 // discovered at call time inside the sandbox — a root marker and a binary,
 // and for debugpy a python that can import it, the project's venv first
 // (DBG-4). Adapters speaking stdio run through [sandbox.Pipe]; delve, which
@@ -69,6 +70,14 @@ type Options struct {
 	// the workspace, which the adapters list then names — and adapters
 	// run with GOTOOLCHAIN=local.
 	Host bool
+	// Claim, when set, takes the conversation's one debug session for this
+	// run (DBG-3). It is called when launch or attach starts a session,
+	// before the adapter starts; an error refuses the session, and its text
+	// (which names the run holding the session) is shown to the model.
+	// release is called once the session ends: terminate, its TTL, a dead
+	// adapter, a failed start, or the run's close. A session whose program
+	// has ended keeps its claim until it is terminated or replaced.
+	Claim func() (release func(), err error)
 }
 
 // Supervisor owns the debug session of one run.
@@ -148,6 +157,9 @@ type session struct {
 	pid    int
 	stderr *proc.Tail
 	timer  *time.Timer
+	// release gives back the conversation's claim (Options.Claim) once the
+	// adapter is gone.
+	release func()
 
 	mu         sync.Mutex
 	outShown   int64 // output offset shown by the output operation
@@ -156,10 +168,12 @@ type session struct {
 	stoppedFor string // why the session was ended, once it was
 }
 
-// stop disconnects (terminating a launched debuggee), closes the stream and
-// kills the adapter's process group. It is idempotent.
+// stop disconnects (terminating a launched debuggee), closes the stream,
+// kills the adapter's process group and then releases the session's
+// claim. It is idempotent.
 func (ss *session) stop(ctx context.Context) error {
 	ss.stopOnce.Do(func() {
+		defer ss.release()
 		if ss.timer != nil {
 			ss.timer.Stop()
 		}
@@ -193,6 +207,17 @@ func (ss *session) stop(ctx context.Context) error {
 		ss.stopErr = err
 	})
 	return ss.stopErr
+}
+
+// watch stops the session once its adapter is gone, so the adapter's
+// process group and the conversation's claim go with it at once; the
+// next call still reports why ([Supervisor.current]).
+func (ss *session) watch() {
+	select {
+	case <-ss.ds.Done():
+	case <-ss.exited: // nil after attach by port: the stream's end is the end
+	}
+	ss.stop(context.Background())
 }
 
 // gone reports why the session can no longer be used: the adapter exited

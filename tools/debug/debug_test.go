@@ -3,6 +3,7 @@ package debug
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -626,6 +629,98 @@ func TestDebugpyTTL(t *testing.T) {
 	}
 	f.Ok(t, map[string]any{"op": "status"}, "no debug session") // the note is shown once
 	f.Ok(t, map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "stopped at main.py:1")
+}
+
+// claimCounter is an Options.Claim that counts the claims held, or
+// refuses with refusal when it is set.
+type claimCounter struct {
+	held, taken atomic.Int32
+	refusal     atomic.Pointer[string]
+}
+
+func (c *claimCounter) claim() (func(), error) {
+	if r := c.refusal.Load(); r != nil {
+		return nil, errors.New(*r)
+	}
+	c.taken.Add(1)
+	c.held.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { c.held.Add(-1) }) }, nil
+}
+
+// want checks the claims taken in all and held now; the release after a
+// TTL or a dead adapter may come a moment after the call that saw it.
+func (c *claimCounter) want(t *testing.T, taken, held int32) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); c.held.Load() != held && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.taken.Load() != taken || c.held.Load() != held {
+		t.Errorf("claims taken %d, held %d; want %d, %d", c.taken.Load(), c.held.Load(), taken, held)
+	}
+}
+
+// TestClaim: a session holds the conversation's claim from its start to
+// its end — terminate, a failed start, a killed adapter, its TTL, the
+// run's close — and a refused claim starts no adapter and names the
+// holder.
+func TestClaim(t *testing.T) {
+	var c claimCounter
+	f := pyFixture(t, Options{Claim: c.claim})
+	launch := map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}
+	f.Ok(t, launch, "stopped at main.py:1")
+	c.want(t, 1, 1)
+	f.Fails(t, launch, "already running") // the run's own session: no second claim
+	c.want(t, 1, 1)
+	f.Ok(t, map[string]any{"op": "terminate"}, "terminated")
+	c.want(t, 1, 0)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	f.Fails(t, map[string]any{"op": "attach", "port": port}, "cannot connect")
+	c.want(t, 2, 0)
+
+	f.Ok(t, launch, "stopped at main.py:1")
+	f.Kill(t)
+	f.Fails(t, map[string]any{"op": "stack"}, "exited unexpectedly")
+	c.want(t, 3, 0)
+
+	// The program's end keeps the claim until the session is closed.
+	f.Ok(t, map[string]any{"op": "launch", "program": "main.py"}, "exited with code 0")
+	c.want(t, 4, 1)
+	f.Ok(t, launch, "closed the previous session", "stopped at main.py:1")
+	c.want(t, 5, 1)
+
+	msg := `conversation "c-1" already has a debug session, in run r-1: use that run, or end the session there (debug terminate)`
+	f.Ok(t, map[string]any{"op": "terminate"})
+	c.refusal.Store(&msg)
+	f.Fails(t, launch, "cannot launch here: only one debug session per conversation: "+msg)
+	f.Fails(t, map[string]any{"op": "attach", "port": port}, "cannot attach here", "in run r-1")
+	if p := processesWith(f.dir); len(p) > 0 {
+		t.Errorf("a refused claim started processes: %v", p)
+	}
+	c.want(t, 5, 0)
+	c.refusal.Store(nil)
+
+	f.Ok(t, launch, "stopped at main.py:1")
+	c.want(t, 6, 1)
+	if err := f.sup.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.want(t, 6, 0)
+
+	var ttl claimCounter
+	g := pyFixture(t, Options{TTL: 2 * time.Second, Claim: ttl.claim})
+	g.Ok(t, launch, "stopped at main.py:1")
+	ttl.want(t, 1, 1)
+	for deadline := time.Now().Add(time.Minute); g.session() != nil && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	ttl.want(t, 1, 0)
 }
 
 func TestDebugpyKilledAdapter(t *testing.T) {

@@ -319,16 +319,26 @@ func randomHex() string {
 // session and waits for the first stop. attachPort > 0 dials the port
 // directly: a debuggee under debugpy --listen or a headless dlv serves DAP.
 func (s *Supervisor) startSession(ctx context.Context, av Availability, command, program string, args map[string]any, note string, attachPort int) (reply, error) {
+	release := func() {}
+	if s.opts.Claim != nil {
+		r, err := s.opts.Claim()
+		if err != nil {
+			return reply{}, tools.Fail("cannot %s here: only one debug session per conversation: %v", command, err)
+		}
+		release = r
+	}
 	var ap *adapterProc
 	var err error
 	if attachPort > 0 {
 		conn, derr := s.sb.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", attachPort))
 		if derr != nil {
+			release()
 			return reply{}, tools.Fail("cannot connect to 127.0.0.1:%d inside the sandbox: %v; is the debuggee listening there? start it with python3 -m debugpy --listen 127.0.0.1:%d --wait-for-client PROGRAM (or dlv --headless --listen 127.0.0.1:%d --accept-multiclient)", attachPort, derr, attachPort, attachPort)
 		}
 		// No process of ours: exited stays nil, the client's end is the end.
 		ap = &adapterProc{stream: conn, cancel: func() {}, status: func() (sandbox.ExitStatus, error) { return sandbox.ExitStatus{}, nil }, stderr: proc.NewTail(stderrKeep)}
 	} else if ap, err = s.startAdapter(ctx, av); err != nil {
+		release()
 		return reply{}, err
 	}
 	client := dap.NewClient(ap.stream, dap.Options{})
@@ -343,8 +353,9 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 	s.mu.Lock()
 	s.nextID++
 	ss := &session{id: s.nextID, adapter: av.Adapter, command: command, program: program, root: av.Root,
-		started: time.Now(), ds: ds, cancel: ap.cancel, exited: ap.exited, status: ap.status, pid: ap.pid, stderr: ap.stderr}
+		started: time.Now(), ds: ds, cancel: ap.cancel, exited: ap.exited, status: ap.status, pid: ap.pid, stderr: ap.stderr, release: release}
 	ss.deadline = ss.started.Add(s.opts.TTL)
+	go ss.watch() // ends when the session stops
 	want := make(map[string][]dap.Breakpoint, len(s.bps))
 	for f, b := range s.bps {
 		want[f] = b
