@@ -1,9 +1,17 @@
 package controller
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"berth.dev/berth/tools"
 )
 
 func TestClaims(t *testing.T) {
@@ -47,4 +55,75 @@ func TestClaims(t *testing.T) {
 		t.Errorf("after the holder's run closed: %v", err)
 	}
 	r2()
+}
+
+// TestDebugOneSessionPerConversation: two runs of one conversation on the
+// host share its one debug session (DBG-3). The second run's launch is
+// refused, naming the first run; once the first terminates, the second
+// launches; once the second run closes, the first launches again.
+func TestDebugOneSessionPerConversation(t *testing.T) {
+	const python = "/usr/bin/python3" // Debian's, which has python3-debugpy
+	if err := exec.Command(python, "-c", "import debugpy").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s cannot import debugpy (%v); CI must install python3-debugpy", python, err)
+		}
+		t.Skipf("%s cannot import debugpy (%v); install python3-debugpy", python, err)
+	}
+	dir := t.TempDir()
+	for name, content := range map[string]string{"requirements.txt": "", "main.py": "x = 1\nprint(x)\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, ".venv/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(python, filepath.Join(dir, ".venv/bin/python")); err != nil {
+		t.Fatal(err)
+	}
+	rg := newRig(t, func(c *Config) { realHost(c); c.Tools = []Binder{DebugTools} })
+	open := func(conv string) *Run {
+		t.Helper()
+		r, err := rg.c.Open(t.Context(), RunSpec{Sandbox: HostScheme, Workspace: dir, ConversationID: conv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	call := func(r *Run, args string, isError bool, wants ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		res, err := r.Call(ctx, tools.SurfaceDefault, "debug", json.RawMessage(args))
+		if err != nil {
+			t.Fatalf("run %s: debug %s: %v", r.Info().ID, args, err)
+		}
+		text := res.AllText()
+		if res.IsError != isError {
+			t.Fatalf("run %s: debug %s: isError %v, want %v:\n%s", r.Info().ID, args, res.IsError, isError, text)
+		}
+		for _, w := range wants {
+			if !strings.Contains(text, w) {
+				t.Fatalf("run %s: debug %s lacks %q:\n%s", r.Info().ID, args, w, text)
+			}
+		}
+	}
+	const launch = `{"op":"launch","program":"main.py","stop_on_entry":true}`
+	const terminate = `{"op":"terminate"}`
+	first, second := open("conv-1"), open("conv-1")
+	call(first, launch, false, "stopped at main.py:1")
+	call(second, launch, true, "only one debug session per conversation", "in run "+first.Info().ID, "debug terminate")
+	call(second, `{"op":"attach","port":5678}`, true, "in run "+first.Info().ID)
+	other := open("conv-2") // another conversation is not held off
+	call(other, launch, false, "stopped at main.py:1")
+	call(other, terminate, false, "terminated")
+
+	call(first, terminate, false, "terminated")
+	call(second, launch, false, "stopped at main.py:1")
+	call(first, launch, true, "in run "+second.Info().ID)
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	call(first, launch, false, "stopped at main.py:1")
+	call(first, terminate, false, "terminated")
 }

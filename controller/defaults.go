@@ -93,13 +93,18 @@ func StructuralTools(ctx context.Context, r *tools.Registry, env *Env) error {
 }
 
 // DebugTools registers the debug tool (docs/tools.md §7) when the run has a
-// conversation id (DBG-1), with one session supervisor per run; the run's
+// conversation id (DBG-1), with one session supervisor per run that takes
+// the conversation's claim on "debug" for each session, so the
+// conversation's runs hold one session between them (DBG-3); the run's
 // close ends its session, killing the adapter and the debuggee.
 func DebugTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	if env.Spec.ConversationID == "" {
 		return nil
 	}
-	sup := debug.Register(r, env.Sandbox, env.Workspace, env.Context, debug.Options{Host: env.Sandbox.Ref() == "host"})
+	sup := debug.Register(r, env.Sandbox, env.Workspace, env.Context, debug.Options{
+		Host:  env.Sandbox.Ref() == "host",
+		Claim: func() (func(), error) { return env.Claim("debug") },
+	})
 	env.OnClose(sup.Close)
 	env.AddResources(sup.Resources)
 	return nil

@@ -430,3 +430,59 @@ func TestSubscriptionEnd(t *testing.T) {
 		t.Errorf("state = %+v", st)
 	}
 }
+
+// TestExceptionInfo: exceptionInfo asks for the thread's exception and
+// clips its description and message.
+func TestExceptionInfo(t *testing.T) {
+	c, p := newPair(t, Options{})
+	long := strings.Repeat("m", MaxValueChars+5)
+	wait := p.script(func() {
+		req := p.expect("exceptionInfo")
+		if string(req.Arguments) != `{"threadId":7}` {
+			t.Errorf("arguments %s", req.Arguments)
+		}
+		p.respond(req, map[string]any{"exceptionId": "ValueError", "description": long, "breakMode": "unhandled",
+			"details": map[string]any{"message": long, "typeName": "ValueError", "stackTrace": "tb"}})
+	})
+	info, err := c.ExceptionInfo(t.Context(), 7)
+	wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ExceptionId != "ValueError" || info.BreakMode != "unhandled" || info.Details == nil || info.Details.TypeName != "ValueError" {
+		t.Errorf("info = %+v", info)
+	}
+	for _, s := range []string{info.Description, info.Details.Message} {
+		if !strings.HasSuffix(s, "… (5 more characters)") {
+			t.Errorf("not clipped: %q", s)
+		}
+	}
+}
+
+// TestCountFrames: the count asks from start for at most limit frames
+// and never reports more than limit.
+func TestCountFrames(t *testing.T) {
+	c, p := newPair(t, Options{})
+	frames := func(n int) []map[string]any {
+		out := make([]map[string]any, n)
+		for i := range out {
+			out[i] = map[string]any{"id": i, "name": "f", "line": 1, "column": 1}
+		}
+		return out
+	}
+	wait := p.script(func() {
+		req := p.expect("stackTrace")
+		if string(req.Arguments) != `{"threadId":1,"startFrame":30,"levels":100}` {
+			t.Errorf("arguments %s", req.Arguments)
+		}
+		p.respond(req, map[string]any{"stackFrames": frames(12), "totalFrames": 80})
+		p.respond(p.expect("stackTrace"), map[string]any{"stackFrames": frames(7)}) // an adapter ignoring levels
+	})
+	if n, err := c.CountFrames(t.Context(), 1, 30, 100); n != 12 || err != nil {
+		t.Errorf("count = %d, %v; want 12", n, err)
+	}
+	if n, err := c.CountFrames(t.Context(), 1, 30, 5); n != 5 || err != nil {
+		t.Errorf("count = %d, %v; want the limit 5", n, err)
+	}
+	wait()
+}

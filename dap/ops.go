@@ -93,6 +93,22 @@ func (c *Client) StackTrace(ctx context.Context, threadID, levels int) (frames [
 	return frames, resp.Body.TotalFrames, nil
 }
 
+// CountFrames counts a stopped thread's frames from index start on,
+// asking for at most limit of them: limit means at least that many. It
+// is how a caller learns the true depth when [Client.StackTrace]'s total
+// is missing or an estimate (delve adds an arbitrary number when there
+// are more frames than it was asked for).
+func (c *Client) CountFrames(ctx context.Context, threadID, start, limit int) (int, error) {
+	resp, err := do[*godap.StackTraceResponse](ctx, c, &godap.StackTraceRequest{
+		Request:   godap.Request{Command: "stackTrace"},
+		Arguments: godap.StackTraceArguments{ThreadId: threadID, StartFrame: start, Levels: limit},
+	})
+	if err != nil {
+		return 0, err
+	}
+	return min(len(resp.Body.StackFrames), limit), nil
+}
+
 // Scopes returns the scopes of a frame (locals, globals, registers…), each
 // with the reference [Client.Variables] takes.
 func (c *Client) Scopes(ctx context.Context, frameID int) ([]godap.Scope, error) {
@@ -158,6 +174,29 @@ func (c *Client) Evaluate(ctx context.Context, expression string, frameID int, e
 	}
 	body := resp.Body
 	body.Result = ClipValue(body.Result)
+	return body, nil
+}
+
+// ExceptionInfo returns what the adapter knows of the exception a thread
+// stopped on (a stop with reason "exception"): its id (the type, for
+// debugpy), description (the message) and details. Ask only when
+// [Client.Capabilities] has SupportsExceptionInfoRequest. The description
+// and the details' message are clipped to MaxValueChars characters.
+func (c *Client) ExceptionInfo(ctx context.Context, threadID int) (godap.ExceptionInfoResponseBody, error) {
+	resp, err := do[*godap.ExceptionInfoResponse](ctx, c, &godap.ExceptionInfoRequest{
+		Request:   godap.Request{Command: "exceptionInfo"},
+		Arguments: godap.ExceptionInfoArguments{ThreadId: threadID},
+	})
+	if err != nil {
+		return godap.ExceptionInfoResponseBody{}, err
+	}
+	body := resp.Body
+	body.Description = ClipValue(body.Description)
+	if body.Details != nil {
+		d := *body.Details
+		d.Message = ClipValue(d.Message)
+		body.Details = &d
+	}
 	return body, nil
 }
 

@@ -80,6 +80,8 @@ func noLeftovers(t *testing.T, ctr *container, words ...string) {
 // TestDebugPythonInContainer drives debugpy in berth-test-python through
 // the HTTP API: breakpoints before launch, stops, stack, variables,
 // evaluate, steps, output, a refused second launch, a killed adapter,
+// module, cwd and env, the caps, an exception's message and a returned
+// value,
 // attach by port, and no process left after terminate and after the run's
 // close (checked with ps through the test's own docker exec).
 func TestDebugPythonInContainer(t *testing.T) {
@@ -88,6 +90,7 @@ func TestDebugPythonInContainer(t *testing.T) {
 	ctr := startContainer(t, image)
 	ctr.put(t, "requirements.txt", "")
 	ctr.put(t, "app/main.py", debugtest.PyProgram)
+	ctr.put(t, "app/report.py", debugtest.PyReport)
 	a := newAPI(t)
 	run, ref := a.open(ctr.conv)
 	if ref != ctr.ref {
@@ -126,6 +129,7 @@ func TestDebugPythonInContainer(t *testing.T) {
 
 	t.Run("launch", func(t *testing.T) { debugtest.CheckPython(t, e, "app/main.py") })
 	t.Run("killed adapter", func(t *testing.T) { debugtest.CheckPythonKilled(t, e, "app/main.py") })
+	t.Run("report", func(t *testing.T) { debugtest.CheckPythonReport(t, e, "app") })
 
 	t.Run("attach", func(t *testing.T) {
 		ctr.spawn(t, workspace, "python3", "-m", "debugpy", "--listen", "127.0.0.1:5678", "--wait-for-client", "app/main.py")
@@ -157,12 +161,14 @@ func TestDebugGoInContainer(t *testing.T) {
 	ctr := startContainer(t, image)
 	ctr.put(t, "go.mod", "module example.com/hello\n\ngo 1.22\n")
 	ctr.put(t, "main.go", debugtest.GoProgram)
+	ctr.put(t, "report/main.go", debugtest.GoReport)
 	a := newAPI(t)
 	run, _ := a.open(ctr.conv)
 	e := debugEnv(a, run, ctr, "dlv", "dlv", "__debug_bin")
 
 	e.Ok(t, map[string]any{"op": "adapters"}, "delve: usable (/usr/local/bin/dlv", "dart: not usable")
 	debugtest.CheckGo(t, e)
+	debugtest.CheckGoReport(t, e)
 	// Listeners: nothing of dlv's remains listening in the container.
 	if tcp := ctr.sh(t, "cat /proc/net/tcp"); strings.Count(tcp, " 0A ") > 0 {
 		t.Errorf("a TCP listener remains in the container:\n%s", tcp)

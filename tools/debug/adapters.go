@@ -42,14 +42,24 @@ type adapterSpec struct {
 	// exts are program extensions this adapter debugs when no adapter is
 	// named.
 	exts []string
+	// evaluates says what evaluate does beyond expressions, for the
+	// description and for an evaluate that returns no value ("" when
+	// nothing is known).
+	evaluates string
+	// noReturn says, when the adapter does not report the value a
+	// step_out returned, what to do instead.
+	noReturn string
 }
 
 // adapterTable is the adapter table of docs/tools.md §7.
 var adapterTable = []adapterSpec{
 	{id: AdapterDart, markers: []string{"pubspec.yaml"}, binary: "dart", names: []string{"dart"}, exts: []string{".dart"}},
-	{id: AdapterDebugpy, markers: []string{"pyproject.toml", "setup.py", "requirements.txt"}, binary: "python3 with the debugpy module", names: []string{"python3"}, exts: []string{".py"}},
+	{id: AdapterDebugpy, markers: []string{"pyproject.toml", "setup.py", "requirements.txt"}, binary: "python3 with the debugpy module", names: []string{"python3"}, exts: []string{".py"},
+		evaluates: "runs statements too (x = 5, import os), which have no value"},
 	{id: AdapterLLDB, markers: []string{"Cargo.toml", "CMakeLists.txt"}, binary: "lldb-dap (or lldb-vscode)", names: []string{"lldb-dap", "lldb-dap-*", "lldb-vscode", "lldb-vscode-*"}},
-	{id: AdapterDelve, markers: []string{"go.mod"}, binary: "dlv", names: []string{"dlv"}, exts: []string{".go"}},
+	{id: AdapterDelve, markers: []string{"go.mod"}, binary: "dlv", names: []string{"dlv"}, exts: []string{".go"},
+		evaluates: "evaluates Go expressions (call f(1) calls a function, call x = 5 assigns)",
+		noReturn:  "delve does not report the value step_out returned: step_over once and read the variable it is assigned to"},
 }
 
 func specFor(id string) (adapterSpec, bool) {
@@ -61,13 +71,16 @@ func specFor(id string) (adapterSpec, bool) {
 	return adapterSpec{}, false
 }
 
-func adapterIDs() string {
-	var ids []string
-	for _, a := range adapterTable {
-		ids = append(ids, a.id)
+// adapterList lists the adapter ids in the table's order.
+func adapterList() []string {
+	ids := make([]string, len(adapterTable))
+	for i, a := range adapterTable {
+		ids[i] = a.id
 	}
-	return strings.Join(ids, ", ")
+	return ids
 }
+
+func adapterIDs() string { return strings.Join(adapterList(), ", ") }
 
 // Availability is what discovery found for one adapter.
 type Availability struct {

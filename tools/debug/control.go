@@ -75,7 +75,13 @@ func (s *Supervisor) act(ctx context.Context, ss *session, st dap.State, name st
 	if err := act(ss.ds, ctx, tid); err != nil {
 		return reply{}, s.dapError(ss, name, err)
 	}
-	return s.waitStop(ctx, ss, st.Stops)
+	rep, err := s.waitStop(ctx, ss, st.Stops)
+	if a, _ := specFor(ss.adapter); err == nil && name == "step_out" && a.noReturn != "" {
+		if status, ok := rep.data.(Status); ok && status.Stopped != nil {
+			rep.text += "\n(" + a.noReturn + ")"
+		}
+	}
+	return rep, err
 }
 
 // waitStop waits, bounded by Options.Wait, for a stop after stops and

@@ -2,7 +2,8 @@
 // that drives a Debug Adapter Protocol session (debugpy, delve, lldb-dap,
 // the Dart adapter) inside the run's sandbox.
 //
-// A [Supervisor] holds at most one session per run (DBG-3). Adapters are
+// A [Supervisor] holds at most one session per run, and with
+// [Options.Claim] at most one per conversation (DBG-3). Adapters are
 // discovered at call time inside the sandbox — a root marker and a binary,
 // and for debugpy a python that can import it, the project's venv first
 // (DBG-4). Adapters speaking stdio run through [sandbox.Pipe]; delve, which
@@ -38,6 +39,9 @@ const (
 	DefaultWait = 30 * time.Second
 	// MaxOutputChars bounds the output one call shows.
 	MaxOutputChars = 16_000
+	// MaxStopLocals bounds the top frame's locals a stop report shows;
+	// variables pages through the rest.
+	MaxStopLocals = 10
 	// endOutputChars bounds the output shown with the program's end and
 	// with terminate.
 	endOutputChars = 4000
@@ -66,6 +70,14 @@ type Options struct {
 	// the workspace, which the adapters list then names — and adapters
 	// run with GOTOOLCHAIN=local.
 	Host bool
+	// Claim, when set, takes the conversation's one debug session for this
+	// run (DBG-3). It is called when launch or attach starts a session,
+	// before the adapter starts; an error refuses the session, and its text
+	// (which names the run holding the session) is shown to the model.
+	// release is called once the session ends: terminate, its TTL, a dead
+	// adapter, a failed start, or the run's close. A session whose program
+	// has ended keeps its claim until it is terminated or replaced.
+	Claim func() (release func(), err error)
 }
 
 // Supervisor owns the debug session of one run.
@@ -100,11 +112,17 @@ func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options
 	return &Supervisor{sb: sb, ws: ws, root: path.Clean(ws.Root()), runCtx: runCtx, opts: opts, bps: map[string][]dap.Breakpoint{}}
 }
 
+// Tool is the debug tool as a registry lists it, described for
+// DefaultTTL; [Register] describes the supervisor's own TTL.
+var Tool = tools.Tool{Name: "debug", Level: tools.LevelExec, Serial: true, Description: description(DefaultTTL)}
+
 // Register adds the debug tool to r, bound to a new supervisor, and returns
 // the supervisor; the caller closes it when the run closes.
 func Register(r *tools.Registry, sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options) *Supervisor {
 	s := New(sb, ws, runCtx, opts)
-	tools.Register(r, tools.Tool{Name: "debug", Level: tools.LevelExec, Serial: true, Description: description(s.opts.TTL)}, s.call, schemaOptions()...)
+	t := Tool
+	t.Description = description(s.opts.TTL)
+	tools.Register(r, t, s.call, schemaOptions()...)
 	return s
 }
 
@@ -139,6 +157,9 @@ type session struct {
 	pid    int
 	stderr *proc.Tail
 	timer  *time.Timer
+	// release gives back the conversation's claim (Options.Claim) once the
+	// adapter is gone.
+	release func()
 
 	mu         sync.Mutex
 	outShown   int64 // output offset shown by the output operation
@@ -147,10 +168,12 @@ type session struct {
 	stoppedFor string // why the session was ended, once it was
 }
 
-// stop disconnects (terminating a launched debuggee), closes the stream and
-// kills the adapter's process group. It is idempotent.
+// stop disconnects (terminating a launched debuggee), closes the stream,
+// kills the adapter's process group and then releases the session's
+// claim. It is idempotent.
 func (ss *session) stop(ctx context.Context) error {
 	ss.stopOnce.Do(func() {
+		defer ss.release()
 		if ss.timer != nil {
 			ss.timer.Stop()
 		}
@@ -184,6 +207,17 @@ func (ss *session) stop(ctx context.Context) error {
 		ss.stopErr = err
 	})
 	return ss.stopErr
+}
+
+// watch stops the session once its adapter is gone, so the adapter's
+// process group and the conversation's claim go with it at once; the
+// next call still reports why ([Supervisor.current]).
+func (ss *session) watch() {
+	select {
+	case <-ss.ds.Done():
+	case <-ss.exited: // nil after attach by port: the stream's end is the end
+	}
+	ss.stop(context.Background())
 }
 
 // gone reports why the session can no longer be used: the adapter exited

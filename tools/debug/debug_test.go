@@ -3,12 +3,16 @@ package debug
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -55,23 +59,7 @@ func newFixturePath(t *testing.T, files map[string]string, opts Options, pathEnv
 	t.Helper()
 	dir := t.TempDir()
 	for name, content := range files {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasPrefix(content, "symlink:") {
-			if err := os.Symlink(strings.TrimPrefix(content, "symlink:"), p); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		mode := os.FileMode(0o644)
-		if strings.HasPrefix(content, "#!") {
-			mode = 0o755
-		}
-		if err := os.WriteFile(p, []byte(content), mode); err != nil {
-			t.Fatal(err)
-		}
+		put(t, dir, name, content)
 	}
 	var env []string
 	if pathEnv != "" {
@@ -159,6 +147,32 @@ func (f *fixture) call(t *testing.T, args map[string]any) debugtest.Result {
 	return r
 }
 
+// put writes the file name under dir: content "symlink:TARGET" makes a
+// link, and a script starting with "#!" is executable.
+func put(t *testing.T, dir, name, content string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if target, ok := strings.CutPrefix(content, "symlink:"); ok {
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	mode := os.FileMode(0o644)
+	if strings.HasPrefix(content, "#!") {
+		mode = 0o755
+	}
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// write adds a file to the workspace, as put does.
+func (f *fixture) write(t *testing.T, name, content string) { put(t, f.dir, name, content) }
+
 func (f *fixture) session() *session {
 	f.sup.mu.Lock()
 	defer f.sup.mu.Unlock()
@@ -207,7 +221,6 @@ func TestInputValidation(t *testing.T) {
 	}{
 		{"no op", map[string]any{}, []string{"no operation", "launch"}},
 		{"unknown op", map[string]any{"op": "explode"}, []string{`unknown operation "explode"`}},
-		{"op and operation disagree", map[string]any{"op": "status", "operation": "launch"}, []string{"disagree"}},
 		{"continue without session", map[string]any{"op": "continue"}, []string{"no debug session", "launch"}},
 		{"stack without session", map[string]any{"op": "stack"}, []string{"no debug session"}},
 		{"launch without program", map[string]any{"op": "launch"}, []string{"program is empty"}},
@@ -226,6 +239,20 @@ func TestInputValidation(t *testing.T) {
 		{"breakpoints missing file", map[string]any{"op": "breakpoints", "file": "gone.py", "lines": []any{1}}, []string{"gone.py does not exist"}},
 		{"breakpoints in a dir", map[string]any{"op": "breakpoints", "file": ".", "lines": []any{1}}, []string{"is a directory"}},
 		{"variables without reference", map[string]any{"op": "variables"}, []string{"no debug session"}},
+		{"launch program and module", map[string]any{"op": "launch", "program": "main.py", "module": "main"}, []string{"program or module, not both"}},
+		{"launch module with delve", map[string]any{"op": "launch", "module": "main", "adapter": "delve"}, []string{"only debugpy runs", "package directory"}},
+		{"launch a path as module", map[string]any{"op": "launch", "module": "app/main"}, []string{`module "app/main" is not a Python module name`}},
+		{"launch cwd outside", map[string]any{"op": "launch", "program": "main.py", "cwd": "../"}, []string{"cwd", "outside the workspace"}},
+		{"launch cwd absolute outside", map[string]any{"op": "launch", "module": "main", "cwd": "/tmp"}, []string{"cwd", "outside the workspace"}},
+		{"launch cwd a file", map[string]any{"op": "launch", "program": "main.py", "cwd": "main.py"}, []string{"cwd: main.py is not a directory"}},
+		{"launch cwd missing", map[string]any{"op": "launch", "program": "main.py", "cwd": "nope"}, []string{"nope does not exist"}},
+		{"launch env BERTH_", map[string]any{"op": "launch", "program": "main.py", "env": map[string]any{"BERTH_TOKEN": "x"}}, []string{"env: BERTH_TOKEN cannot be set", "berth's own"}},
+		{"launch env LD_PRELOAD", map[string]any{"op": "launch", "program": "main.py", "env": map[string]any{"LD_PRELOAD": "./x.so"}}, []string{"env: LD_PRELOAD cannot be set on the host", "loader"}},
+		{"launch env PYTHONPATH", map[string]any{"op": "launch", "module": "main", "env": map[string]any{"PYTHONPATH": "."}}, []string{"env: PYTHONPATH cannot be set on the host", "PYTHONUNBUFFERED"}},
+		{"launch env GOFLAGS", map[string]any{"op": "launch", "program": "main.py", "env": map[string]any{"GOFLAGS": "-toolexec=./x"}}, []string{"env: GOFLAGS cannot be set on the host", "delve builds"}},
+		{"launch env PATH", map[string]any{"op": "launch", "program": "main.py", "env": map[string]any{"PATH": "."}}, []string{"env: PATH cannot be set on the host"}},
+		{"launch env bad name", map[string]any{"op": "launch", "program": "main.py", "env": map[string]any{"A-B": "1"}}, []string{`env: "A-B" is not a variable name`}},
+		{"launch env NUL", map[string]any{"op": "launch", "program": "main.py", "env": map[string]any{"A": "x\x00y"}}, []string{"env: the value of A holds a NUL byte"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -243,6 +270,44 @@ func TestInputValidation(t *testing.T) {
 	}
 	if len(f.reg.List(tools.SurfacePlan)) != 0 {
 		t.Errorf("the plan surface lists the debug tool")
+	}
+}
+
+// TestEnvironment: env's names in a container and on the host.
+func TestEnvironment(t *testing.T) {
+	container, onHost := &Supervisor{}, &Supervisor{opts: Options{Host: true}}
+	for _, name := range []string{"GREETING", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "GOMAXPROCS", "GODEBUG", "GOTRACEBACK", "_X1", "LANG", "TMPDIR"} {
+		if _, err := onHost.environment(map[string]string{name: "1"}); err != nil {
+			t.Errorf("%s on the host: %v", name, err)
+		}
+	}
+	hostOnly := []string{"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "DYLD_INSERT_LIBRARIES", "GCONV_PATH", "PATH", "HOME", "XDG_CONFIG_HOME", "BASH_ENV", "ENV",
+		"PYTHONPATH", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONHOME", "PYTHONBREAKPOINT", "PYTHONWARNINGS", "PYDEVD_LOAD_NATIVE_LIB", "DEBUGPY_LOG_DIR",
+		"NODE_OPTIONS", "PERL5OPT", "RUBYOPT", "JAVA_TOOL_OPTIONS", "GOFLAGS", "GOTOOLCHAIN", "GOROOT", "GOENV", "GOPROXY", "CGO_CFLAGS", "CC", "CXX", "PKG_CONFIG"}
+	for _, name := range hostOnly {
+		if _, err := onHost.environment(map[string]string{name: "x"}); err == nil || !strings.Contains(err.Error(), name+" cannot be set on the host") {
+			t.Errorf("%s on the host: %v, want a refusal", name, err)
+		}
+		if _, err := container.environment(map[string]string{name: "x"}); err != nil {
+			t.Errorf("%s in a container: %v", name, err)
+		}
+	}
+	for _, s := range []*Supervisor{container, onHost} {
+		if _, err := s.environment(map[string]string{"BERTH_HOST_ENV": "x"}); err == nil || !strings.Contains(err.Error(), "BERTH_HOST_ENV cannot be set:") {
+			t.Errorf("BERTH_HOST_ENV (host %v): %v", s.opts.Host, err)
+		}
+		for _, name := range []string{"", "1A", "A=B", "A B", "Ä"} {
+			if _, err := s.environment(map[string]string{name: "x"}); err == nil || !strings.Contains(err.Error(), "is not a variable name") {
+				t.Errorf("%q (host %v): %v", name, s.opts.Host, err)
+			}
+		}
+	}
+	names, err := container.environment(map[string]string{"B": "2", "A": "1", "C": ""})
+	if err != nil || !slices.Equal(names, []string{"A", "B", "C"}) {
+		t.Errorf("names = %v, %v", names, err)
+	}
+	if got := envList(map[string]string{"B": "2", "A": "x=y"}, []string{"A", "B"}); !slices.Equal(got, []string{"A=x=y", "B=2"}) {
+		t.Errorf("envList = %q", got)
 	}
 }
 
@@ -471,6 +536,54 @@ func TestDebugpyHost(t *testing.T) {
 	debugtest.CheckPython(t, pyFixture(t, Options{}).Env, "main.py")
 }
 
+// TestDebugpyReportHost: module, cwd and env; the stack and locals caps;
+// a statement's "no value"; the value step_out returned; an exception's
+// message.
+func TestDebugpyReportHost(t *testing.T) {
+	f := pyFixture(t, Options{})
+	f.write(t, "app/report.py", debugtest.PyReport)
+	debugtest.CheckPythonReport(t, f.Env, "app")
+}
+
+// TestHostEnvRunsNoWorkspaceCode: on the host, a launch's env cannot make
+// python or the Go build run code of the workspace that the call does not
+// name — here a sitecustomize.py on PYTHONPATH and a -toolexec program in
+// GOFLAGS, each of which would leave a mark outside the workspace.
+func TestHostEnvRunsNoWorkspaceCode(t *testing.T) {
+	marks := t.TempDir()
+	spies := map[string]string{
+		"evil/sitecustomize.py": fmt.Sprintf("open(%q, 'w').close()\n", filepath.Join(marks, "sitecustomize")),
+		"evil/toolexec":         fmt.Sprintf("#!/bin/sh\n: > %q\nexec \"$@\"\n", filepath.Join(marks, "toolexec")),
+	}
+	// refused wants the launch refused, and (had it run) no mark left.
+	refused := func(t *testing.T, f *fixture, args map[string]any, want string) {
+		t.Helper()
+		if r := f.Call(t, args); !r.IsError || !strings.Contains(r.Text, want) {
+			t.Errorf("launch: want a tool error with %q, got:\n%s", want, r.Text)
+		}
+		f.Ok(t, map[string]any{"op": "terminate"})
+		if ran, _ := filepath.Glob(filepath.Join(marks, "*")); len(ran) > 0 {
+			t.Errorf("workspace code ran on the host: %q", ran)
+		}
+	}
+	t.Run("python", func(t *testing.T) {
+		f := pyFixture(t, Options{})
+		for name, content := range spies {
+			f.write(t, name, content)
+		}
+		refused(t, f, map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true, "env": map[string]any{"PYTHONPATH": filepath.Join(f.dir, "evil")}},
+			"PYTHONPATH cannot be set on the host")
+	})
+	t.Run("go build", func(t *testing.T) {
+		if _, err := exec.LookPath("dlv"); err != nil {
+			t.Skipf("no dlv on PATH (%v)", err)
+		}
+		f := newFixture(t, map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n", "main.go": debugtest.GoProgram, "evil/toolexec": spies["evil/toolexec"]}, Options{Wait: 2 * time.Minute})
+		refused(t, f, map[string]any{"op": "launch", "program": ".", "env": map[string]any{"GOFLAGS": "-toolexec=" + filepath.Join(f.dir, "evil/toolexec")}},
+			"GOFLAGS cannot be set on the host")
+	})
+}
+
 func TestDebugpyLogpointAndRunning(t *testing.T) {
 	f := newFixture(t, map[string]string{
 		"requirements.txt": "",
@@ -516,6 +629,98 @@ func TestDebugpyTTL(t *testing.T) {
 	}
 	f.Ok(t, map[string]any{"op": "status"}, "no debug session") // the note is shown once
 	f.Ok(t, map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "stopped at main.py:1")
+}
+
+// claimCounter is an Options.Claim that counts the claims held, or
+// refuses with refusal when it is set.
+type claimCounter struct {
+	held, taken atomic.Int32
+	refusal     atomic.Pointer[string]
+}
+
+func (c *claimCounter) claim() (func(), error) {
+	if r := c.refusal.Load(); r != nil {
+		return nil, errors.New(*r)
+	}
+	c.taken.Add(1)
+	c.held.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { c.held.Add(-1) }) }, nil
+}
+
+// want checks the claims taken in all and held now; the release after a
+// TTL or a dead adapter may come a moment after the call that saw it.
+func (c *claimCounter) want(t *testing.T, taken, held int32) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); c.held.Load() != held && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.taken.Load() != taken || c.held.Load() != held {
+		t.Errorf("claims taken %d, held %d; want %d, %d", c.taken.Load(), c.held.Load(), taken, held)
+	}
+}
+
+// TestClaim: a session holds the conversation's claim from its start to
+// its end — terminate, a failed start, a killed adapter, its TTL, the
+// run's close — and a refused claim starts no adapter and names the
+// holder.
+func TestClaim(t *testing.T) {
+	var c claimCounter
+	f := pyFixture(t, Options{Claim: c.claim})
+	launch := map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}
+	f.Ok(t, launch, "stopped at main.py:1")
+	c.want(t, 1, 1)
+	f.Fails(t, launch, "already running") // the run's own session: no second claim
+	c.want(t, 1, 1)
+	f.Ok(t, map[string]any{"op": "terminate"}, "terminated")
+	c.want(t, 1, 0)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	f.Fails(t, map[string]any{"op": "attach", "port": port}, "cannot connect")
+	c.want(t, 2, 0)
+
+	f.Ok(t, launch, "stopped at main.py:1")
+	f.Kill(t)
+	f.Fails(t, map[string]any{"op": "stack"}, "exited unexpectedly")
+	c.want(t, 3, 0)
+
+	// The program's end keeps the claim until the session is closed.
+	f.Ok(t, map[string]any{"op": "launch", "program": "main.py"}, "exited with code 0")
+	c.want(t, 4, 1)
+	f.Ok(t, launch, "closed the previous session", "stopped at main.py:1")
+	c.want(t, 5, 1)
+
+	msg := `conversation "c-1" already has a debug session, in run r-1: use that run, or end the session there (debug terminate)`
+	f.Ok(t, map[string]any{"op": "terminate"})
+	c.refusal.Store(&msg)
+	f.Fails(t, launch, "cannot launch here: only one debug session per conversation: "+msg)
+	f.Fails(t, map[string]any{"op": "attach", "port": port}, "cannot attach here", "in run r-1")
+	if p := processesWith(f.dir); len(p) > 0 {
+		t.Errorf("a refused claim started processes: %v", p)
+	}
+	c.want(t, 5, 0)
+	c.refusal.Store(nil)
+
+	f.Ok(t, launch, "stopped at main.py:1")
+	c.want(t, 6, 1)
+	if err := f.sup.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.want(t, 6, 0)
+
+	var ttl claimCounter
+	g := pyFixture(t, Options{TTL: 2 * time.Second, Claim: ttl.claim})
+	g.Ok(t, launch, "stopped at main.py:1")
+	ttl.want(t, 1, 1)
+	for deadline := time.Now().Add(time.Minute); g.session() != nil && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	ttl.want(t, 1, 0)
 }
 
 func TestDebugpyKilledAdapter(t *testing.T) {
@@ -583,6 +788,8 @@ func TestDelveHost(t *testing.T) {
 	}
 	f.Ok(t, map[string]any{"op": "adapters", "program": "main.go"}, "delve: usable")
 	debugtest.CheckGo(t, f.Env)
+	f.write(t, "report/main.go", debugtest.GoReport)
+	debugtest.CheckGoReport(t, f.Env)
 }
 
 // ---- lldb on the host, when lldb-dap or lldb-vscode(-N) is on PATH ----

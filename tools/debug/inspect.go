@@ -2,6 +2,7 @@ package debug
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -61,7 +62,7 @@ func (s *Supervisor) stack(ctx context.Context, in Input, ss *session) (reply, e
 	if err != nil {
 		return reply{}, err
 	}
-	frames, total, err := ss.ds.StackTrace(ctx, tid, dap.MaxFrames)
+	frames, _, err := ss.ds.StackTrace(ctx, tid, dap.MaxFrames)
 	if err != nil {
 		return reply{}, s.dapError(ss, "stack", err)
 	}
@@ -76,11 +77,26 @@ func (s *Supervisor) stack(ctx context.Context, in Input, ss *session) (reply, e
 		data = append(data, fr)
 		fmt.Fprintf(&b, "#%d %s at %s:%d (frame_id %d)\n", i, fr.Function, orUnknown(fr.Path), fr.Line, fr.FrameID)
 	}
-	if total > len(frames) {
-		fmt.Fprintf(&b, "(%d more frames not shown; at most %d are listed)\n", total-len(frames), dap.MaxFrames)
+	total := len(frames)
+	if total == dap.MaxFrames {
+		// The adapter's total may be missing or an estimate: count.
+		more, err := ss.ds.CountFrames(ctx, tid, len(frames), maxCountedFrames)
+		if err != nil {
+			return reply{}, s.dapError(ss, "stack", err)
+		}
+		total += more // a lower bound when more is maxCountedFrames
+		switch {
+		case more == maxCountedFrames:
+			fmt.Fprintf(&b, "(at least %d more frames not shown; at most %d are listed)\n", more, dap.MaxFrames)
+		case more > 0:
+			fmt.Fprintf(&b, "(%d more frames not shown; at most %d are listed)\n", more, dap.MaxFrames)
+		}
 	}
-	return reply{text: strings.TrimSpace(b.String()), data: map[string]any{"thread_id": tid, "frames": data, "total": max(total, len(frames))}}, nil
+	return reply{text: strings.TrimSpace(b.String()), data: map[string]any{"thread_id": tid, "frames": data, "total": total}}, nil
 }
+
+// maxCountedFrames bounds counting the frames a stack does not list.
+const maxCountedFrames = 1000
 
 func orUnknown(p string) string {
 	if p == "" {
@@ -205,10 +221,24 @@ func (s *Supervisor) evaluate(ctx context.Context, in Input, ss *session) (reply
 		}
 		frameID = f
 	}
+	a, _ := specFor(ss.adapter)
 	body, err := ss.ds.Evaluate(ctx, expr, frameID, "repl")
 	if err != nil {
-		return reply{}, s.dapError(ss, "evaluate", err)
+		err = s.dapError(ss, "evaluate", err)
+		if te := (*tools.Error)(nil); a.evaluates != "" && errors.As(err, &te) && ss.gone() == "" {
+			err = tools.Fail("%s\n(%s %s)", te.Msg, a.id, a.evaluates)
+		}
+		return reply{}, err
 	}
 	text := formatVar(expr, body.Type, body.Result, body.VariablesReference)
+	if body.Result == "" && body.VariablesReference == 0 {
+		// debugpy answers a statement (and None) in the repl context with
+		// nothing; delve a call without results.
+		text = fmt.Sprintf("%s: no value; %s ran it in frame %d", expr, ss.adapter, frameID)
+		if a.evaluates != "" {
+			text += " (" + a.id + " " + a.evaluates + ")"
+		}
+		text += ". Anything it printed is in output."
+	}
 	return reply{text: text, data: map[string]any{"expression": expr, "frame_id": frameID, "type": body.Type, "value": body.Result, "reference": body.VariablesReference}}, nil
 }

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -102,33 +104,115 @@ func (s *Supervisor) refuse(ctx context.Context, cur *session) (string, error) {
 	return "", tools.Fail("a debug session is already running, and only one is allowed: terminate it first (op terminate), or keep using it.\n%s", status.text)
 }
 
-// launch starts in.Program under its adapter, unless cur lives (DBG-3).
+// pyModule is a Python module name as python -m takes it.
+var pyModule = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+// target is what a launch runs: a program in the workspace or a Python
+// module, under which adapter, where its project root is looked for,
+// and the working directory it gets ("" for the project root).
+type target struct {
+	program string // workspace-relative; "" for a module
+	module  string
+	isDir   bool
+	adapter string
+	dir     string // workspace-relative directory the root search starts from
+	cwd     string // absolute, or ""
+}
+
+// label is how messages name the target.
+func (tg target) label() string {
+	if tg.module != "" {
+		return "module " + tg.module
+	}
+	return tg.program
+}
+
+// target resolves in's program or module, cwd and adapter.
+func (s *Supervisor) target(ctx context.Context, in Input) (target, error) {
+	var tg target
+	if in.Adapter != "" {
+		if _, ok := specFor(in.Adapter); !ok {
+			return tg, tools.Fail("unknown adapter %q: use one of %s", in.Adapter, adapterIDs())
+		}
+	}
+	if in.Cwd != "" {
+		name, err := s.resolve(in.Cwd, "cwd")
+		if err != nil {
+			return tg, err
+		}
+		fi, err := s.ws.Stat(ctx, name)
+		if err != nil {
+			return tg, workspace.Explain(s.root, name, err)
+		}
+		if !fi.IsDir() {
+			return tg, tools.Fail("cwd: %s is not a directory", name)
+		}
+		tg.cwd, tg.dir = s.abs(name), name
+	}
+	switch {
+	case in.Module != "" && in.Program != "":
+		return tg, tools.Fail("give program or module, not both: module runs as python -m MODULE, program is a path in the workspace")
+	case in.Module != "":
+		if in.Adapter != "" && in.Adapter != AdapterDebugpy {
+			return tg, tools.Fail("module is python -m's, which only debugpy runs; %s launches a program: give its path (for delve, the package directory) as program", in.Adapter)
+		}
+		if !pyModule.MatchString(in.Module) {
+			return tg, tools.Fail("module %q is not a Python module name (such as pkg.tool): for a file, give its path as program", in.Module)
+		}
+		tg.module, tg.adapter = in.Module, AdapterDebugpy
+		if tg.dir == "" {
+			tg.dir = "."
+		}
+		return tg, nil
+	case in.Program == "":
+		return tg, tools.Fail("program is empty: give a path relative to the workspace %s, or for debugpy a module to run as python -m", s.root)
+	}
+	name, dir, isDir, err := s.program(ctx, in.Program)
+	if err != nil {
+		return tg, err
+	}
+	tg.program, tg.isDir, tg.adapter = name, isDir, in.Adapter
+	if tg.dir == "" {
+		tg.dir = dir
+	}
+	if tg.adapter == "" {
+		if tg.adapter, err = adapterFor(name, isDir); err != nil {
+			return tg, err
+		}
+	}
+	if isDir && tg.adapter != AdapterDelve {
+		return tg, tools.Fail("%s is a directory: %s launches a file; give the program file", name, tg.adapter)
+	}
+	return tg, nil
+}
+
+// launch starts in.Program or in.Module under its adapter, unless cur
+// lives (DBG-3).
 func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply, error) {
 	note, err := s.refuse(ctx, cur)
 	if err != nil {
 		return reply{}, err
 	}
-	name, dir, isDir, err := s.program(ctx, in.Program)
+	tg, err := s.target(ctx, in)
 	if err != nil {
 		return reply{}, err
 	}
-	id := in.Adapter
-	if id == "" {
-		if id, err = adapterFor(name, isDir); err != nil {
-			return reply{}, err
-		}
-	} else if _, ok := specFor(id); !ok {
-		return reply{}, tools.Fail("unknown adapter %q: use one of %s", id, adapterIDs())
-	}
-	if isDir && id != AdapterDelve {
-		return reply{}, tools.Fail("%s is a directory: %s launches a file; give the program file", name, id)
-	}
-	av, err := s.available(ctx, id, dir)
+	names, err := s.environment(in.Env)
 	if err != nil {
 		return reply{}, err
 	}
-	prog := s.abs(name)
-	args := map[string]any{"program": prog, "cwd": av.absRoot}
+	av, err := s.available(ctx, tg.adapter, tg.dir)
+	if err != nil {
+		return reply{}, err
+	}
+	cwd := tg.cwd
+	if cwd == "" {
+		cwd = av.absRoot
+	}
+	args := map[string]any{"cwd": cwd}
+	if tg.program != "" {
+		args["program"] = s.abs(tg.program)
+	}
 	if len(in.Args) > 0 {
 		args["args"] = in.Args
 	} else {
@@ -137,22 +221,42 @@ func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply,
 	if in.StopOnEntry {
 		args["stopOnEntry"] = true
 	}
-	switch id {
+	env := maps.Clone(in.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	switch tg.adapter {
 	case AdapterDebugpy:
+		if tg.module != "" {
+			args["module"] = tg.module
+		}
 		args["console"] = "internalConsole"
 		args["justMyCode"] = true
+		args["showReturnValue"] = true
 		args["python"] = []string{av.Binary}
-		args["env"] = map[string]string{"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+		env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+		args["env"] = env
 	case AdapterDelve:
 		args["mode"] = "debug"
-		if !isDir && path.Ext(name) != ".go" {
+		if !tg.isDir && path.Ext(tg.program) != ".go" {
 			args["mode"] = "exec"
 		} else {
 			args["output"] = "/tmp/berth-debug-" + randomHex() + "/__debug_bin"
 		}
 		args["outputMode"] = "remote"
+		if len(env) > 0 {
+			args["env"] = env // dlv sets it on itself: the build sees it too
+		}
+	case AdapterLLDB:
+		if len(env) > 0 {
+			args["env"] = envList(env, names)
+		}
+	default:
+		if len(env) > 0 {
+			args["env"] = env
+		}
 	}
-	return s.startSession(ctx, av, "launch", name, args, note, 0)
+	return s.startSession(ctx, av, "launch", tg.label(), args, note, 0)
 }
 
 // attach connects to a debuggee serving DAP on in.Port, unless cur lives.
@@ -180,6 +284,7 @@ func (s *Supervisor) attach(ctx context.Context, in Input, cur *session) (reply,
 	case AdapterDebugpy:
 		args["connect"] = map[string]any{"host": "127.0.0.1", "port": in.Port}
 		args["justMyCode"] = true
+		args["showReturnValue"] = true
 	case AdapterDelve:
 		args["mode"] = "remote"
 	}
@@ -214,16 +319,26 @@ func randomHex() string {
 // session and waits for the first stop. attachPort > 0 dials the port
 // directly: a debuggee under debugpy --listen or a headless dlv serves DAP.
 func (s *Supervisor) startSession(ctx context.Context, av Availability, command, program string, args map[string]any, note string, attachPort int) (reply, error) {
+	release := func() {}
+	if s.opts.Claim != nil {
+		r, err := s.opts.Claim()
+		if err != nil {
+			return reply{}, tools.Fail("cannot %s here: only one debug session per conversation: %v", command, err)
+		}
+		release = r
+	}
 	var ap *adapterProc
 	var err error
 	if attachPort > 0 {
 		conn, derr := s.sb.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", attachPort))
 		if derr != nil {
+			release()
 			return reply{}, tools.Fail("cannot connect to 127.0.0.1:%d inside the sandbox: %v; is the debuggee listening there? start it with python3 -m debugpy --listen 127.0.0.1:%d --wait-for-client PROGRAM (or dlv --headless --listen 127.0.0.1:%d --accept-multiclient)", attachPort, derr, attachPort, attachPort)
 		}
 		// No process of ours: exited stays nil, the client's end is the end.
 		ap = &adapterProc{stream: conn, cancel: func() {}, status: func() (sandbox.ExitStatus, error) { return sandbox.ExitStatus{}, nil }, stderr: proc.NewTail(stderrKeep)}
 	} else if ap, err = s.startAdapter(ctx, av); err != nil {
+		release()
 		return reply{}, err
 	}
 	client := dap.NewClient(ap.stream, dap.Options{})
@@ -238,8 +353,9 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 	s.mu.Lock()
 	s.nextID++
 	ss := &session{id: s.nextID, adapter: av.Adapter, command: command, program: program, root: av.Root,
-		started: time.Now(), ds: ds, cancel: ap.cancel, exited: ap.exited, status: ap.status, pid: ap.pid, stderr: ap.stderr}
+		started: time.Now(), ds: ds, cancel: ap.cancel, exited: ap.exited, status: ap.status, pid: ap.pid, stderr: ap.stderr, release: release}
 	ss.deadline = ss.started.Add(s.opts.TTL)
+	go ss.watch() // ends when the session stops
 	want := make(map[string][]dap.Breakpoint, len(s.bps))
 	for f, b := range s.bps {
 		want[f] = b

@@ -20,25 +20,28 @@ import (
 // fields are its arguments. The schema prefixes each argument's
 // description with the operations that read it (see [ops]).
 type Input struct {
-	Op          string   `json:"op,omitempty" jsonschema:"the operation"`
-	Operation   string   `json:"operation,omitempty" jsonschema:"the same as op"`
-	Adapter     string   `json:"adapter,omitempty" jsonschema:"debugpy, delve, lldb or dart; by default chosen from the program"`
-	File        string   `json:"file,omitempty" jsonschema:"the source file, relative to the workspace"`
-	Lines       []any    `json:"lines,omitempty" jsonschema:"line numbers, or objects {line, condition, hit_condition, log_message}; empty clears the file"`
-	Program     string   `json:"program,omitempty" jsonschema:"the program, relative to the workspace"`
-	Args        []string `json:"args,omitempty" jsonschema:"the program's arguments"`
-	StopOnEntry bool     `json:"stop_on_entry,omitempty" jsonschema:"stop at the program's first line"`
-	Port        int      `json:"port,omitempty" jsonschema:"the port the debuggee listens on, on 127.0.0.1 inside the sandbox"`
-	ThreadID    int      `json:"thread_id,omitempty" jsonschema:"the thread; default the stopped thread"`
-	FrameID     int      `json:"frame_id,omitempty" jsonschema:"the frame id from stack; default the top frame of the stopped thread"`
-	Reference   int      `json:"reference,omitempty" jsonschema:"a reference from scopes, variables or evaluate"`
-	Start       int      `json:"start,omitempty" jsonschema:"skip this many children, to page past the first ones"`
-	Expression  string   `json:"expression,omitempty" jsonschema:"the expression, evaluated in the frame's scope"`
+	Op string `json:"op,omitempty" jsonschema:"the operation"`
+	// Adapter's values are listed from the adapter table (schemaOptions).
+	Adapter     string            `json:"adapter,omitempty" jsonschema:"the debug adapter; by default chosen from the program"`
+	File        string            `json:"file,omitempty" jsonschema:"the source file, relative to the workspace"`
+	Lines       []any             `json:"lines,omitempty" jsonschema:"line numbers, or objects {line, condition, hit_condition, log_message}; empty clears the file"`
+	Program     string            `json:"program,omitempty" jsonschema:"the program, relative to the workspace"`
+	Module      string            `json:"module,omitempty" jsonschema:"a Python module to run as python -m does, instead of program (debugpy only; for delve a package directory is the program)"`
+	Args        []string          `json:"args,omitempty" jsonschema:"the program's arguments"`
+	Cwd         string            `json:"cwd,omitempty" jsonschema:"the program's working directory, relative to the workspace; default the project root"`
+	Env         map[string]string `json:"env,omitempty" jsonschema:"environment variables for the program, NAME to value, added to the sandbox's own"`
+	StopOnEntry bool              `json:"stop_on_entry,omitempty" jsonschema:"stop at the program's first line"`
+	Port        int               `json:"port,omitempty" jsonschema:"the port the debuggee listens on, on 127.0.0.1 inside the sandbox"`
+	ThreadID    int               `json:"thread_id,omitempty" jsonschema:"the thread; default the stopped thread"`
+	FrameID     int               `json:"frame_id,omitempty" jsonschema:"the frame id from stack; default the top frame of the stopped thread"`
+	Reference   int               `json:"reference,omitempty" jsonschema:"a reference from scopes, variables or evaluate"`
+	Start       int               `json:"start,omitempty" jsonschema:"skip this many children, to page past the first ones"`
+	Expression  string            `json:"expression,omitempty" jsonschema:"the expression, evaluated in the frame's scope"`
 }
 
 // op is one operation of the debug tool. [ops] is the one place an
-// operation is named: the tool's description, the enum of op and
-// operation, the argument descriptions, every message that lists the
+// operation is named: the tool's description, the enum of op, the
+// argument descriptions, every message that lists the
 // operations and the dispatch are all rendered from it.
 type op struct {
 	name string
@@ -60,7 +63,19 @@ func step(name string, act func(ds *dap.Session, ctx context.Context, threadID i
 		}}
 }
 
-const resumeDoc = "run and report where it stopped, with the source line."
+var resumeDoc = fmt.Sprintf("run and report where it stopped: the source line, the exception and its message, the values just returned (debugpy) and the frame's first %d locals.", MaxStopLocals)
+
+// evaluateDoc describes evaluate, with what each adapter does beyond
+// expressions.
+func evaluateDoc() string {
+	doc := "evaluate in the frame's scope (default: the top frame of the stopped thread)"
+	for _, a := range adapterTable {
+		if a.evaluates != "" {
+			doc += fmt.Sprintf("; %s %s", a.id, a.evaluates)
+		}
+	}
+	return doc + "."
+}
 
 // ops is the debug tool's table of operations, in the order the
 // description lists them; neighbours with the same arguments and doc share
@@ -72,8 +87,8 @@ var ops = []op{
 		doc: "whether a session runs and where it stopped."},
 	{name: "breakpoints", args: []string{"file", "lines[]"}, run: (*Supervisor).breakpoints,
 		doc: `set the file's breakpoints (empty lines clears them; no file lists them all); may be called before launch. A line is a number or {"line":12,"condition":"i > 3","hit_condition":"2","log_message":"i is {i}"}.`},
-	{name: "launch", args: []string{"program", "args[]", "[adapter]", "[stop_on_entry]"}, run: (*Supervisor).launch,
-		doc: "start the program (path in the workspace; a .py file, a Go package dir or .go file, a binary) stopped at your breakpoints."},
+	{name: "launch", args: []string{"program", "[module]", "args[]", "[cwd]", "[env]", "[adapter]", "[stop_on_entry]"}, run: (*Supervisor).launch,
+		doc: "start the program (a path in the workspace: a .py file, a Go package directory or .go file, a binary) or, for debugpy, module (as python -m runs it), stopped at your breakpoints; cwd (in the workspace, default the project root) and env {NAME: value} are the program's. env never sets BERTH_*, and on the host nothing that changes the loader, an interpreter's startup or the Go build (LD_*, PATH, HOME, PYTHONPATH, GOFLAGS, …)."},
 	{name: "attach", args: []string{"port", "[adapter]"}, run: (*Supervisor).attach,
 		doc: "connect to a debuggee already listening on 127.0.0.1:port in the sandbox (python -m debugpy --listen 127.0.0.1:PORT --wait-for-client ...)."},
 	step("continue", (*dap.Session).Continue),
@@ -90,7 +105,7 @@ var ops = []op{
 	{name: "variables", args: []string{"reference", "[start]"}, live: true, run: (*Supervisor).variables,
 		doc: fmt.Sprintf("the children of a reference, %d at a time from start; values are cut at %d characters.", dap.MaxVariables, dap.MaxValueChars)},
 	{name: "evaluate", args: []string{"expression", "[frame_id]"}, live: true, run: (*Supervisor).evaluate,
-		doc: "evaluate in the frame's scope (default: the top frame of the stopped thread)."},
+		doc: evaluateDoc()},
 	{name: "output", live: true, run: (*Supervisor).output,
 		doc: fmt.Sprintf("the program's new stdout/stderr since the last call, at most its last %d characters.", MaxOutputChars)},
 	{name: "terminate", run: (*Supervisor).terminate,
@@ -143,10 +158,11 @@ func span(d time.Duration) string {
 	return d.String()
 }
 
-// schemaOptions render the schema's parts that come from ops: the
-// operations on op and operation, and which operations read each argument.
+// schemaOptions render the schema's parts that come from the tables: the
+// operations on op, the adapters on adapter, and which operations read
+// each argument.
 func schemaOptions() []tools.Option {
-	return []tools.Option{tools.Enum("op", opNames()...), tools.Enum("operation", opNames()...), argUsers}
+	return []tools.Option{tools.Enum("op", opNames()...), tools.Enum("adapter", adapterList()...), argUsers}
 }
 
 // argUsers prefixes each argument's description with the operations that
@@ -173,15 +189,9 @@ type reply struct {
 	data any
 }
 
-// pick returns the operation in, from op or its alias operation.
+// pick returns the operation in.Op names, lower-cased and trimmed.
 func pick(in Input) (op, error) {
 	name := strings.ToLower(strings.TrimSpace(in.Op))
-	if alt := strings.ToLower(strings.TrimSpace(in.Operation)); alt != "" {
-		if name != "" && name != alt {
-			return op{}, tools.Fail("op %q and operation %q disagree: give one of them", in.Op, in.Operation)
-		}
-		name = alt
-	}
 	if name == "" {
 		return op{}, tools.Fail("no operation: set op to one of %s", strings.Join(opNames(), ", "))
 	}

@@ -1,6 +1,8 @@
 package debug
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,9 +13,9 @@ import (
 	"berth.dev/berth/tools"
 )
 
-// TestOpTable checks what is rendered from ops: the description with its
-// caps, the enum of op and operation, and the arguments' descriptions,
-// against the Input type.
+// TestOpTable checks what is rendered from the tables: the description
+// with its caps, the enum of op (and of adapter, from the adapter table),
+// and the arguments' descriptions, against the Input type.
 func TestOpTable(t *testing.T) {
 	f := newFixture(t, nil, Options{})
 	infos := f.reg.List(tools.SurfaceDefault)
@@ -32,8 +34,11 @@ func TestOpTable(t *testing.T) {
 		fmt.Sprintf("%d at a time", dap.MaxVariables),
 		fmt.Sprintf("cut at %d characters", dap.MaxValueChars),
 		fmt.Sprintf("its last %d characters", MaxOutputChars),
+		fmt.Sprintf("the frame's first %d locals", MaxStopLocals),
 		"- continue, pause, step_over, step_in, step_out [thread_id]: ",
-		"- launch program, args[], [adapter], [stop_on_entry]: ",
+		"- launch program, [module], args[], [cwd], [env], [adapter], [stop_on_entry]: ",
+		"; debugpy runs statements too",
+		"; delve evaluates Go expressions",
 	} {
 		if !strings.Contains(info.Description, limit) {
 			t.Errorf("the description lacks %q:\n%s", limit, info.Description)
@@ -42,8 +47,11 @@ func TestOpTable(t *testing.T) {
 	if d := description(3 * time.Second); !strings.Contains(d, "ended after 3s.") {
 		t.Errorf("a 3s TTL is described as:\n%s", d)
 	}
+	if Tool.Name != info.Name || Tool.Level != info.Level || Tool.Description != info.Description || !Tool.Serial {
+		t.Errorf("Tool = %+v; registered as %+v", Tool, info)
+	}
 
-	for _, name := range []string{"op", "operation"} {
+	for name, want := range map[string][]string{"op": opNames(), "adapter": adapterList()} {
 		p := info.InputSchema.Properties[name]
 		if p == nil {
 			t.Fatalf("no %s in the schema", name)
@@ -52,14 +60,23 @@ func TestOpTable(t *testing.T) {
 		for _, v := range p.Enum {
 			got = append(got, v.(string))
 		}
-		if !slices.Equal(got, opNames()) {
-			t.Errorf("%s: enum %v, want %v", name, got, opNames())
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: enum %v, want %v", name, got, want)
+		}
+	}
+	if _, ok := info.InputSchema.Properties["operation"]; ok {
+		t.Errorf("the schema still has operation beside op")
+	}
+	// No description lists the adapters literally: the enum does.
+	for name, p := range info.InputSchema.Properties {
+		if strings.Contains(p.Description, "debugpy, delve") {
+			t.Errorf("%s lists the adapters literally: %q", name, p.Description)
 		}
 	}
 
 	// Every argument an operation names is a field of Input, and every
-	// field but op and operation is some operation's argument.
-	read := map[string]bool{"op": true, "operation": true}
+	// field but op is some operation's argument.
+	read := map[string]bool{"op": true}
 	for _, o := range ops {
 		for _, a := range o.args {
 			read[argName(a)] = true
@@ -69,7 +86,7 @@ func TestOpTable(t *testing.T) {
 		if !read[name] {
 			t.Errorf("no operation reads %s", name)
 		}
-		if name != "op" && name != "operation" && !strings.Contains(p.Description, ": ") {
+		if name != "op" && !strings.Contains(p.Description, ": ") {
 			t.Errorf("%s: description %q names no operation", name, p.Description)
 		}
 	}
@@ -78,20 +95,25 @@ func TestOpTable(t *testing.T) {
 	}
 }
 
-// TestOpSpellings: op is matched lower-cased and trimmed, in op or in
-// operation, and an unknown one is the tool's own error listing the
-// operations; the schema's enum (listed, left to the tool: tools.Enum)
-// changes none of that.
+// TestOpSpellings: op is matched lower-cased and trimmed, and an unknown
+// one is the tool's own error listing the operations; the schema's enum
+// (listed, left to the tool: tools.Enum) changes none of that. operation,
+// op's old alias, is an unknown field now: an InputError.
 func TestOpSpellings(t *testing.T) {
 	f := newFixture(t, nil, Options{})
 	all := strings.Join(opNames(), ", ")
 	f.Fails(t, map[string]any{"op": "Continue"}, "no debug session: continue needs one")
 	f.Fails(t, map[string]any{"op": " step_over "}, "no debug session: step_over needs one")
-	f.Fails(t, map[string]any{"operation": "STACK\n"}, "no debug session: stack needs one")
+	f.Fails(t, map[string]any{"op": "STACK\n"}, "no debug session: stack needs one")
 	f.Ok(t, map[string]any{"op": "STATUS"}, "no debug session")
-	f.Ok(t, map[string]any{"operation": " Terminate"}, "no debug session to terminate")
-	f.Ok(t, map[string]any{"op": "status", "operation": "Status"}, "no debug session")
+	f.Ok(t, map[string]any{"op": " Terminate"}, "no debug session to terminate")
 	f.Fails(t, map[string]any{"op": "explode"}, `unknown operation "explode": use one of `+all)
 	f.Fails(t, map[string]any{}, "no operation: set op to one of "+all)
-
+	f.Fails(t, map[string]any{"op": "launch", "program": "x.py", "adapter": "GDB"}, `unknown adapter "GDB": use one of `+adapterIDs())
+	for _, args := range []string{`{"operation":"status"}`, `{"op":"status","operation":"status"}`} {
+		_, err := f.reg.Call(t.Context(), tools.SurfaceDefault, "debug", json.RawMessage(args))
+		if ie := (*tools.InputError)(nil); !errors.As(err, &ie) || !strings.Contains(err.Error(), "operation") {
+			t.Errorf("%s: %v, want an InputError naming operation", args, err)
+		}
+	}
 }

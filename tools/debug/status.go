@@ -21,6 +21,40 @@ type Location struct {
 	Path        string `json:"path,omitempty"`
 	Line        int    `json:"line,omitempty"`
 	Source      string `json:"source,omitempty"`
+	// Exception is the exception the program stopped on, when the
+	// adapter can say (exceptionInfo).
+	Exception *Exception `json:"exception,omitempty"`
+	// Returned are the values the adapter reports as just returned
+	// (debugpy's "(return) f" variables), named by the function.
+	Returned []Var `json:"returned,omitempty"`
+	// Locals are the top frame's first locals.
+	Locals *Locals `json:"locals,omitempty"`
+}
+
+// Locals are the first MaxStopLocals variables of a frame's locals scope.
+type Locals struct {
+	// Reference is the scope's, for variables.
+	Reference int   `json:"reference,omitempty"`
+	Vars      []Var `json:"variables,omitempty"`
+	// More counts the locals not shown; variables with Reference and
+	// Start shows them.
+	More  int `json:"more,omitempty"`
+	Start int `json:"start,omitempty"`
+	// Error says why the locals could not be read.
+	Error string `json:"error,omitempty"`
+}
+
+// Exception is what the adapter says of the exception a thread stopped on.
+type Exception struct {
+	// ID is the adapter's exception id: the type for debugpy, "panic"
+	// or the runtime error's kind for delve.
+	ID string `json:"id,omitempty"`
+	// Message is the exception's message (its description, else the
+	// details' message).
+	Message string `json:"message,omitempty"`
+	// Type is the details' type name, when it differs from ID.
+	Type      string `json:"type,omitempty"`
+	BreakMode string `json:"break_mode,omitempty"`
 }
 
 // Status is the structured answer of status and of every run-control
@@ -90,11 +124,40 @@ func formatLocation(loc Location) string {
 		fmt.Fprintf(&b, " (%s)", loc.Reason)
 	}
 	fmt.Fprintf(&b, ", thread %d, frame_id %d", loc.ThreadID, loc.FrameID)
-	if loc.Description != "" && loc.Description != loc.Reason {
-		fmt.Fprintf(&b, "\n%s", loc.Description)
+	exception := ""
+	if ex := loc.Exception; ex != nil {
+		exception = "exception: " + ex.ID
+		if ex.Type != "" {
+			exception += " (" + ex.Type + ")"
+		}
+		if ex.Message != "" {
+			exception += ": " + ex.Message
+		}
+	}
+	if d := loc.Description; d != "" && d != loc.Reason && !strings.Contains(exception, d) {
+		fmt.Fprintf(&b, "\n%s", d)
 	}
 	if loc.Source != "" {
 		fmt.Fprintf(&b, "\n%6d | %s", loc.Line, loc.Source)
+	}
+	if exception != "" {
+		b.WriteString("\n" + exception)
+	}
+	for _, v := range loc.Returned {
+		fmt.Fprintf(&b, "\nreturned from %s", formatVar(v.Name, v.Type, v.Value, v.Reference))
+	}
+	switch l := loc.Locals; {
+	case l == nil:
+	case l.Error != "":
+		fmt.Fprintf(&b, "\nlocals not shown: %s", l.Error)
+	case len(l.Vars) > 0:
+		b.WriteString("\nlocals:")
+		for _, v := range l.Vars {
+			fmt.Fprintf(&b, "\n  %s", formatVar(v.Name, v.Type, v.Value, v.Reference))
+		}
+		if l.More > 0 {
+			fmt.Fprintf(&b, "\n  … %d more: call variables with reference %d and start %d", l.More, l.Reference, l.Start)
+		}
 	}
 	return b.String()
 }
@@ -124,7 +187,111 @@ func (s *Supervisor) locate(ctx context.Context, ss *session, body godap.Stopped
 			loc.Source = s.sourceLine(ctx, f.Source.Path, f.Line)
 		}
 	}
+	if body.Reason == "exception" && ss.ds.Capabilities().SupportsExceptionInfoRequest {
+		if info, err := ss.ds.ExceptionInfo(ctx, tid); err == nil {
+			loc.Exception = exceptionOf(info)
+		} else if ctx.Err() != nil {
+			return loc, ctx.Err()
+		}
+	}
+	if loc.FrameID != 0 {
+		if err := s.stopLocals(ctx, ss, &loc); err != nil {
+			return loc, err
+		}
+	}
 	return loc, nil
+}
+
+// exceptionOf keeps what a stop report shows of an exceptionInfo answer.
+func exceptionOf(info godap.ExceptionInfoResponseBody) *Exception {
+	ex := &Exception{ID: info.ExceptionId, Message: info.Description, BreakMode: string(info.BreakMode)}
+	if d := info.Details; d != nil {
+		if ex.Message == "" {
+			ex.Message = d.Message
+		}
+		if t := d.TypeName; t != "" && t != ex.ID && !strings.HasSuffix(ex.ID, "."+t) {
+			ex.Type = t
+		}
+	}
+	return ex
+}
+
+// returnPrefix marks debugpy's return values among the locals
+// (showReturnValue): "(return) add".
+const returnPrefix = "(return) "
+
+// stopLocals adds the top frame's first locals, and the values just
+// returned, to loc. A failure is noted in loc rather than failing the
+// stop report; only the call's end is an error.
+func (s *Supervisor) stopLocals(ctx context.Context, ss *session, loc *Location) error {
+	scs, err := ss.ds.Scopes(ctx, loc.FrameID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		loc.Locals = &Locals{Error: "scopes failed: " + err.Error()}
+		return nil
+	}
+	sc := localsScope(scs)
+	if sc == nil {
+		return nil
+	}
+	page, err := ss.ds.Variables(ctx, sc.VariablesReference, 0)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		loc.Locals = &Locals{Reference: sc.VariablesReference, Error: "variables failed: " + err.Error()}
+		return nil
+	}
+	l := &Locals{Reference: sc.VariablesReference, Start: page.Start + len(page.Vars), More: page.Remaining}
+	skipped := false
+	for i, v := range page.Vars {
+		vr := Var{Name: v.Name, Type: v.Type, Value: v.Value, Reference: v.VariablesReference}
+		if fn, ok := strings.CutPrefix(v.Name, returnPrefix); ok {
+			vr.Name = fn
+			loc.Returned = append(loc.Returned, vr)
+			continue
+		}
+		if group(v) {
+			continue
+		}
+		if len(l.Vars) == MaxStopLocals {
+			if !skipped {
+				l.Start, skipped = page.Start+i, true
+			}
+			l.More++
+			continue
+		}
+		l.Vars = append(l.Vars, vr)
+	}
+	if len(l.Vars) > 0 {
+		loc.Locals = l
+	}
+	return nil
+}
+
+// group reports a grouping entry of debugpy's ("special variables",
+// "function variables"): no value of its own, only children. A stop
+// report leaves them to variables.
+func group(v godap.Variable) bool {
+	return v.Value == "" && v.VariablesReference > 0 && strings.HasSuffix(v.Name, " variables")
+}
+
+// localsScope picks the scope of a frame's own variables: the first
+// named Locals (or Local), else the first that is not expensive.
+func localsScope(scs []godap.Scope) *godap.Scope {
+	for i := range scs {
+		if strings.HasPrefix(scs[i].Name, "Local") {
+			return &scs[i]
+		}
+	}
+	for i := range scs {
+		if !scs[i].Expensive {
+			return &scs[i]
+		}
+	}
+	return nil
 }
 
 // status says whether a session runs, and where it is; without one it

@@ -86,20 +86,22 @@ type (
 		NewName string `json:"new_name"`
 	}
 	debugArgs struct {
-		Op          string          `json:"op"`
-		Operation   string          `json:"operation"`
-		Adapter     string          `json:"adapter"`
-		File        string          `json:"file"`
-		Lines       json.RawMessage `json:"lines"`
-		Program     string          `json:"program"`
-		Args        []string        `json:"args"`
-		StopOnEntry bool            `json:"stop_on_entry"`
-		Port        int             `json:"port"`
-		ThreadID    int             `json:"thread_id"`
-		FrameID     int             `json:"frame_id"`
-		Reference   int             `json:"reference"`
-		Start       int             `json:"start"`
-		Expression  string          `json:"expression"`
+		Op          string            `json:"op"`
+		Adapter     string            `json:"adapter"`
+		File        string            `json:"file"`
+		Lines       json.RawMessage   `json:"lines"`
+		Program     string            `json:"program"`
+		Module      string            `json:"module"`
+		Args        []string          `json:"args"`
+		Cwd         string            `json:"cwd"`
+		Env         map[string]string `json:"env"`
+		StopOnEntry bool              `json:"stop_on_entry"`
+		Port        int               `json:"port"`
+		ThreadID    int               `json:"thread_id"`
+		FrameID     int               `json:"frame_id"`
+		Reference   int               `json:"reference"`
+		Start       int               `json:"start"`
+		Expression  string            `json:"expression"`
 	}
 )
 
@@ -161,7 +163,7 @@ func render(b *strings.Builder, tool string, args json.RawMessage) bool {
 			return false
 		}
 		for _, f := range []struct{ name, v string }{
-			{"op", a.Op}, {"operation", a.Operation}, {"adapter", a.Adapter}, {"program", a.Program}, {"file", a.File},
+			{"op", a.Op}, {"adapter", a.Adapter}, {"program", a.Program}, {"module", a.Module}, {"cwd", a.Cwd}, {"file", a.File},
 		} {
 			if f.v != "" {
 				field(b, f.name, f.v)
@@ -170,6 +172,10 @@ func render(b *strings.Builder, tool string, args json.RawMessage) bool {
 		if a.Args != nil {
 			j, _ := json.Marshal(a.Args) // a JSON array: each argument's bounds are plain
 			fmt.Fprintf(b, "args: %s\n", visible(string(j)))
+		}
+		if a.Env != nil {
+			j, _ := json.Marshal(a.Env) // a JSON object, its names sorted
+			fmt.Fprintf(b, "env: %s\n", visible(string(j)))
 		}
 		if len(a.Lines) > 0 {
 			fmt.Fprintf(b, "lines: %s\n", visible(compactJSON(a.Lines)))

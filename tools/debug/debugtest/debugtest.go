@@ -11,6 +11,7 @@ package debugtest
 import (
 	"encoding/json"
 	"fmt"
+	"path"
 	"strings"
 	"testing"
 )
@@ -139,6 +140,243 @@ func main() {
 }
 `
 
+// PyReport is the Python debuggee of [CheckPythonReport], app/report.py
+// beside PyProgram's requirements.txt: it prints a variable of its
+// environment and its working directory, recurses deeper than a stack
+// lists, has more locals than a stop shows and a list longer than a page,
+// returns a value and fails with an uncaught exception.
+const PyReport = `import os
+
+
+def depth(n):
+    if n == 0:
+        return n
+    return depth(n - 1)
+
+
+def many():
+    a0, a1, a2, a3, a4, a5 = 0, 1, 2, 3, 4, 5
+    a6, a7, a8, a9, a10, a11 = 6, 7, 8, 9, 10, 11
+    big = list(range(120))
+    text = "x" * 1000
+    return a11 + len(big) + len(text)
+
+
+def fail(d):
+    return 10 / d
+
+
+print("env", os.environ.get("GREETING"), "cwd", os.path.basename(os.getcwd()))
+depth(40)
+many()
+fail(0)
+`
+
+// GoReport is [PyReport] in Go: report/main.go, the package report of
+// GoProgram's module.
+const GoReport = `package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+func depth(n int) int {
+	if n == 0 {
+		return n
+	}
+	return depth(n - 1)
+}
+
+func many() int {
+	a0, a1, a2, a3, a4, a5 := 0, 1, 2, 3, 4, 5
+	a6, a7, a8, a9, a10, a11 := 6, 7, 8, 9, 10, 11
+	big := make([]int, 120)
+	return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11 + len(big)
+}
+
+func fail(xs []int, i int) int {
+	return xs[i]
+}
+
+func main() {
+	wd, _ := os.Getwd()
+	fmt.Println("env", os.Getenv("GREETING"), "cwd", filepath.Base(wd))
+	depth(40)
+	fmt.Println("many", many())
+	fail(nil, 3)
+}
+`
+
+// Frames is the part of stack's structured content the checks read.
+type Frames struct {
+	Frames []struct {
+		FrameID  int    `json:"frame_id"`
+		Function string `json:"function"`
+	} `json:"frames"`
+	Total int `json:"total"`
+}
+
+// Stop is the part of a stop report's structured content the report
+// checks read.
+type Stop struct {
+	State   string `json:"state"`
+	Program string `json:"program"`
+	Stopped *struct {
+		Line      int `json:"line"`
+		Exception *struct {
+			ID      string `json:"id"`
+			Message string `json:"message"`
+		} `json:"exception"`
+		Returned []struct {
+			Name, Value string
+		} `json:"returned"`
+		Locals *struct {
+			Reference int `json:"reference"`
+			Variables []struct {
+				Name, Value string
+			} `json:"variables"`
+			More  int `json:"more"`
+			Start int `json:"start"`
+		} `json:"locals"`
+	} `json:"stopped"`
+}
+
+// stackCapped checks that the stack of depth(40) lists 30 of its frames,
+// all fn's, and says exactly how many more there are: the recursion's 11
+// others and those below it.
+func (e Env) stackCapped(t *testing.T, fn string) {
+	t.Helper()
+	var fr Frames
+	r := e.Ok(t, map[string]any{"op": "stack"}, "#29 "+fn+" at ")
+	Decode(t, r, &fr)
+	if len(fr.Frames) != 30 || fr.Total <= 41 || fr.Total > 60 {
+		t.Errorf("stack of depth(40): %d frames of %d, want 30 of 42 to 60", len(fr.Frames), fr.Total)
+	}
+	for _, f := range fr.Frames {
+		if f.Function != fn {
+			t.Errorf("frame %+v, want %s", f, fn)
+		}
+	}
+	if want := fmt.Sprintf("\n(%d more frames not shown; at most 30 are listed)", fr.Total-30); !strings.HasSuffix(r.Text, want) || strings.Contains(r.Text, "#30 ") {
+		t.Errorf("stack: want 30 frames and %q:\n%s", want, r.Text)
+	}
+}
+
+// localsCapped checks a stop in many(): 10 of its 14 locals, the rest
+// counted, and variables showing them from where the stop left off.
+func (e Env) localsCapped(t *testing.T, r Result, more int) {
+	t.Helper()
+	var st Stop
+	Decode(t, r, &st)
+	l := st.Stopped.Locals
+	if l == nil || len(l.Variables) != 10 || l.More != more || l.Start != 10 {
+		t.Fatalf("locals of many(): %+v, want 10 shown and %d more from 10", l, more)
+	}
+	want := fmt.Sprintf("… %d more: call variables with reference %d and start 10", more, l.Reference)
+	if !strings.Contains(r.Text, want) {
+		t.Errorf("the stop lacks %q:\n%s", want, r.Text)
+	}
+	page := e.Ok(t, map[string]any{"op": "variables", "reference": l.Reference, "start": 10})
+	var vs struct {
+		Variables []struct{ Name string } `json:"variables"`
+	}
+	Decode(t, page, &vs)
+	if len(vs.Variables) != more {
+		t.Errorf("variables from 10: %d, want %d:\n%s", len(vs.Variables), more, page.Text)
+	}
+}
+
+// CheckPythonReport debugs PyReport at dir/report.py (dir
+// workspace-relative, with PyProgram's marker above it) as the module
+// report with cwd dir and an env variable: the stack of a deep recursion
+// is capped at 30 frames, a stop shows the first 10 locals, variables
+// pages 50 at a time, a statement evaluates to "no value", step_out shows
+// the value returned, and the uncaught exception's stop shows its message.
+func CheckPythonReport(t *testing.T, e Env, dir string) {
+	t.Helper()
+	file := dir + "/report.py"
+	e.Ok(t, map[string]any{"op": "breakpoints", "file": file, "lines": []any{6, 15}}, "pending")
+	var st Stop
+	Decode(t, e.Ok(t, map[string]any{"op": "launch", "module": "report", "cwd": dir, "env": map[string]any{"GREETING": "hello", "PYTHONUNBUFFERED": "1"}},
+		"launched module report with debugpy", "stopped at "+file+":6 in depth (breakpoint)", "locals:\n  n: int = 0"), &st)
+	if st.Program != "module report" || st.Stopped == nil || st.Stopped.Locals == nil || st.Stopped.Locals.Variables[0].Name != "n" {
+		t.Errorf("launch structured = %+v", st)
+	}
+	e.Ok(t, map[string]any{"op": "output"}, "env hello cwd "+path.Base(dir))
+	e.stackCapped(t, "depth")
+
+	r := e.Ok(t, map[string]any{"op": "continue"}, "stopped at "+file+":15 in many", "a0: int = 0", "locals:")
+	e.localsCapped(t, r, 4)
+	// The list's items come 50 at a time.
+	big := e.Ok(t, map[string]any{"op": "evaluate", "expression": "big"}, "big: list = [0, 1, 2")
+	var ev struct {
+		Reference int `json:"reference"`
+	}
+	Decode(t, big, &ev)
+	page := e.Ok(t, map[string]any{"op": "variables", "reference": ev.Reference}, "\n000: int = 0\n", fmt.Sprintf("more: call variables with reference %d and start 50", ev.Reference))
+	var vs struct {
+		Variables []struct{ Name string } `json:"variables"`
+		Remaining int                     `json:"remaining"`
+	}
+	Decode(t, page, &vs)
+	if len(vs.Variables) != 50 || vs.Remaining < 50 { // debugpy lists 100 of a list's items
+		t.Errorf("a page of big: %d variables and %d remaining, want 50 and at least 50", len(vs.Variables), vs.Remaining)
+	}
+	e.Ok(t, map[string]any{"op": "evaluate", "expression": "text"}, "… (", "more characters)")
+
+	// A statement runs and says it has no value.
+	e.Ok(t, map[string]any{"op": "evaluate", "expression": "a0 = 42"}, "a0 = 42: no value; debugpy ran it")
+	e.Ok(t, map[string]any{"op": "evaluate", "expression": "a0"}, "a0: int = 42")
+
+	// step_out shows what many returned: 11 + 120 + 1000.
+	Decode(t, e.Ok(t, map[string]any{"op": "step_out"}, "in <module>", "returned from many: int = 1131"), &st)
+	if st.Stopped == nil || len(st.Stopped.Returned) != 1 || st.Stopped.Returned[0].Name != "many" || st.Stopped.Returned[0].Value != "1131" {
+		t.Errorf("step_out structured = %+v", st.Stopped)
+	}
+
+	// The uncaught exception stops with its type and message.
+	Decode(t, e.Ok(t, map[string]any{"op": "continue"}, "stopped at "+file+":19 in fail (exception)", "exception: ZeroDivisionError: division by zero", "d: int = 0"), &st)
+	if ex := st.Stopped.Exception; ex == nil || ex.ID != "ZeroDivisionError" || ex.Message != "division by zero" {
+		t.Errorf("exception structured = %+v", ex)
+	}
+	e.Ok(t, map[string]any{"op": "continue"}, "exited with code 1", "ZeroDivisionError: division by zero")
+	e.Ok(t, map[string]any{"op": "terminate"}, "terminated session")
+	e.Gone(t)
+}
+
+// CheckGoReport debugs GoReport, the package report of a module whose
+// root holds go.mod, with cwd report and an env variable: the stack of a
+// deep recursion is capped at 30 frames, a stop shows the first 10
+// locals, call x = 5 has no value, step_out says delve reports no return
+// value, and the panic's stop shows its message.
+func CheckGoReport(t *testing.T, e Env) {
+	t.Helper()
+	e.Ok(t, map[string]any{"op": "breakpoints", "file": "report/main.go", "lines": []any{11, 20}}, "pending")
+	e.Fails(t, map[string]any{"op": "launch", "module": "report", "adapter": "delve"}, "only debugpy runs", "package directory")
+	e.Ok(t, map[string]any{"op": "launch", "program": "report", "cwd": "report", "env": map[string]any{"GREETING": "hello", "GOMAXPROCS": "2"}},
+		"launched report with delve", "stopped at report/main.go:11 in main.depth (breakpoint)", "locals:\n  n: int = 0")
+	e.Ok(t, map[string]any{"op": "output"}, "env hello cwd report")
+	e.stackCapped(t, "main.depth")
+
+	r := e.Ok(t, map[string]any{"op": "continue"}, "stopped at report/main.go:20 in main.many", "a0: int = 0", "locals:")
+	e.localsCapped(t, r, 4) // a0…a11, big and ~r0, the result
+	e.Fails(t, map[string]any{"op": "evaluate", "expression": "a0 = 42"}, "call x = 5 assigns")
+	e.Ok(t, map[string]any{"op": "evaluate", "expression": "call a0 = 42"}, "call a0 = 42: no value; delve ran it")
+	e.Ok(t, map[string]any{"op": "evaluate", "expression": "a0"}, "a0: int = 42")
+	e.Ok(t, map[string]any{"op": "step_out"}, "in main.main", "delve does not report the value step_out returned")
+
+	var st Stop
+	Decode(t, e.Ok(t, map[string]any{"op": "continue"}, "(exception)", `exception: panic: "runtime error: index out of range [3] with length 0"`), &st)
+	if ex := st.Stopped.Exception; ex == nil || ex.ID != "panic" || !strings.Contains(ex.Message, "index out of range") {
+		t.Errorf("exception structured = %+v", ex)
+	}
+	e.Ok(t, map[string]any{"op": "continue"}, "exited with code 2", "many 228")
+	e.Ok(t, map[string]any{"op": "terminate"}, "terminated session")
+	e.Gone(t)
+}
+
 // scopes checks the scopes of a frame (frameID 0: the default, the top
 // frame) and returns their first reference.
 func (e Env) scopes(t *testing.T, frameID int) int {
@@ -156,10 +394,10 @@ func (e Env) scopes(t *testing.T, frameID int) int {
 }
 
 // CheckPython debugs PyProgram at prog (workspace-relative) with debugpy:
-// breakpoints before launch (one conditional), the stop and its structured
-// status, a refused second launch and attach (DBG-3), status, threads,
-// stack, scopes, variables, evaluate, a failing evaluate, every step,
-// output read once, breakpoints changed during the session, the exit, a
+// breakpoints before launch (one conditional), the stop with its locals
+// and its structured status, a refused second launch and attach (DBG-3), status, threads,
+// stack, scopes, variables, evaluate, a failing evaluate, every step
+// (step_out with the value returned), output read once, breakpoints changed during the session, the exit, a
 // step refused after it, terminate, and a second launch that stops on
 // entry and keeps the breakpoints.
 func CheckPython(t *testing.T, e Env, prog string) {
@@ -168,7 +406,7 @@ func CheckPython(t *testing.T, e Env, prog string) {
 	e.Ok(t, map[string]any{"op": "breakpoints", "file": prog, "lines": []any{7, map[string]any{"line": 11, "condition": "i == 3"}, 12}}, "pending")
 	var st Status
 	Decode(t, e.Ok(t, map[string]any{"op": "launch", "program": prog},
-		"launched "+prog+" with debugpy", at(7)+" in main (breakpoint)", "y = 3", "line 7: verified", "line 11 if i == 3: verified"), &st)
+		"launched "+prog+" with debugpy", at(7)+" in main (breakpoint)", "y = 3", "line 7: verified", "line 11 if i == 3: verified", "locals:\n  x: int = 2"), &st)
 	if st.State != "stopped" || st.Stopped == nil || st.Stopped.Line != 7 || st.Stopped.Path != prog || st.Stopped.Function != "main" {
 		t.Errorf("launch structured = %+v", st)
 	}
@@ -201,7 +439,7 @@ func CheckPython(t *testing.T, e Env, prog string) {
 	e.Ok(t, map[string]any{"op": "step_in"}, at(3)+" in add", "total = a + b")
 	e.Ok(t, map[string]any{"op": "evaluate", "expression": "a + b"}, "= 5")
 	e.Ok(t, map[string]any{"op": "step_over"}, at(4))
-	e.Ok(t, map[string]any{"op": "step_out"}, at(8)+" in main")
+	e.Ok(t, map[string]any{"op": "step_out"}, at(8)+" in main", "returned from add: int = 5")
 	// The conditional breakpoint stops only when i == 3.
 	e.Ok(t, map[string]any{"op": "continue"}, at(11)+" in main (breakpoint)")
 	e.Ok(t, map[string]any{"op": "evaluate", "expression": "i"}, "i: int = 3")
@@ -250,28 +488,31 @@ func CheckPythonKilled(t *testing.T, e Env, prog string) {
 
 // CheckPythonAttach attaches to PyProgram at prog, which the caller
 // started under python -m debugpy --listen 127.0.0.1:port
-// --wait-for-client: it stops at a breakpoint set before, evaluates, runs
+// --wait-for-client: it stops at a breakpoint set before (with the
+// frame's locals), evaluates, steps out (with the value returned), runs
 // to the end and detaches. The caller checks what became of the debuggee.
 func CheckPythonAttach(t *testing.T, e Env, prog string, port int) {
 	t.Helper()
 	e.Ok(t, map[string]any{"op": "breakpoints", "file": prog, "lines": []any{3}}, "line 3")
-	e.Ok(t, map[string]any{"op": "attach", "port": port}, fmt.Sprintf("attached the debuggee on port %d", port), fmt.Sprintf("stopped at %s:3 in add", prog), "total = a + b")
+	e.Ok(t, map[string]any{"op": "attach", "port": port}, fmt.Sprintf("attached the debuggee on port %d", port), fmt.Sprintf("stopped at %s:3 in add", prog), "total = a + b", "locals:\n  a: int = 2\n  b: int = 3")
 	e.Ok(t, map[string]any{"op": "evaluate", "expression": "a * b"}, "= 6")
+	e.Ok(t, map[string]any{"op": "step_out"}, fmt.Sprintf("stopped at %s:8 in main", prog), "returned from add: int = 5")
 	e.Ok(t, map[string]any{"op": "breakpoints", "file": prog, "lines": []any{}}, "cleared")
 	e.Ok(t, map[string]any{"op": "continue"}, "the program ended")
 	e.Ok(t, map[string]any{"op": "terminate"}, "detached session")
 }
 
 // CheckGo debugs GoProgram with delve, launched as the package ".":
-// breakpoints before launch, the stop, a refused second launch, stack,
-// scopes, variables, evaluate, every step (delve stops at a function's
-// entry line first), output, the exit and terminate.
+// breakpoints before launch, the stop with its locals, a refused second
+// launch, stack, scopes, variables, evaluate, every step (delve stops at a
+// function's entry line first; step_out says delve reports no return
+// value), output, the exit and terminate.
 func CheckGo(t *testing.T, e Env) {
 	t.Helper()
 	e.Ok(t, map[string]any{"op": "breakpoints", "file": "main.go", "lines": []any{12, 18}}, "pending")
 	var st Status
 	Decode(t, e.Ok(t, map[string]any{"op": "launch", "program": "."},
-		"launched . with delve", "stopped at main.go:12 in main.main (breakpoint)", "y := 3", "line 12: verified"), &st)
+		"launched . with delve", "stopped at main.go:12 in main.main (breakpoint)", "y := 3", "line 12: verified", "locals:\n  x: int = 2"), &st)
 	e.Live(t)
 	e.Fails(t, map[string]any{"op": "launch", "program": "."}, "already running")
 	e.Ok(t, map[string]any{"op": "stack"}, "#0 main.main at main.go:12")
@@ -281,7 +522,7 @@ func CheckGo(t *testing.T, e Env) {
 	e.Ok(t, map[string]any{"op": "step_over"}, "stopped at main.go:13", "z := add(x, y)")
 	e.Ok(t, map[string]any{"op": "step_in"}, "main.go:5 in main.add")
 	e.Ok(t, map[string]any{"op": "step_over"}, "main.go:6 in main.add", "total := a + b")
-	e.Ok(t, map[string]any{"op": "step_out"}, "stopped at main.go:13 in main.main")
+	e.Ok(t, map[string]any{"op": "step_out"}, "stopped at main.go:13 in main.main", "delve does not report the value step_out returned")
 	e.Ok(t, map[string]any{"op": "continue"}, "stopped at main.go:18 in main.main (breakpoint)")
 	e.Ok(t, map[string]any{"op": "evaluate", "expression": "z"}, "z: int = 15")
 	e.Ok(t, map[string]any{"op": "output"}, "sum 5")
