@@ -3,6 +3,7 @@ package controller
 import (
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/ask"
+	"berth.dev/berth/tools/debug"
 	"berth.dev/berth/tools/vibe"
 )
 
@@ -19,6 +20,7 @@ type Conditional struct {
 // lacks and why (`berth tools`).
 func ConditionalTools() []Conditional {
 	out := []Conditional{
+		{Tool: debug.Tool, Needs: "a conversation id (conversation_id when the run is opened; berth call and berth tools: --conversation)"},
 		{Tool: ask.Tool, Needs: "a question port: a run served by berth serve, whose event stream (GET /v1/runs/{id}/events) draws the cards"},
 	}
 	for _, t := range vibe.Tools() {

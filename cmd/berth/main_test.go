@@ -194,7 +194,7 @@ func TestTools(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"TOOL", "read", "write", "edit", "apply_patch"} {
+	for _, want := range []string{"TOOL", "read", "write", "edit", "apply_patch", "NOT IN THIS RUN", "debug            exec   a conversation id"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("tools output lacks %q:\n%s", want, out)
 		}
