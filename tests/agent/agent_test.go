@@ -108,6 +108,21 @@ func (tr *transcript) ok(tool string, args map[string]any, wants ...string) stri
 	return text
 }
 
+// fails is call that wants an error result holding every want.
+func (tr *transcript) fails(tool string, args map[string]any, wants ...string) string {
+	tr.t.Helper()
+	text, isErr := tr.call(tool, args)
+	if !isErr {
+		tr.t.Fatalf("%s %v: want an error result, got:\n%s", tool, args, text)
+	}
+	for _, w := range wants {
+		if !strings.Contains(text, w) {
+			tr.t.Fatalf("%s %v: the result lacks %q:\n%s", tool, args, w, text)
+		}
+	}
+	return text
+}
+
 // within fails the test when the transcript took more calls or more
 // characters of text than the goal (the goals: at most half the
 // calls and a third of the characters the same task took before).

@@ -38,15 +38,15 @@ print(paginate(list(range(25)), 3))
 	})
 	tr := newTranscript(t, ws)
 
-	tr.ok("eval", map[string]any{"description": "run the failing last page call", "code": "from shop.cart import paginate\npaginate(list(range(25)), 3)"},
+	tr.fails("eval", map[string]any{"description": "run the failing last page call", "code": "from shop.cart import paginate\npaginate(list(range(25)), 3)"},
 		"ValueError", "page 3 out of range 1..2")
 	tr.ok("ast_grep", map[string]any{"pattern": "raise ValueError($$$)", "language": "python"},
 		"shop/cart.py:8 in paginate")
 	tr.ok("lsp", map[string]any{"action": "definition", "file": "shop/cart.py", "line": 6, "symbol": "page_count"},
-		"shop/cart.py:1")
+		"shop/cart.py\n", "1:5  def page_count(n_items, per_page):")
 	tr.ok("debug", map[string]any{"op": "breakpoints", "file": "shop/cart.py", "lines": []any{2}})
 	tr.ok("debug", map[string]any{"op": "launch", "program": "main.py"},
-		"shop/cart.py:2", "n_items = 25", "per_page = 10")
+		"stopped at shop/cart.py:2 in page_count", "n_items: int = 25", "per_page: int = 10")
 	tr.ok("debug", map[string]any{"op": "terminate"})
 	tr.ok("edit", map[string]any{"path": "shop/cart.py", "old_string": "return n_items // per_page", "new_string": "return -(-n_items // per_page)"})
 	tr.ok("eval", map[string]any{"description": "check the last page after the fix", "code": "import importlib, shop.cart\nimportlib.reload(shop.cart)\nshop.cart.paginate(list(range(25)), 3)"},

@@ -49,13 +49,17 @@ type adapterSpec struct {
 	// noReturn says, when the adapter does not report the value a
 	// step_out returned, what to do instead.
 	noReturn string
+	// markerOptional: the adapter debugs a program without a project
+	// around it (debugpy runs any script); without a marker its root is
+	// the workspace root, as pylsp's is for lsp.
+	markerOptional bool
 }
 
 // adapterTable is the adapter table of docs/tools.md §7.
 var adapterTable = []adapterSpec{
 	{id: AdapterDart, markers: []string{"pubspec.yaml"}, binary: "dart", names: []string{"dart"}, exts: []string{".dart"}},
 	{id: AdapterDebugpy, markers: []string{"pyproject.toml", "setup.py", "requirements.txt"}, binary: "python3 with the debugpy module", names: []string{"python3"}, exts: []string{".py"},
-		evaluates: "runs statements too (x = 5, import os), which have no value"},
+		evaluates: "runs statements too (x = 5, import os), which have no value", markerOptional: true},
 	{id: AdapterLLDB, markers: []string{"Cargo.toml", "CMakeLists.txt"}, binary: "lldb-dap (or lldb-vscode)", names: []string{"lldb-dap", "lldb-dap-*", "lldb-vscode", "lldb-vscode-*"}},
 	{id: AdapterDelve, markers: []string{"go.mod"}, binary: "dlv", names: []string{"dlv"}, exts: []string{".go"},
 		evaluates: "evaluates Go expressions (call f(1) calls a function, call x = 5 assigns)",
@@ -91,6 +95,9 @@ type Availability struct {
 	Root string `json:"root,omitempty"`
 	// Marker is the marker file found in Root.
 	Marker string `json:"marker,omitempty"`
+	// NoMarker says the adapter found no marker and works without one:
+	// Root is the workspace root.
+	NoMarker bool `json:"no_marker,omitempty"`
 	// Binary is the adapter program (or the python for debugpy) as the
 	// sandbox sees it.
 	Binary string `json:"binary,omitempty"`
@@ -341,6 +348,8 @@ func (s *Supervisor) discover(ctx context.Context, dir string) ([]Availability, 
 			if a.id == AdapterDebugpy {
 				venvRoots = append(venvRoots, av.absRoot)
 			}
+		} else if a.markerOptional {
+			av.Root, av.NoMarker, av.absRoot = ".", true, s.root
 		}
 		out = append(out, av)
 	}
@@ -363,7 +372,7 @@ func (s *Supervisor) discover(ctx context.Context, dir string) ([]Availability, 
 			av.Binary = pr.bins[a.id]
 		}
 		var why []string
-		if av.Marker == "" {
+		if av.Marker == "" && !av.NoMarker {
 			where := "the workspace root"
 			if dir != "." {
 				where = dir + " or any parent up to the workspace root"

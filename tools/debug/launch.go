@@ -39,7 +39,11 @@ func (s *Supervisor) adapters(ctx context.Context, in Input, _ *session) (reply,
 			if av.Interpreter != "" {
 				bin = av.Interpreter
 			}
-			fmt.Fprintf(&b, "%s: usable (%s; project root %s, marker %s)\n", av.Adapter, bin, av.Root, av.Marker)
+			if av.NoMarker {
+				fmt.Fprintf(&b, "%s: usable (%s; project root the workspace root: no marker found, %s works without one)\n", av.Adapter, bin, av.Adapter)
+			} else {
+				fmt.Fprintf(&b, "%s: usable (%s; project root %s, marker %s)\n", av.Adapter, bin, av.Root, av.Marker)
+			}
 			for _, sk := range av.Skipped {
 				fmt.Fprintf(&b, "%s: skipped %s\n", av.Adapter, sk)
 			}
