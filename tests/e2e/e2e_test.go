@@ -566,12 +566,19 @@ func TestRunInConversationContainer(t *testing.T) {
 		// The daemon's event log for this container, while berth used it:
 		// exec and archive (agent placement) events only.
 		until := time.Now().Add(time.Second)
+		// An exec's action carries its command line, which may span lines
+		// (a probe script): one JSON string per event.
 		out := mustDocker(t, "events", "--since", since.Format(time.RFC3339Nano), "--until", until.Format(time.RFC3339Nano),
-			"--filter", "container="+ctr.id, "--format", "{{.Action}}")
+			"--filter", "container="+ctr.id, "--format", "{{json .Action}}")
 		allowed := []string{"exec_create", "exec_start", "exec_die", "archive-path", "extract-to-dir"}
 		var actions []string
-		for _, act := range strings.Split(strings.TrimSpace(out), "\n") {
-			if act == "" {
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if line == "" {
+				continue
+			}
+			var act string
+			if err := json.Unmarshal([]byte(line), &act); err != nil {
+				t.Errorf("docker events line %q: %v", line, err)
 				continue
 			}
 			ok := false
