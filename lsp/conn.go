@@ -18,6 +18,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"time"
 
 	"berth.dev/berth/framing"
 )
@@ -30,6 +31,11 @@ var (
 
 	// ErrClosed reports a call on a connection closed by [Conn.Close].
 	ErrClosed = errors.New("lsp: connection closed by the client")
+
+	// ErrNoAnswer reports a request the server did not answer within
+	// [ConnOptions.RequestTimeout]; $/cancelRequest was sent. The server
+	// may be stuck (stopped, deadlocked, or busy for good).
+	ErrNoAnswer = errors.New("lsp: the language server did not answer in time")
 )
 
 // broken names a read or write failure, which ends the connection.
@@ -80,6 +86,13 @@ type ConnOptions struct {
 	// edit is refused with applied=false and a reason, and the client does
 	// not announce workspace.applyEdit.
 	ApplyEdit func(ctx context.Context, p ApplyWorkspaceEditParams) ApplyWorkspaceEditResult
+
+	// RequestTimeout bounds every request but initialize, whatever the
+	// caller's context allows (0: only the caller's context): a server
+	// that does not answer within it gets $/cancelRequest and the call
+	// fails with ErrNoAnswer, so that one stuck server never holds a call
+	// until its caller gives up.
+	RequestTimeout time.Duration
 }
 
 // Conn is a JSON-RPC 2.0 connection to a language server, over a
@@ -158,8 +171,16 @@ func (c *Conn) Call(ctx context.Context, method string, params, result any) erro
 		c.pending.Forget(id)
 		return fmt.Errorf("lsp: %s: request not sent: %w", method, err)
 	}
+	if d := c.opts.RequestTimeout; d > 0 && method != "initialize" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d, ErrNoAnswer)
+		defer cancel()
+	}
 	resp, gaveUp, err := c.pending.Await(ctx, c.frames, id, answer)
 	switch {
+	case gaveUp && errors.Is(context.Cause(ctx), ErrNoAnswer):
+		c.cancelRequest(id)
+		return fmt.Errorf("lsp: %s: no answer within %v (sent $/cancelRequest): %w", method, c.opts.RequestTimeout, ErrNoAnswer)
 	case gaveUp:
 		c.cancelRequest(id)
 		return fmt.Errorf("lsp: %s: gave up waiting for the server (sent $/cancelRequest): %w", method, err)

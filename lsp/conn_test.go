@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -512,5 +513,37 @@ func TestWaitDiagnosticsFailsWhenServerExits(t *testing.T) {
 	p.Conn.Close()
 	if err := <-errc; !errors.Is(err, ErrServerExited) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestRequestTimeout: a server that never answers a request fails it with
+// ErrNoAnswer after RequestTimeout, with $/cancelRequest sent, however long
+// the caller would wait; initialize is not bounded by it.
+func TestRequestTimeout(t *testing.T) {
+	cl, p := newPair(t, ConnOptions{RequestTimeout: 50 * time.Millisecond}, true)
+	errc := make(chan error, 1)
+	go func() { errc <- cl.Call(context.Background(), "textDocument/hover", nil, nil) }()
+	req := p.recv()
+	if err := <-errc; !errors.Is(err, ErrNoAnswer) || !strings.Contains(err.Error(), "textDocument/hover") {
+		t.Fatalf("err = %v; want ErrNoAnswer naming the method", err)
+	}
+	c := p.recvMethod("$/cancelRequest")
+	var params struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if err := json.Unmarshal(c.Params, &params); err != nil || string(params.ID) != string(req.ID) {
+		t.Fatalf("$/cancelRequest params %s; want id %s", c.Params, req.ID)
+	}
+	go func() { errc <- cl.Call(context.Background(), "initialize", nil, nil) }()
+	init := p.recv()
+	time.Sleep(200 * time.Millisecond) // four timeouts: initialize must still be waiting
+	select {
+	case err := <-errc:
+		t.Fatalf("initialize ended after the request timeout: %v", err)
+	default:
+	}
+	p.respond(init.ID, map[string]any{})
+	if err := <-errc; err != nil {
+		t.Fatalf("initialize: %v", err)
 	}
 }

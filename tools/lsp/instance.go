@@ -263,7 +263,7 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 			return fmt.Errorf("starting %s in %s failed: %w", strings.Join(args, " "), absRoot, err)
 		}
 		rootURI, _ := lspc.FileURI(absRoot)
-		client := lspc.NewClient(stream, lspc.ConnOptions{Settings: in.spec.Settings})
+		client := lspc.NewClient(stream, lspc.ConnOptions{Settings: in.spec.Settings, RequestTimeout: s.opts.RequestTimeout})
 		in.mu.Lock()
 		g.client, g.stream, g.cancel = client, stream, cancel
 		in.mu.Unlock()

@@ -401,3 +401,43 @@ func TestWriteWhileStarting(t *testing.T) {
 		t.Fatalf("next write: %s", r.Text)
 	}
 }
+
+// TestStuckServerFailsInTime: a server that stops answering (SIGSTOP, as a
+// deadlock or a pause would) fails a call after the request timeout,
+// saying what to do, instead of holding it until the caller gives up; a
+// reload starts a server that answers.
+func TestStuckServerFailsInTime(t *testing.T) {
+	need(t, "pylsp")
+	h := newHostRun(t, lsp.Options{RequestTimeout: 2 * time.Second})
+	e := h.env()
+	e.Put(t, "setup.py", "")
+	e.Put(t, "a.py", "def f():\n    return 1\n")
+	hover := map[string]any{"action": "hover", "file": "a.py", "line": 1, "symbol": "f"}
+	if r := e.Call(t, "lsp", hover); r.IsError {
+		t.Fatalf("hover: %s", r.Text)
+	}
+	pid := 0
+	for _, row := range status(t, e, "a.py") {
+		if row.Server == "pylsp" {
+			pid = row.Pid
+		}
+	}
+	if pid == 0 {
+		t.Fatal("no pylsp pid in status")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	r := e.Call(t, "lsp", hover)
+	if !r.IsError || !strings.Contains(r.Text, "pylsp did not answer hover within 2s") || !strings.Contains(r.Text, "reload") {
+		t.Fatalf("hover of a stopped server: %+v", r)
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	if r := e.Call(t, "lsp", map[string]any{"action": "reload", "file": "a.py"}); r.IsError {
+		t.Fatalf("reload: %s", r.Text)
+	}
+	if r := e.Call(t, "lsp", hover); r.IsError {
+		t.Fatalf("hover after reload: %s", r.Text)
+	}
+}

@@ -77,6 +77,8 @@ func (q *query) explain(action string, err error) error {
 	switch {
 	case errors.Is(err, lspc.ErrServerExited):
 		return tools.Fail("%s exited while answering %s; call again and it is restarted (lsp status shows its last error)", q.in.key, action)
+	case errors.Is(err, lspc.ErrNoAnswer):
+		return tools.Fail("%s did not answer %s within %v: it may be stuck; call lsp with action reload to restart it, then call again", q.in.spec.ID, action, q.in.s.opts.RequestTimeout)
 	case errors.As(err, &re):
 		return tools.Fail("%s could not answer %s: %s", q.in.spec.ID, action, re.Message)
 	}

@@ -44,6 +44,10 @@ const (
 	DefaultStartWait = 5 * time.Second
 	// DefaultQueryWait is how long a query waits for a starting server.
 	DefaultQueryWait = 90 * time.Second
+	// DefaultRequestTimeout bounds each request to a running server
+	// (lsp.ConnOptions.RequestTimeout): one that does not answer within it
+	// is told to cancel, and the call says the server may be stuck.
+	DefaultRequestTimeout = 60 * time.Second
 	// DefaultDiagnosticsWait bounds waiting for diagnostics of the text just
 	// sent.
 	DefaultDiagnosticsWait = 10 * time.Second
@@ -85,6 +89,8 @@ type Options struct {
 	// StartWait, QueryWait, DiagnosticsWait and Settle override the
 	// defaults of the same names.
 	StartWait, QueryWait, DiagnosticsWait, Settle time.Duration
+	// RequestTimeout overrides DefaultRequestTimeout.
+	RequestTimeout time.Duration
 	// Host says the sandbox is the host (also implied by a sandbox whose
 	// Ref is "host"): no program of the workspace runs there — neither
 	// project-local binaries (.venv/bin, node_modules/.bin) nor a PATH
@@ -106,6 +112,9 @@ func (o *Options) fill() {
 	}
 	if o.StartWait <= 0 {
 		o.StartWait = DefaultStartWait
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
 	}
 	if o.QueryWait <= 0 {
 		o.QueryWait = DefaultQueryWait
