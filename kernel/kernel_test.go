@@ -415,3 +415,33 @@ func TestConnectRefusesUnsigned(t *testing.T) {
 		t.Fatal("Connect accepted an empty key")
 	}
 }
+
+// TestDialBacksOff: while every dial fails (the kernel's sandbox stopped
+// or was removed), the client's sockets dial ever less often, instead of
+// every DialRetry for as long as it waits.
+func TestDialBacksOff(t *testing.T) {
+	info, err := NewConnectionInfo(ConnectionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int64
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		dials.Add(1)
+		return nil, errors.New("the sandbox is gone")
+	}
+	const wait = 6 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if c, err := Connect(ctx, Config{Conn: info, Dial: dial}); err == nil {
+		c.Close()
+		t.Fatal("Connect succeeded with every dial failing")
+	}
+	// Without backoff Connect's first socket dials every DialRetry: 60
+	// times in 6 s. With it: the fast tries (2 s, for a kernel that has
+	// not bound its ports yet), then a few spaced ones.
+	if n, flat := dials.Load(), int64(wait/DialRetry); n > flat/2 {
+		t.Errorf("%d dials in %v, as many as without backoff (%d)", n, wait, flat)
+	} else {
+		t.Logf("%d dials in %v (without backoff: %d)", n, wait, flat)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
@@ -46,6 +47,53 @@ type dialScope struct {
 	mu     sync.Mutex
 	conns  map[*trackedConn]struct{}
 	closed bool
+	// fails counts dials that failed in a row; past dialFastTries the
+	// next dial waits until notBefore (see Dial).
+	fails     int
+	notBefore time.Time
+}
+
+// A dial that keeps failing — the kernel's sandbox stopped or was removed,
+// and zmq4 redials every DialRetry without end — is spaced out: after
+// dialFastTries failures in a row each next dial waits twice as long as
+// the last, up to dialBackoffMax, so that a gone sandbox is not asked
+// several times a second. A dial that succeeds resets it.
+const (
+	dialFastTries  = 20
+	dialBackoffMax = 5 * time.Second
+)
+
+// wait blocks until the next dial may go, or ctx ends.
+func (s *dialScope) wait(ctx context.Context) error {
+	s.mu.Lock()
+	d := time.Until(s.notBefore)
+	s.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// outcome records a dial's result for the backoff.
+func (s *dialScope) outcome(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.fails, s.notBefore = 0, time.Time{}
+		return
+	}
+	s.fails++
+	if s.fails > dialFastTries {
+		d := DialRetry << min(s.fails-dialFastTries, 6)
+		s.notBefore = time.Now().Add(min(d, dialBackoffMax))
+	}
 }
 
 func newDialScope(dial DialFunc) *dialScope {
@@ -103,7 +151,11 @@ func (dialTransport) Dial(ctx context.Context, _ transport.Dialer, addr string) 
 		return nil, errors.New("kernel: dial after the client was closed")
 	}
 	s := v.(*dialScope)
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
 	conn, err := s.dial(ctx, network, address)
+	s.outcome(err)
 	if err != nil {
 		return nil, err
 	}
