@@ -137,6 +137,12 @@ type Conn interface {
 // [ErrEscape]. Errors are *fs.PathError wrapping [fs.ErrNotExist],
 // [fs.ErrPermission], [fs.ErrExist], [ErrEscape], [ErrTooLarge] or [ErrGone].
 // Every method may block on the sandbox; ctx bounds it.
+//
+// An FS of the backends is also an [io.Closer]: Close releases what serves
+// it (a file-server process in a container, a directory handle) at once,
+// for an owner done with it before the sandbox closes (a kernel's private
+// directory); calls after Close fail. The sandbox's Close closes every FS
+// still open.
 type FS interface {
 	// Root is the absolute path of the FS's directory inside the sandbox.
 	Root() string

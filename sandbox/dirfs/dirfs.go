@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"berth.dev/berth/sandbox"
@@ -37,7 +38,10 @@ type dirFS struct {
 	// when Close runs meanwhile (a bare number could be reused by the next
 	// open and point elsewhere).
 	top *os.File
-	rc  syscall.RawConn
+	// closeOnce makes Close idempotent (the sandbox closes what is left).
+	closeOnce sync.Once
+	closeErr  error
+	rc        syscall.RawConn
 }
 
 var (
@@ -85,8 +89,12 @@ func NewAt(dir, root string) (sandbox.FS, error) {
 // Root returns the absolute path of the directory inside the sandbox.
 func (d *dirFS) Root() string { return d.name }
 
-// Close releases the directory handle.
-func (d *dirFS) Close() error { return errors.Join(d.top.Close(), d.root.Close()) }
+// Close releases the directory handle. Later calls return the first
+// result.
+func (d *dirFS) Close() error {
+	d.closeOnce.Do(func() { d.closeErr = errors.Join(d.top.Close(), d.root.Close()) })
+	return d.closeErr
+}
 
 // check validates name and ctx before any file system access.
 func check(ctx context.Context, op, name string) error {

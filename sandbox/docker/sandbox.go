@@ -129,6 +129,22 @@ func (s *Sandbox) Close() error {
 	return err
 }
 
+// Close ends the agent's file-server sessions of this FS.
+func (a *agentFS) Close() error { return closeFS(a.FS) }
+
+// Close ends this FS: its agent sessions and its direct reads.
+func (f *fastFS) Close() error {
+	return errors.Join(closeFS(f.FS), closeFS(f.local))
+}
+
+// closeFS closes fsys when it can be closed.
+func closeFS(fsys sandbox.FS) error {
+	if c, ok := fsys.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
 // agentFS is the agent's file server with failures explained: when a call
 // fails for a reason that is not a file error (the session's stream broke),
 // the container is inspected once, and a stopped, paused or removed

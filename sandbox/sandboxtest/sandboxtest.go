@@ -66,6 +66,7 @@ func Run(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config)) 
 		{"FSNotExist", testFSNotExist},
 		{"FSHardLinks", testFSHardLinks},
 		{"FSEscape", testFSEscape},
+		{"FSClose", testFSClose},
 		{"DialTCP", func(t *testing.T, e *env) { testDial(t, e, "tcp") }},
 		{"DialUnix", func(t *testing.T, e *env) { testDial(t, e, "unix") }},
 		{"CloseKills", testCloseKills},
@@ -382,6 +383,61 @@ func noneLeft(t *testing.T, sb sandbox.Sandbox, name, what string) {
 	}
 	ps := run(t, sb, sh(fmt.Sprintf(`grep -h "(%s)" /proc/[0-9]*/stat 2>/dev/null`, name))).stdout
 	t.Fatalf("%s %s:\n%s", left, what, ps)
+}
+
+// testFSClose closes one FS of the sandbox: what served it goes (no
+// process of the agent's file server for its root is left), its calls
+// fail, and the sandbox's other file systems, new ones too, work on.
+func testFSClose(t *testing.T, e *env) {
+	other := e.fsys(t) // at this subtest's directory
+	dir := path.Join(e.dir, "closed")
+	if r := run(t, e.sb, sh("mkdir -p "+dir)); !r.status.Success() {
+		t.Fatalf("mkdir %s: %v %s", dir, r.status, r.stderr)
+	}
+	fsys, err := e.sb.FS(ctxT(t), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := fsys.(io.Closer)
+	if !ok {
+		t.Fatalf("the FS (%T) has no Close", fsys)
+	}
+	if err := fsys.WriteFile(ctxT(t), "kept.txt", []byte("kept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+	if _, err := fsys.ReadFile(ctxT(t), "kept.txt"); err == nil {
+		t.Error("ReadFile after Close succeeded")
+	}
+	// The agent's file server runs as "berth-shim fs [--user=…] ROOT"; the
+	// pattern is put together at run time, so that this script's own
+	// command line (and its supervisor's) does not match it.
+	count := fmt.Sprintf(`m="shim"; m="$m fs"; n=0; for f in /proc/[0-9]*/cmdline; do case "$(tr '\0' ' ' < $f 2>/dev/null)" in *"$m "*"%s "*) n=$((n+1));; esac; done; echo $n`, dir)
+	var left string
+	for range 50 {
+		if left = strings.TrimSpace(run(t, e.sb, sh(count)).stdout); left == "0" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if left != "0" {
+		t.Errorf("%s file servers for %s are left after Close", left, dir)
+	}
+	again, err := e.sb.FS(ctxT(t), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := again.ReadFile(ctxT(t), "kept.txt"); err != nil || string(b) != "kept\n" {
+		t.Errorf("a new FS reads %q, %v", b, err)
+	}
+	if _, err := other.Stat(ctxT(t), "."); err != nil {
+		t.Errorf("another FS after Close: %v", err)
+	}
 }
 
 // testSupervisorKilled kills the sandbox's supervisor of a running process

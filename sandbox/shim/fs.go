@@ -72,7 +72,13 @@ func (f *fsys) get(ctx context.Context) (*fsSession, error) {
 	if f.closed {
 		f.mu.Unlock()
 		<-f.sem
-		return nil, errClosed
+		f.s.mu.Lock()
+		sbClosed := f.s.closed
+		f.s.mu.Unlock()
+		if sbClosed {
+			return nil, errClosed
+		}
+		return nil, errFSClosed
 	}
 	if n := len(f.idle); n > 0 {
 		ss := f.idle[n-1]
@@ -131,6 +137,16 @@ func (ss *fsSession) close() {
 	<-ss.errEOF
 	<-outDone
 	ss.stream.Wait()
+}
+
+// errFSClosed is the error of a call on an FS closed by its own Close.
+var errFSClosed = errors.New("shim: this file system was closed; open it again with Sandbox.FS")
+
+// Close ends the FS's file-server sessions; later calls fail. The
+// sandbox's Close does it for every FS still open.
+func (f *fsys) Close() error {
+	f.closeAll()
+	return nil
 }
 
 func (f *fsys) closeAll() {

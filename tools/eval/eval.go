@@ -25,6 +25,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path"
@@ -438,6 +439,11 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 	if err != nil {
 		cleanup()
 		return nil, fmt.Errorf("eval: cannot use the kernel's directory %s: %w", pr.dir, err)
+	}
+	// Needed only to write the kernel's files: its file server goes at
+	// once, not with the run (a restarted kernel would leave one each).
+	if c, ok := dfs.(io.Closer); ok {
+		defer c.Close()
 	}
 	conn, err := kernel.NewConnectionInfo(kernel.ConnectionConfig{Transport: "ipc", IP: path.Join(pr.dir, "k"), KernelName: lang})
 	if err != nil {
