@@ -160,6 +160,10 @@ type session struct {
 	// release gives back the conversation's claim (Options.Claim) once the
 	// adapter is gone.
 	release func()
+	// scratch is a directory the session made in the sandbox (delve's
+	// build output), removed once the adapter is gone; sb removes it.
+	scratch string
+	sb      sandbox.Sandbox
 
 	mu         sync.Mutex
 	outShown   int64 // output offset shown by the output operation
@@ -205,8 +209,21 @@ func (ss *session) stop(ctx context.Context) error {
 			err = errors.Join(err, fmt.Errorf("debug: the debug adapter (pid %d) did not exit after it was killed: %w", ss.pid, ctx.Err()))
 		}
 		ss.stopErr = err
+		ss.removeScratch(ctx)
 	})
 	return ss.stopErr
+}
+
+// removeScratch removes the session's scratch directory in the sandbox,
+// bounded by ctx; what cannot be removed is left to the sandbox's owner.
+func (ss *session) removeScratch(ctx context.Context) {
+	if ss.scratch == "" || ss.sb == nil {
+		return
+	}
+	p, err := ss.sb.Start(ctx, &sandbox.Cmd{Args: []string{"rm", "-rf", "--", ss.scratch}})
+	if err == nil {
+		p.Wait()
+	}
 }
 
 // watch stops the session once its adapter is gone, so the adapter's

@@ -783,10 +783,22 @@ func TestDelveHost(t *testing.T) {
 		t.Skipf("no go on PATH: dlv's debug mode builds the program")
 	}
 	f := newFixture(t, map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n", "main.go": debugtest.GoProgram}, Options{Wait: 2 * time.Minute})
+	scratchBefore, _ := filepath.Glob("/tmp/berth-debug-*")
 	gone := f.Gone
 	f.Gone = func(t *testing.T) {
 		t.Helper()
 		gone(t)
+		// The directory dlv built into goes with the session.
+		now, _ := filepath.Glob("/tmp/berth-debug-*")
+		var left []string
+		for _, d := range now {
+			if !slices.Contains(scratchBefore, d) {
+				left = append(left, d)
+			}
+		}
+		if len(left) > 0 {
+			t.Errorf("the session's build directories are left: %v", left)
+		}
 		if p := processesWith("__debug_bin"); len(p) > 0 {
 			t.Errorf("debuggee left after terminate: %v", p)
 		}

@@ -358,6 +358,9 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 	s.nextID++
 	ss := &session{id: s.nextID, adapter: av.Adapter, command: command, program: program, root: av.Root,
 		started: time.Now(), ds: ds, cancel: ap.cancel, exited: ap.exited, status: ap.status, pid: ap.pid, stderr: ap.stderr, release: release}
+	if out, ok := args["output"].(string); ok {
+		ss.scratch, ss.sb = path.Dir(out), s.sb
+	}
 	ss.deadline = ss.started.Add(s.opts.TTL)
 	go ss.watch() // ends when the session stops
 	want := make(map[string][]dap.Breakpoint, len(s.bps))
