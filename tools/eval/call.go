@@ -370,7 +370,17 @@ func (s *Supervisor) interrupted(ctx context.Context, k *kern, out *output, why 
 // abandon interrupts a cell whose caller went away, in the background; the
 // kernel is replaced when the interrupt does not end the cell.
 func (s *Supervisor) abandon(k *kern) {
+	settled := make(chan struct{})
+	s.mu.Lock()
+	k.settling = settled
+	s.mu.Unlock()
 	go func() {
+		defer func() {
+			s.mu.Lock()
+			k.settling = nil
+			s.mu.Unlock()
+			close(settled)
+		}()
 		ctx, cancel := context.WithTimeout(s.runCtx, s.opts.InterruptWait)
 		defer cancel()
 		if err := k.interruptKernel(ctx); err == nil {

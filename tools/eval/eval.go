@@ -168,8 +168,11 @@ type kern struct {
 	started   time.Time
 	interrupt string   // "signal" or "message"
 	notes     []string // what choosing the interpreter skipped or resolved, shown with the first result
-	cells     int
-	sb        sandbox.Sandbox
+	// settling is open while a cell an earlier call abandoned is being
+	// interrupted (Supervisor.abandon); guarded by the supervisor's mu.
+	settling chan struct{}
+	cells    int
+	sb       sandbox.Sandbox
 }
 
 // dead says why the kernel cannot be used, or "" when it can.
@@ -385,6 +388,19 @@ func (s *Supervisor) kernelFor(ctx context.Context, lang string, reset bool) (*k
 		return nil, nil, errors.New("the run is closed; open a new run")
 	}
 	k := s.kernels[lang]
+	if k != nil && k.settling != nil {
+		// An earlier call's abandoned cell is still being interrupted:
+		// wait for the verdict (the kernel kept, or replaced) rather than
+		// run this cell into it and be blamed for what it does.
+		settling := k.settling
+		s.mu.Unlock()
+		select {
+		case <-settling:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("eval: waited for the %s kernel to stop a cell an earlier call abandoned: %w", lang, ctx.Err())
+		}
+		return s.kernelFor(ctx, lang, reset)
+	}
 	notes := s.notes[lang]
 	delete(s.notes, lang)
 	s.mu.Unlock()

@@ -252,3 +252,26 @@ func TestDroppedOutputIsCounted(t *testing.T) {
 	}
 	e.Cell(t, "python", "1+1", "2") // the kernel still answers
 }
+
+// TestNextCellWaitsForAbandonedOne: a cell that its caller abandoned and
+// that ignores the interrupt makes berth replace the kernel; the next
+// call waits for that verdict and runs in the new kernel, instead of
+// running into the old one and being blamed for its death.
+func TestNextCellWaitsForAbandonedOne(t *testing.T) {
+	h := newHostRun(t, noIPykernelPython(t), eval.Options{InterruptWait: 2 * time.Second})
+	e := h.env()
+	e.Cell(t, "python", "x = 7")
+	raw, _ := json.Marshal(map[string]any{"code": "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('deaf', flush=True)\ntime.sleep(120)", "description": "a cell deaf to interrupts, abandoned"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := h.reg.Call(ctx, tools.SurfaceDefault, "eval", raw); err == nil {
+		t.Fatal("the abandoned call returned no error")
+	}
+	r := e.Cell(t, "python", "6 * 7", "42")
+	if strings.Contains(r.Text, "died while running the cell") {
+		t.Errorf("the next cell was blamed for the abandoned one:\n%s", r.Text)
+	}
+	if !strings.Contains(r.Text, "did not stop the cell abandoned by an earlier call") {
+		t.Errorf("the next cell does not say the kernel was replaced:\n%s", r.Text)
+	}
+}
