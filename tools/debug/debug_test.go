@@ -219,7 +219,7 @@ func TestInputValidation(t *testing.T) {
 		args  map[string]any
 		wants []string
 	}{
-		{"no op", map[string]any{}, []string{"no operation", "launch"}},
+		{"empty op", map[string]any{"op": " "}, []string{"no operation", "launch"}},
 		{"unknown op", map[string]any{"op": "explode"}, []string{`unknown operation "explode"`}},
 		{"continue without session", map[string]any{"op": "continue"}, []string{"no debug session", "launch"}},
 		{"stack without session", map[string]any{"op": "stack"}, []string{"no debug session"}},

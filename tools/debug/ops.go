@@ -20,7 +20,7 @@ import (
 // fields are its arguments. The schema prefixes each argument's
 // description with the operations that read it (see [ops]).
 type Input struct {
-	Op string `json:"op,omitempty" jsonschema:"the operation"`
+	Op string `json:"op" jsonschema:"the operation"`
 	// Adapter's values are listed from the adapter table (schemaOptions).
 	Adapter     string            `json:"adapter,omitempty" jsonschema:"the debug adapter; by default chosen from the program"`
 	File        string            `json:"file,omitempty" jsonschema:"the source file, relative to the workspace"`

@@ -108,8 +108,18 @@ func TestOpSpellings(t *testing.T) {
 	f.Ok(t, map[string]any{"op": "STATUS"}, "no debug session")
 	f.Ok(t, map[string]any{"op": " Terminate"}, "no debug session to terminate")
 	f.Fails(t, map[string]any{"op": "explode"}, `unknown operation "explode": use one of `+all)
-	f.Fails(t, map[string]any{}, "no operation: set op to one of "+all)
+	f.Fails(t, map[string]any{"op": ""}, "no operation: set op to one of "+all)
 	f.Fails(t, map[string]any{"op": "launch", "program": "x.py", "adapter": "GDB"}, `unknown adapter "GDB": use one of `+adapterIDs())
+	// op is required: the schema says so, and a call without it is an
+	// InputError before the tool runs.
+	if _, err := f.reg.Call(t.Context(), tools.SurfaceDefault, "debug", json.RawMessage(`{}`)); !errors.As(err, new(*tools.InputError)) || !strings.Contains(err.Error(), "op") {
+		t.Errorf("{}: %v, want an InputError naming op", err)
+	}
+	for _, info := range f.reg.List(tools.SurfaceDefault) {
+		if info.Name == "debug" && !slices.Contains(info.InputSchema.Required, "op") {
+			t.Errorf("the schema's required fields %v lack op", info.InputSchema.Required)
+		}
+	}
 	for _, args := range []string{`{"operation":"status"}`, `{"op":"status","operation":"status"}`} {
 		_, err := f.reg.Call(t.Context(), tools.SurfaceDefault, "debug", json.RawMessage(args))
 		if ie := (*tools.InputError)(nil); !errors.As(err, &ie) || !strings.Contains(err.Error(), "operation") {
