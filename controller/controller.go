@@ -755,20 +755,23 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 	defer r.c.releaseCall(r.info.Tenant)
 
 	r.mu.Lock()
-	if r.closing {
-		expired := r.expired
-		r.mu.Unlock()
-		if expired > 0 {
-			return nil, expiredError(r.id, expired)
+	for {
+		if r.closing {
+			expired := r.expired
+			r.mu.Unlock()
+			if expired > 0 {
+				return nil, expiredError(r.id, expired)
+			}
+			return nil, fmt.Errorf("controller: run %s is closed: %w; open a new run", r.id, ErrUnknownRun)
 		}
-		return nil, fmt.Errorf("controller: run %s is closed: %w; open a new run", r.id, ErrUnknownRun)
-	}
-	if r.gone != nil {
-		gone := r.gone
-		r.mu.Unlock()
-		return nil, gone
-	}
-	if r.unavailable != nil {
+		if r.gone != nil {
+			gone := r.gone
+			r.mu.Unlock()
+			return nil, gone
+		}
+		if r.unavailable == nil {
+			break
+		}
 		if time.Now().Before(r.retryAt) {
 			u := r.unavailable
 			r.mu.Unlock()
@@ -776,6 +779,7 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		}
 		r.mu.Unlock()
 		// Time to look again: a sandbox that answers is used as before.
+		// The run may have closed meanwhile: the loop looks again.
 		if err := r.recheck(ctx, name); err != nil {
 			return nil, err
 		}
