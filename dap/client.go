@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	godap "github.com/google/go-dap"
 
@@ -17,6 +18,15 @@ import (
 type Options struct {
 	// OutputBytes is the size of the output ring (default DefaultOutputBytes).
 	OutputBytes int
+
+	// RequestTimeout bounds each request the client's typed methods send
+	// (initialize, threads, stackTrace, continue, …), server side: when the
+	// adapter does not answer within it, the request fails with an error
+	// wrapping [ErrNoAnswer] even if the caller's context allows more.
+	// Zero means the package's RequestTimeout. Launch and attach have their
+	// own bound (LaunchTimeout), and disconnect its own
+	// ([SessionOptions.DisconnectTimeout]).
+	RequestTimeout time.Duration
 
 	// StartDebugging handles the adapter's startDebugging reverse request
 	// (a child session, for example a subprocess under debugpy). It runs on
@@ -56,6 +66,9 @@ func NewClient(rw io.ReadWriteCloser, opts Options) *Client {
 	if opts.OutputBytes <= 0 {
 		opts.OutputBytes = DefaultOutputBytes
 	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = RequestTimeout
+	}
 	c := &Client{opts: opts, codec: godap.NewCodec()}
 	c.ev.init(opts.OutputBytes)
 	c.frames = framing.NewConn(rw, framing.ConnOptions{Handle: c.handle, Ended: c.ev.end, Closed: ErrClosed, Exited: ErrAdapterExited, Broken: broken})
@@ -77,6 +90,10 @@ func (c *Client) Err() error { return c.frames.Err() }
 // the stream's Close error. It does not send disconnect; see
 // [Session.Close].
 func (c *Client) Close() error { return c.frames.Close() }
+
+// RequestTimeout returns the deadline of each request: [Options.RequestTimeout],
+// or the package's RequestTimeout when that was zero.
+func (c *Client) RequestTimeout() time.Duration { return c.opts.RequestTimeout }
 
 func (c *Client) logf(format string, args ...any) {
 	if c.opts.Logf != nil {

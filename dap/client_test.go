@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	godap "github.com/google/go-dap"
 )
@@ -485,4 +486,102 @@ func TestCountFrames(t *testing.T) {
 		t.Errorf("count = %d, %v; want the limit 5", n, err)
 	}
 	wait()
+}
+
+// TestNoAnswer: a request the adapter never answers fails with ErrNoAnswer
+// once the client's request deadline passes, however long the caller would
+// wait; a caller's own shorter deadline is the caller's, not ErrNoAnswer;
+// the unanswered request does not hold a concurrent one; and the client
+// keeps working (the late answer is dropped).
+func TestNoAnswer(t *testing.T) {
+	const deadline = 150 * time.Millisecond
+	tests := []struct {
+		name string
+		// callerTimeout bounds the caller's context (0: none).
+		callerTimeout time.Duration
+		cancelSupport bool
+		wantNoAnswer  bool
+		wantText      []string
+	}{
+		{name: "server deadline", wantNoAnswer: true, wantText: []string{"dap: stackTrace: no answer within 150ms", "did not answer in time"}},
+		{name: "server deadline, cancel sent", cancelSupport: true, wantNoAnswer: true, wantText: []string{"no answer within 150ms (sent cancel)"}},
+		{name: "caller deadline first", callerTimeout: deadline / 3, wantText: []string{"gave up waiting"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, p := newPair(t, Options{RequestTimeout: deadline})
+			if got := c.RequestTimeout(); got != deadline {
+				t.Errorf("RequestTimeout() = %v, want %v", got, deadline)
+			}
+			received := make(chan struct{})
+			gaveUp := make(chan struct{})
+			wait := p.script(func() {
+				init := p.expect("initialize")
+				p.respond(init, map[string]any{"supportsCancelRequest": tt.cancelSupport})
+				slow := p.expect("stackTrace") // answered only after the client gave up
+				close(received)
+				th := p.expect("threads") // sent while stackTrace waits
+				p.respond(th, map[string]any{"threads": []map[string]any{{"id": 1, "name": "main"}}})
+				<-gaveUp
+				if tt.cancelSupport {
+					cancel := p.expect("cancel")
+					p.respond(cancel, nil)
+				}
+				p.respond(slow, map[string]any{"stackFrames": []map[string]any{{"id": 9, "name": "late", "line": 1, "column": 1}}})
+				next := p.expect("stackTrace")
+				p.respond(next, map[string]any{"stackFrames": []map[string]any{{"id": 1, "name": "fresh", "line": 1, "column": 1}}})
+			})
+			if _, err := c.Initialize(t.Context(), "fake"); err != nil {
+				t.Fatal(err)
+			}
+			ctx := t.Context()
+			if tt.callerTimeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.callerTimeout)
+				defer cancel()
+			}
+			errc := make(chan error, 1)
+			go func() {
+				_, _, err := c.StackTrace(ctx, 1, 0)
+				errc <- err
+			}()
+			<-received
+			// The stuck request does not hold another.
+			if ths, err := c.Threads(t.Context()); err != nil || len(ths) != 1 {
+				t.Errorf("threads while stackTrace is unanswered = %v, %v", ths, err)
+			}
+			var err error
+			select {
+			case err = <-errc:
+			case <-time.After(10 * time.Second): // safety net; deadline + slack
+				t.Fatal("the unanswered stackTrace did not fail within its deadline")
+			}
+			close(gaveUp)
+			if got := errors.Is(err, ErrNoAnswer); got != tt.wantNoAnswer {
+				t.Errorf("err = %v; errors.Is(ErrNoAnswer) = %v, want %v", err, got, tt.wantNoAnswer)
+			}
+			if !tt.wantNoAnswer && !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want the caller's context.DeadlineExceeded", err)
+			}
+			for _, w := range tt.wantText {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v, want %q in it", err, w)
+				}
+			}
+			frames, _, err := c.StackTrace(t.Context(), 1, 0)
+			if err != nil || len(frames) != 1 || frames[0].Name != "fresh" {
+				t.Errorf("next request = %v, %v; want its own answer, not the late one", frames, err)
+			}
+			wait()
+		})
+	}
+}
+
+// TestRequestTimeoutDefault: a zero Options.RequestTimeout is the
+// package's RequestTimeout.
+func TestRequestTimeoutDefault(t *testing.T) {
+	c, _ := newPair(t, Options{})
+	if got := c.RequestTimeout(); got != RequestTimeout {
+		t.Errorf("RequestTimeout() = %v, want %v", got, RequestTimeout)
+	}
 }

@@ -46,8 +46,10 @@ const (
 // Deadlines. Each bounds its step even when the caller's context allows
 // more; a shorter caller deadline wins.
 const (
-	// RequestTimeout bounds an ordinary request (reliability plan R4: a DAP
-	// request gets 30 s).
+	// RequestTimeout bounds an ordinary request when
+	// [Options.RequestTimeout] is zero (reliability plan R4: a DAP request
+	// gets 30 s). A request the adapter does not answer in time fails with
+	// [ErrNoAnswer].
 	RequestTimeout = 30 * time.Second
 	// LaunchTimeout bounds launch or attach, from initialize to the launch
 	// response. delve builds the program first (13.7 s on a cold cache).
@@ -74,6 +76,12 @@ var (
 
 	// ErrClosed reports a call on a client closed by [Client.Close].
 	ErrClosed = errors.New("dap: the debug session was closed; start a new one")
+
+	// ErrNoAnswer reports a request the adapter did not answer within its
+	// deadline ([Options.RequestTimeout]) while the caller was still
+	// waiting: the adapter is stuck or stopped. The client stays open (a
+	// late answer is dropped); end the session and start a new one.
+	ErrNoAnswer = errors.New("dap: the debug adapter did not answer in time; it is stuck or stopped: end the session (disconnect, then stop its process) and start a new one")
 )
 
 // broken names a read or write failure, which ends the client.

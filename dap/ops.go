@@ -14,13 +14,24 @@ func bounded(ctx context.Context, d time.Duration) (context.Context, context.Can
 	return context.WithTimeout(ctx, d)
 }
 
-// do sends req bounded by RequestTimeout and type-checks the response.
+// do sends req bounded by the client's request deadline and type-checks
+// the response. A request the adapter left unanswered past that deadline,
+// while ctx itself had not ended, fails with an error wrapping
+// [ErrNoAnswer].
 func do[R godap.ResponseMessage](ctx context.Context, c *Client, req godap.RequestMessage) (R, error) {
 	var zero R
-	ctx, cancel := bounded(ctx, RequestTimeout)
+	d := c.opts.RequestTimeout
+	rctx, cancel := bounded(ctx, d)
 	defer cancel()
-	resp, err := c.Request(ctx, req)
+	resp, err := c.Request(rctx, req)
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) && c.Err() == nil {
+			note := ""
+			if c.Capabilities().SupportsCancelRequest {
+				note = " (sent cancel)"
+			}
+			return zero, fmt.Errorf("dap: %s: no answer within %v%s: %w", req.GetRequest().Command, d, note, ErrNoAnswer)
+		}
 		return zero, err
 	}
 	r, ok := resp.(R)
@@ -51,7 +62,7 @@ func (c *Client) InitializeArguments(adapterID string) godap.InitializeRequestAr
 
 // Initialize sends initialize and returns the adapter's capabilities, which
 // [Client.Capabilities] reports from then on. ctx bounds the request (cap
-// RequestTimeout).
+// [Options.RequestTimeout]).
 func (c *Client) Initialize(ctx context.Context, adapterID string) (godap.Capabilities, error) {
 	resp, err := do[*godap.InitializeResponse](ctx, c, &godap.InitializeRequest{
 		Request:   godap.Request{Command: "initialize"},
