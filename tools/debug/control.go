@@ -18,7 +18,7 @@ func threadOr(ctx context.Context, ss *session, tid int) (int, error) {
 	}
 	ths, err := ss.ds.Threads(ctx)
 	if err != nil {
-		return 0, err
+		return 0, dapError(ss, "threads", err)
 	}
 	if len(ths) == 0 {
 		return 0, tools.Fail("the program has no threads to act on")
@@ -60,9 +60,9 @@ func notEnded(st dap.State, name string) error {
 	}
 	how := "ended"
 	if st.Exited {
-		how = fmt.Sprintf("exited with code %d", st.ExitCode)
+		how = fmt.Sprintf("exited (code %d)", st.ExitCode)
 	}
-	return tools.Fail("the program has %s, so %s has nothing to run: launch again (the ended session is closed then) or terminate", how, name)
+	return tools.Fail("the program has %s, so %s has nothing to run; the session is closed: set breakpoints and launch again", how, name)
 }
 
 // act sends the run-control request name (act) for the thread and waits
@@ -114,6 +114,14 @@ func (s *Supervisor) waitStop(ctx context.Context, ss *session, stops uint64) (r
 // adapter, an attached one is left running.
 func (s *Supervisor) terminate(_ context.Context, _ Input, cur *session) (reply, error) {
 	if cur == nil {
+		s.mu.Lock()
+		e := s.last
+		s.last = nil
+		s.mu.Unlock()
+		if e != nil {
+			return reply{text: fmt.Sprintf("no debug session to terminate: session %d (%s, %s) was already closed when its program %s.", e.id, e.adapter, e.program, e.how()),
+				data: map[string]any{"terminated": 0, "ended": e.id}}, nil
+		}
 		return reply{text: "no debug session to terminate.", data: Status{State: "none"}}, nil
 	}
 	s.mu.Lock()

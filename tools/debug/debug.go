@@ -9,8 +9,11 @@
 // (DBG-4). Adapters speaking stdio run through [sandbox.Pipe]; delve, which
 // only listens on TCP, listens on a loopback port inside the sandbox that is
 // reached with [sandbox.Sandbox.Dial], never from outside. A session ends
-// with terminate, its TTL, or the run's close; ending it disconnects and
-// kills the adapter's process group, which takes the debuggee with it.
+// with terminate, its TTL, the run's close, or the end of its program;
+// ending it disconnects and kills the adapter's process group, which takes
+// the debuggee with it. Every DAP request has a deadline
+// ([Options.RequestTimeout]): an adapter that does not answer is named in
+// the error, which says to terminate.
 package debug
 
 import (
@@ -21,6 +24,7 @@ import (
 	"io"
 	"path"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +57,12 @@ const (
 	// graceExit is how long an adapter may take to exit by itself after
 	// disconnect before it is killed.
 	graceExit = 3 * time.Second
+	// endGrace is how long, once the program exited, the adapter may take
+	// to send the rest of its output and the terminated event before the
+	// session is closed.
+	endGrace = 2 * time.Second
+	// scratchTimeout bounds removing a session's scratch directory.
+	scratchTimeout = 10 * time.Second
 	// stderrKeep is how much of an adapter's stderr is kept for messages.
 	stderrKeep = 4096
 )
@@ -64,6 +74,13 @@ type Options struct {
 	// Wait bounds waiting for a stop after launch, continue, step or pause
 	// (default DefaultWait).
 	Wait time.Duration
+	// RequestTimeout bounds each DAP request to the adapter (stack,
+	// variables, evaluate, continue, …), whatever the call's own deadline:
+	// an adapter that does not answer in time fails the call with a message
+	// naming the adapter, its pid and the wait, and saying to terminate.
+	// Zero means dap.RequestTimeout (30 s). Launch and attach have their
+	// own bound (dap.LaunchTimeout).
+	RequestTimeout time.Duration
 	// Host says the sandbox is the host (also implied by a sandbox whose
 	// Ref is "host"): no program of the workspace runs, not even to probe
 	// it — a venv's python only when it resolves to an interpreter outside
@@ -75,8 +92,8 @@ type Options struct {
 	// before the adapter starts; an error refuses the session, and its text
 	// (which names the run holding the session) is shown to the model.
 	// release is called once the session ends: terminate, its TTL, a dead
-	// adapter, a failed start, or the run's close. A session whose program
-	// has ended keeps its claim until it is terminated or replaced.
+	// adapter, a failed start, the run's close, or the end of its program
+	// (the session is closed then, and the adapter and the program reaped).
 	Claim func() (release func(), err error)
 }
 
@@ -90,6 +107,7 @@ type Supervisor struct {
 
 	mu     sync.Mutex // guards the fields below; never held across I/O
 	cur    *session
+	last   *ending // the last session whose program ended, until terminate or the next session
 	nextID int
 	notes  []string                    // what happened since the last call (TTL expiry), shown once
 	bps    map[string][]dap.Breakpoint // absolute path → wanted breakpoints, kept across sessions
@@ -105,6 +123,9 @@ func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options
 	}
 	if opts.Wait <= 0 {
 		opts.Wait = DefaultWait
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = dap.RequestTimeout
 	}
 	if sb.Ref() == "host" {
 		opts.Host = true
@@ -144,6 +165,8 @@ func (s *Supervisor) Close() error {
 type session struct {
 	id       int
 	adapter  string
+	server   string // the adapter's program as messages name it: debugpy, dlv, lldb-dap
+	host     bool   // the sandbox is the host: pid is a host pid
 	command  string // "launch" or "attach"
 	program  string // workspace-relative program, or "port N"
 	root     string // workspace-relative project root
@@ -156,7 +179,6 @@ type session struct {
 	status func() (sandbox.ExitStatus, error)
 	pid    int
 	stderr *proc.Tail
-	timer  *time.Timer
 	// release gives back the conversation's claim (Options.Claim) once the
 	// adapter is gone.
 	release func()
@@ -165,11 +187,96 @@ type session struct {
 	scratch string
 	sb      sandbox.Sandbox
 
-	mu         sync.Mutex
-	outShown   int64 // output offset shown by the output operation
-	stopOnce   sync.Once
-	stopErr    error
-	stoppedFor string // why the session was ended, once it was
+	mu       sync.Mutex // guards the fields below; never held across I/O
+	outShown int64      // output offset shown by the output operation
+	timer    *time.Timer
+	stopping bool // stop has begun: no timer is set any more
+	// snap is the last stop report, for status: it answers from it
+	// without asking the adapter while the program is still in that stop.
+	snap *snapshot
+	// stuck says which request the adapter last left unanswered, until a
+	// later call gets its answers.
+	stuck string
+
+	stopOnce sync.Once
+	stopErr  error
+	endOnce  sync.Once
+	end      *ending // set by endOnce
+}
+
+// snapshot is a stop report as it was made.
+type snapshot struct {
+	stops uint64 // dap.State.Stops of the stop it describes
+	loc   Location
+}
+
+// remember keeps loc as the report of the stop counted by stops.
+func (ss *session) remember(stops uint64, loc Location) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.snap = &snapshot{stops: stops, loc: loc}
+}
+
+// snapshotOf returns the stop report of the stop counted by stops, if one
+// was made and nothing since (an evaluate) may have changed it.
+func (ss *session) snapshotOf(stops uint64) (Location, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.snap == nil || ss.snap.stops != stops {
+		return Location{}, false
+	}
+	return ss.snap.loc, true
+}
+
+// forget drops the stop report: an evaluate may have changed the locals.
+func (ss *session) forget() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.snap = nil
+}
+
+// setStuck records why the adapter is taken for stuck ("" clears it).
+func (ss *session) setStuck(why string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.stuck = why
+}
+
+func (ss *session) stuckNote() string {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.stuck
+}
+
+// setTimer arms the session's TTL unless it is already being stopped.
+func (ss *session) setTimer(ttl time.Duration, f func()) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if !ss.stopping {
+		ss.timer = time.AfterFunc(ttl, f)
+	}
+}
+
+// who names the session's adapter for messages: "the debugpy debug
+// adapter (pid 12)", "the delve debug adapter dlv (pid 12)"; after attach
+// by port, the debuggee's own DAP server.
+func (ss *session) who() string {
+	if ss.exited == nil {
+		return fmt.Sprintf("the %s DAP server of %s", ss.server, ss.program)
+	}
+	name := ss.adapter
+	if ss.server != "" && ss.server != ss.adapter {
+		name += " debug adapter " + ss.server
+	} else {
+		name += " debug adapter"
+	}
+	switch {
+	case ss.pid > 0 && ss.host:
+		return fmt.Sprintf("the %s (pid %d)", name, ss.pid)
+	case ss.pid > 0:
+		return fmt.Sprintf("the %s (pid %d in the sandbox)", name, ss.pid)
+	}
+	return "the " + name
 }
 
 // stop disconnects (terminating a launched debuggee), closes the stream,
@@ -178,16 +285,19 @@ type session struct {
 func (ss *session) stop(ctx context.Context) error {
 	ss.stopOnce.Do(func() {
 		defer ss.release()
+		ss.mu.Lock()
+		ss.stopping = true
 		if ss.timer != nil {
 			ss.timer.Stop()
 		}
+		ss.mu.Unlock()
 		ctx, cancel := context.WithTimeout(ctx, stopTimeout)
 		defer cancel()
 		err := ss.ds.Close(ctx, ss.command == "launch")
 		if errors.Is(err, dap.ErrClosed) || errors.Is(err, dap.ErrAdapterExited) {
 			err = nil
 		}
-		if ss.exited != nil {
+		if ss.exited != nil && err == nil {
 			// An adapter that exits by itself after disconnect (dlv does)
 			// is reaped by the agent; give it a moment before killing.
 			t := time.NewTimer(graceExit)
@@ -205,34 +315,63 @@ func (ss *session) stop(ctx context.Context) error {
 		}
 		select {
 		case <-ss.exited:
+			if err != nil {
+				// It did not take disconnect, and is gone all the same.
+				err = fmt.Errorf("debug: %s did not answer disconnect, so it was killed (%v)", ss.who(), err)
+			}
 		case <-ctx.Done():
-			err = errors.Join(err, fmt.Errorf("debug: the debug adapter (pid %d) did not exit after it was killed: %w", ss.pid, ctx.Err()))
+			err = errors.Join(err, fmt.Errorf("debug: %s did not exit after it was killed: %w", ss.who(), ctx.Err()))
 		}
-		ss.stopErr = err
-		ss.removeScratch(ctx)
+		ss.stopErr = errors.Join(err, ss.removeScratch())
 	})
 	return ss.stopErr
 }
 
-// removeScratch removes the session's scratch directory in the sandbox,
-// bounded by ctx; what cannot be removed is left to the sandbox's owner.
-func (ss *session) removeScratch(ctx context.Context) {
+// removeScratch removes the session's scratch directory in the sandbox
+// (delve's build output), bounded by scratchTimeout of its own: it runs
+// after the adapter is gone, however long that took.
+func (ss *session) removeScratch() error {
 	if ss.scratch == "" || ss.sb == nil {
-		return
+		return nil
 	}
-	p, err := ss.sb.Start(ctx, &sandbox.Cmd{Args: []string{"rm", "-rf", "--", ss.scratch}})
+	ctx, cancel := context.WithTimeout(context.Background(), scratchTimeout)
+	defer cancel()
+	var errb strings.Builder
+	p, err := ss.sb.Start(ctx, &sandbox.Cmd{Args: []string{"rm", "-rf", "--", ss.scratch}, Stderr: &errb})
 	if err == nil {
-		p.Wait()
+		var st sandbox.ExitStatus
+		if st, err = p.Wait(); err == nil && !st.Success() {
+			err = fmt.Errorf("rm: %v: %s", st, proc.Clip(errb.String(), 300))
+		}
 	}
+	if err != nil {
+		return fmt.Errorf("debug: the session's build directory %s was not removed from the sandbox: %w", ss.scratch, err)
+	}
+	return nil
 }
 
-// watch stops the session once its adapter is gone, so the adapter's
-// process group and the conversation's claim go with it at once; the
-// next call still reports why ([Supervisor.current]).
-func (ss *session) watch() {
-	select {
-	case <-ss.ds.Done():
-	case <-ss.exited: // nil after attach by port: the stream's end is the end
+// watch ends the session once its program ended ([Supervisor.finish]) or
+// its adapter is gone, so the adapter's process group and the
+// conversation's claim go with it at once; the next call still reports
+// what happened ([Supervisor.current]). It returns when the session has
+// stopped.
+func (s *Supervisor) watch(ss *session) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if ss.exited != nil { // nil after attach by port: the stream's end is the end
+		go func() { // owned by watch: ends when it returns, or with the adapter
+			select {
+			case <-ss.exited:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	// WaitFor returns at the program's end, when the client ends (the
+	// adapter's stream, or stop closing it), or when the adapter exits.
+	if st, err := ss.ds.WaitFor(ctx, dap.State.Ended); err == nil && st.Ended() {
+		s.finish(ss)
+		return
 	}
 	ss.stop(context.Background())
 }
@@ -275,6 +414,14 @@ func (s *Supervisor) current() (*session, []string) {
 	s.mu.Unlock()
 	if cur == nil {
 		return nil, notes
+	}
+	if cur.ds.State().Ended() {
+		// The program ended: close the session now (if watch has not
+		// yet); status and the refusals report the ending from s.last.
+		// A session that was being ended anyway is reported below.
+		if e := s.finish(cur); e != nil {
+			return nil, notes
+		}
 	}
 	if why := cur.gone(); why != "" {
 		cur.stop(context.Background()) // also waits for a TTL expiry or Close ending it now

@@ -112,6 +112,16 @@ func (f *fixture) env() debugtest.Env {
 				t.Errorf("processes left after terminate: %v", p)
 			}
 		},
+		Reaped: func(t *testing.T) {
+			t.Helper()
+			var z []string
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if z = zombiesUnder(os.Getpid()); len(z) == 0 {
+					return
+				}
+			}
+			t.Errorf("zombies under the test process (berth): %v", z)
+		},
 		Kill: func(t *testing.T) {
 			t.Helper()
 			pid := f.session().pid
@@ -187,6 +197,63 @@ func alive(pid int) bool {
 	}
 	f := strings.Fields(string(data))
 	return len(f) > 2 && f[2] != "Z"
+}
+
+// stat is the part of /proc/PID/stat the tests read.
+type stat struct {
+	pid, ppid int
+	state     string
+	comm      string
+}
+
+// readStat reads /proc/PID/stat; ok is false when the process is gone.
+func readStat(pid int) (st stat, ok bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return st, false
+	}
+	// comm is in parentheses and may hold spaces: the fields follow the
+	// last ')'.
+	s := string(data)
+	lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if lp < 0 || rp < lp {
+		return st, false
+	}
+	f := strings.Fields(s[rp+1:])
+	if len(f) < 2 {
+		return st, false
+	}
+	st.pid, st.comm, st.state = pid, s[lp+1:rp], f[0]
+	fmt.Sscanf(f[1], "%d", &st.ppid)
+	return st, true
+}
+
+// zombiesUnder lists the zombie processes that descend from pid.
+func zombiesUnder(pid int) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var p int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &p); err != nil {
+			continue
+		}
+		st, ok := readStat(p)
+		if !ok || st.state != "Z" {
+			continue
+		}
+		for a, hops := st.ppid, 0; a > 1 && hops < 64; hops++ {
+			if a == pid {
+				out = append(out, fmt.Sprintf("%d (%s), parent %d", st.pid, st.comm, st.ppid))
+				break
+			}
+			up, ok := readStat(a)
+			if !ok {
+				break
+			}
+			a = up.ppid
+		}
+	}
+	return out
 }
 
 // processesWith lists host processes whose command line contains s.
@@ -697,10 +764,10 @@ func TestClaim(t *testing.T) {
 	f.Fails(t, map[string]any{"op": "stack"}, "exited unexpectedly")
 	c.want(t, 3, 0)
 
-	// The program's end keeps the claim until the session is closed.
-	f.Ok(t, map[string]any{"op": "launch", "program": "main.py"}, "exited with code 0")
-	c.want(t, 4, 1)
-	f.Ok(t, launch, "closed the previous session", "stopped at main.py:1")
+	// The program's end closes the session and gives the claim back.
+	f.Ok(t, map[string]any{"op": "launch", "program": "main.py"}, "the program exited (code 0)")
+	c.want(t, 4, 0)
+	f.Ok(t, launch, "stopped at main.py:1")
 	c.want(t, 5, 1)
 
 	msg := `conversation "c-1" already has a debug session, in run r-1: use that run, or end the session there (debug terminate)`
@@ -810,6 +877,37 @@ func TestDelveHost(t *testing.T) {
 	debugtest.CheckGo(t, f.Env)
 	f.write(t, "report/main.go", debugtest.GoReport)
 	debugtest.CheckGoReport(t, f.Env)
+	// A program that exits with code 3: the end closes the session, dlv
+	// and the program are reaped, its build directory removed.
+	f.write(t, "exit/main.go", debugtest.GoExit)
+	f.Live = func(t *testing.T) {
+		t.Helper()
+		if pid := f.session().pid; !alive(pid) {
+			t.Fatalf("adapter pid %d is not alive", pid)
+		}
+		if len(processesWith("__debug_bin")) == 0 {
+			t.Errorf("no debuggee (__debug_bin) runs")
+		}
+	}
+	debugtest.CheckExit(t, f.Env, "exit", "exit/main.go", debugtest.GoExitLine, "delve", "")
+}
+
+// TestDebugpyExitHost: a program that exits with code 3 closes its session
+// — debugpy, its launcher and the program are gone and reaped, the
+// continue and every later status say "the program exited (code 3)" with
+// the end of its output — and the next launch works.
+func TestDebugpyExitHost(t *testing.T) {
+	needDebugpy(t)
+	f := newFixture(t, map[string]string{"requirements.txt": "", ".venv/bin/python": "symlink:" + debianPython, "exit.py": debugtest.PyExit}, Options{})
+	live := f.Live
+	f.Live = func(t *testing.T) {
+		t.Helper()
+		live(t)
+		if len(processesWith(filepath.Join(f.dir, "exit.py"))) == 0 {
+			t.Errorf("no debuggee process runs exit.py")
+		}
+	}
+	debugtest.CheckExit(t, f.Env, "exit.py", "exit.py", debugtest.PyExitLine, "debugpy", debugtest.PyExitStop)
 }
 
 // ---- lldb on the host, when lldb-dap or lldb-vscode(-N) is on PATH ----
@@ -858,12 +956,145 @@ func TestLLDBHost(t *testing.T) {
 	f.Ok(t, map[string]any{"op": "step_over"}, "stopped at main.c:11")
 	f.Ok(t, map[string]any{"op": "step_in"}, "main.c:4 in add")
 	f.Ok(t, map[string]any{"op": "step_out"}, "in main")
-	f.Ok(t, map[string]any{"op": "continue"}, "exited with code 0")
-	f.Ok(t, map[string]any{"op": "terminate"}, "terminated")
+	f.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 0)")
+	f.Ok(t, map[string]any{"op": "terminate"}, "already closed")
 	if alive(pid) {
 		t.Errorf("lldb adapter pid %d alive after terminate", pid)
 	}
 	if p := processesWith(filepath.Join(f.dir, "hello")); len(p) > 0 {
 		t.Errorf("processes left: %v", p)
+	}
+}
+
+// stuckTimeout is TestStuckAdapter's request deadline: short, yet long
+// enough for a loaded machine's real answers.
+const stuckTimeout = 5 * time.Second
+
+// TestStuckAdapter stops (SIGSTOP) the adapter of a session stopped at a
+// breakpoint, under debugpy and under delve: a call that needs it fails
+// within the request deadline with a message naming the adapter, its pid
+// and the wait and saying to terminate; status answers meanwhile from the
+// last stop report; a call made while another waits on the stuck adapter
+// gets its turn after that deadline, not never; and terminate — after
+// SIGCONT for debugpy, with the adapter still stopped for delve — leaves
+// no process behind.
+func TestStuckAdapter(t *testing.T) {
+	tests := []struct {
+		adapter string
+		files   map[string]string
+		program string
+		at      string // the stop report of the breakpoint
+		bp      []any
+		name    string // how the error names the adapter
+		resume  bool   // SIGCONT before terminate
+		need    func(t *testing.T)
+	}{
+		{adapter: "debugpy", files: map[string]string{"requirements.txt": "", ".venv/bin/python": "symlink:" + debianPython, "main.py": debugtest.PyProgram},
+			program: "main.py", at: "stopped at main.py:7 in main", bp: []any{7}, name: "the debugpy debug adapter (pid %d)", resume: true, need: needDebugpy},
+		{adapter: "delve", files: map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n", "main.go": debugtest.GoProgram},
+			program: ".", at: "stopped at main.go:12 in main.main", bp: []any{12}, name: "the delve debug adapter dlv", need: needDelve},
+	}
+	for _, tt := range tests {
+		t.Run(tt.adapter, func(t *testing.T) {
+			tt.need(t)
+			f := newFixture(t, tt.files, Options{RequestTimeout: stuckTimeout, Wait: 2 * time.Minute})
+			file := "main.py"
+			if tt.adapter == "delve" {
+				file = "main.go"
+			}
+			f.Ok(t, map[string]any{"op": "breakpoints", "file": file, "lines": tt.bp})
+			f.Ok(t, map[string]any{"op": "launch", "program": tt.program}, tt.at)
+			pid := f.session().pid
+			name := tt.name
+			if strings.Contains(name, "%d") {
+				name = fmt.Sprintf(name, pid)
+			} else {
+				name += fmt.Sprintf(" (pid %d)", pid) // dlv's name is its binary's
+			}
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Kill(pid, syscall.SIGCONT) // a failed test leaves nothing stopped
+			waitState(t, pid, "T")
+
+			// stack waits the deadline and says what to do; a status call
+			// made meanwhile answers once stack has given up.
+			var wg sync.WaitGroup
+			var during debugtest.Result
+			wg.Go(func() {
+				time.Sleep(stuckTimeout / 5)
+				during = f.Call(t, map[string]any{"op": "status"})
+			})
+			start := time.Now()
+			f.Fails(t, map[string]any{"op": "stack"}, name+" did not answer stack within 5s", "stuck or stopped", "op terminate", "launch again")
+			if d := time.Since(start); d > stuckTimeout+30*time.Second {
+				t.Errorf("stack failed after %v; its deadline is %v", d, stuckTimeout)
+			}
+			wg.Wait()
+			if during.IsError || !strings.Contains(during.Text, tt.at) {
+				t.Errorf("status while stack waited on the stuck adapter:\n%s", during.Text)
+			}
+			// status answers from the last stop report, without asking.
+			f.Ok(t, map[string]any{"op": "status"}, tt.at, "warning: "+name+" did not answer stack within 5s", "op terminate")
+			f.Fails(t, map[string]any{"op": "continue"}, name+" did not answer continue within 5s", "op terminate")
+
+			if tt.resume {
+				if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+					t.Fatal(err)
+				}
+				waitNotState(t, pid, "T")
+			}
+			f.Ok(t, map[string]any{"op": "terminate"}, "terminated session")
+			if alive(pid) {
+				t.Errorf("adapter pid %d alive after terminate", pid)
+			}
+			if p := processesWith(f.dir); len(p) > 0 {
+				t.Errorf("processes left after terminate: %v", p)
+			}
+			if p := processesWith("__debug_bin"); len(p) > 0 {
+				t.Errorf("debuggee left after terminate: %v", p)
+			}
+			f.Reaped(t)
+			// A new session works.
+			f.Ok(t, map[string]any{"op": "launch", "program": tt.program}, tt.at)
+			f.Ok(t, map[string]any{"op": "stack"}, "#0 ")
+			f.Ok(t, map[string]any{"op": "terminate"}, "terminated session")
+		})
+	}
+}
+
+func needDelve(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("dlv"); err != nil {
+		unavailable(t, "no dlv on PATH (%v): install dlv v1.27.2 (go install github.com/go-delve/delve/cmd/dlv@v1.27.2)", err)
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		unavailable(t, "no go on PATH: dlv's debug mode builds the program")
+	}
+}
+
+// waitState waits until the host process pid is in state (T: stopped).
+func waitState(t *testing.T, pid int, state string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, ok := readStat(pid); ok && st.state == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never reached state %s", pid, state)
+		}
+	}
+}
+
+// waitNotState waits until the host process pid leaves state.
+func waitNotState(t *testing.T, pid int, state string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, ok := readStat(pid); !ok || st.state != state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is still in state %s", pid, state)
+		}
 	}
 }

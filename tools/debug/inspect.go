@@ -222,10 +222,11 @@ func (s *Supervisor) evaluate(ctx context.Context, in Input, ss *session) (reply
 		frameID = f
 	}
 	a, _ := specFor(ss.adapter)
+	ss.forget() // the expression may change the locals a stop report showed
 	body, err := ss.ds.Evaluate(ctx, expr, frameID, "repl")
 	if err != nil {
 		err = s.dapError(ss, "evaluate", err)
-		if te := (*tools.Error)(nil); a.evaluates != "" && errors.As(err, &te) && ss.gone() == "" {
+		if te := (*tools.Error)(nil); a.evaluates != "" && errors.As(err, &te) && ss.gone() == "" && ss.stuckNote() == "" {
 			err = tools.Fail("%s\n(%s %s)", te.Msg, a.id, a.evaluates)
 		}
 		return reply{}, err

@@ -96,13 +96,11 @@ func (s *Supervisor) refuse(ctx context.Context, cur *session) (string, error) {
 	}
 	st := cur.ds.State()
 	if st.Ended() {
-		s.mu.Lock()
-		if s.cur == cur {
-			s.cur = nil
+		how := "ended"
+		if e := s.finish(cur); e != nil {
+			how = e.how()
 		}
-		s.mu.Unlock()
-		cur.stop(ctx)
-		return fmt.Sprintf("closed the previous session, whose program %s had ended", cur.program), nil
+		return fmt.Sprintf("closed the previous session, whose program %s had %s", cur.program, how), nil
 	}
 	status, _ := s.status(ctx, Input{}, cur)
 	return "", tools.Fail("a debug session is already running, and only one is allowed: terminate it first (op terminate), or keep using it.\n%s", status.text)
@@ -313,6 +311,15 @@ func (s *Supervisor) available(ctx context.Context, id, dir string) (Availabilit
 	return Availability{}, tools.Fail("unknown adapter %q: use one of %s", id, adapterIDs())
 }
 
+// serverName is how messages name av's adapter program: debugpy, dlv,
+// lldb-dap (or lldb-vscode-14), dart.
+func serverName(av Availability) string {
+	if av.Adapter == AdapterDebugpy || av.Binary == "" {
+		return av.Adapter
+	}
+	return path.Base(av.Binary)
+}
+
 func randomHex() string {
 	var b [8]byte
 	rand.Read(b[:])
@@ -345,7 +352,7 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 		release()
 		return reply{}, err
 	}
-	client := dap.NewClient(ap.stream, dap.Options{})
+	client := dap.NewClient(ap.stream, dap.Options{RequestTimeout: s.opts.RequestTimeout})
 	opts := dap.SessionOptions{AdapterID: av.Adapter}
 	if av.Adapter == AdapterDebugpy {
 		opts.ExceptionFilters = []string{"uncaught"}
@@ -356,13 +363,14 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 	ds := dap.NewSession(client, opts)
 	s.mu.Lock()
 	s.nextID++
-	ss := &session{id: s.nextID, adapter: av.Adapter, command: command, program: program, root: av.Root,
+	ss := &session{id: s.nextID, adapter: av.Adapter, server: serverName(av), host: s.opts.Host, command: command, program: program, root: av.Root,
 		started: time.Now(), ds: ds, cancel: ap.cancel, exited: ap.exited, status: ap.status, pid: ap.pid, stderr: ap.stderr, release: release}
+	s.last = nil // a new session: the previous ending is old news
 	if out, ok := args["output"].(string); ok {
 		ss.scratch, ss.sb = path.Dir(out), s.sb
 	}
 	ss.deadline = ss.started.Add(s.opts.TTL)
-	go ss.watch() // ends when the session stops
+	go s.watch(ss) // ends when the session stops
 	want := make(map[string][]dap.Breakpoint, len(s.bps))
 	for f, b := range s.bps {
 		want[f] = b
@@ -398,8 +406,8 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 		return reply{}, tools.Fail("the run closed while the debug session started")
 	}
 	s.cur = ss
-	ss.timer = time.AfterFunc(s.opts.TTL, func() { s.expire(ss) })
 	s.mu.Unlock()
+	ss.setTimer(s.opts.TTL, func() { s.expire(ss) })
 
 	head := fmt.Sprintf("%sed %s with %s (session %d; ends by itself after %v).", command, program, av.Adapter, ss.id, s.opts.TTL)
 	if note != "" {

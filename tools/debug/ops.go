@@ -218,9 +218,12 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 	cur, notes := s.current()
 	var rep reply
 	if o.live && cur == nil {
-		err = tools.Fail("no debug session: %s needs one; set breakpoints, then launch a program (op launch) or attach (op attach)", o.name)
+		err = s.noSession(o.name)
 	} else {
 		rep, err = o.run(s, ctx, in, cur)
+		if err == nil && o.live && o.name != "output" && cur != nil {
+			cur.setStuck("") // the adapter answered again
+		}
 	}
 	note := ""
 	if len(notes) > 0 {
@@ -288,12 +291,23 @@ func (s *Supervisor) sourceLine(ctx context.Context, p string, n int) string {
 
 // dapError explains a failed request, noticing a dead adapter.
 func (s *Supervisor) dapError(ss *session, what string, err error) error {
+	return dapError(ss, what, err)
+}
+
+// dapError explains a failed request what (the operation, or the request
+// it sent), noticing a dead adapter and naming one that did not answer.
+func dapError(ss *session, what string, err error) error {
 	var te *tools.Error
 	if errors.As(err, &te) || errors.Is(err, context.Canceled) {
 		return err
 	}
 	if why := ss.gone(); why != "" {
 		return tools.Fail("%s", why)
+	}
+	if errors.Is(err, dap.ErrNoAnswer) {
+		why := fmt.Sprintf("%s did not answer %s within %v: it is stuck or stopped", ss.who(), what, ss.ds.RequestTimeout())
+		ss.setStuck(why)
+		return tools.Fail("%s. Call debug with op terminate (it ends the session, killing the adapter and the program), then launch again", why)
 	}
 	return tools.Fail("%s failed: %v", what, err)
 }

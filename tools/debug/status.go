@@ -2,6 +2,7 @@ package debug
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -74,30 +75,34 @@ type Status struct {
 	TTLLeft   string `json:"ttl_left,omitempty"`
 }
 
-// describe tells where the program is.
+// describe tells where the program is, asking the adapter where a stop
+// is. A program that ended closes the session ([Supervisor.finish]) and
+// reports the end.
 func (s *Supervisor) describe(ctx context.Context, ss *session, st dap.State) (reply, error) {
+	return s.report(ctx, ss, st, false)
+}
+
+// report is describe; with fromSnapshot, a stop already described is
+// reported as it was then, without asking the adapter again.
+func (s *Supervisor) report(ctx context.Context, ss *session, st dap.State, fromSnapshot bool) (reply, error) {
+	if st.Ended() {
+		return endedReply(s.finish(ss))
+	}
 	status := Status{Session: ss.id, Adapter: ss.adapter, Program: ss.program, TTLLeft: time.Until(ss.deadline).Round(time.Second).String()}
 	var b strings.Builder
 	switch {
-	case st.Ended():
-		status.State = "exited"
-		if st.Exited {
-			code := st.ExitCode
-			status.ExitCode = &code
-			fmt.Fprintf(&b, "the program exited with code %d.", code)
-		} else {
-			b.WriteString("the program ended (the adapter reported the session terminated).")
-		}
-		status.Output = s.takeOutput(ss, endOutputChars)
-		if status.Output != "" {
-			b.WriteString("\noutput since the last call:\n" + status.Output)
-		}
-		b.WriteString("\nterminate the session, or launch again (the ended session is closed then).")
 	case st.Stopped != nil:
 		status.State = "stopped"
-		loc, err := s.locate(ctx, ss, *st.Stopped)
-		if err != nil {
-			return reply{}, err
+		loc, ok := Location{}, false
+		if fromSnapshot {
+			loc, ok = ss.snapshotOf(st.Stops)
+		}
+		if !ok {
+			var err error
+			if loc, err = s.locate(ctx, ss, *st.Stopped); err != nil {
+				return reply{}, err
+			}
+			ss.remember(st.Stops, loc)
 		}
 		status.Stopped = &loc
 		b.WriteString(formatLocation(loc))
@@ -105,11 +110,9 @@ func (s *Supervisor) describe(ctx context.Context, ss *session, st dap.State) (r
 		status.State = "running"
 		b.WriteString("the program is running.")
 	}
-	if status.State != "exited" {
-		if n := pendingOutput(ss); n > 0 {
-			status.NewOutput = n
-			fmt.Fprintf(&b, "\n(%d characters of new output: call output)", n)
-		}
+	if n := pendingOutput(ss); n > 0 {
+		status.NewOutput = n
+		fmt.Fprintf(&b, "\n(%d characters of new output: call output)", n)
 	}
 	return reply{text: b.String(), data: status}, nil
 }
@@ -172,7 +175,7 @@ func (s *Supervisor) locate(ctx context.Context, ss *session, body godap.Stopped
 	}
 	tid, err := threadOr(ctx, ss, body.ThreadId)
 	if err != nil {
-		return loc, s.dapError(ss, "threads", err)
+		return loc, err
 	}
 	loc.ThreadID = tid
 	frames, _, err := ss.ds.StackTrace(ctx, tid, 1)
@@ -192,6 +195,8 @@ func (s *Supervisor) locate(ctx context.Context, ss *session, body godap.Stopped
 			loc.Exception = exceptionOf(info)
 		} else if ctx.Err() != nil {
 			return loc, ctx.Err()
+		} else if errors.Is(err, dap.ErrNoAnswer) {
+			return loc, s.dapError(ss, "exceptionInfo", err)
 		}
 	}
 	if loc.FrameID != 0 {
@@ -229,6 +234,9 @@ func (s *Supervisor) stopLocals(ctx context.Context, ss *session, loc *Location)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, dap.ErrNoAnswer) {
+			return s.dapError(ss, "scopes", err)
+		}
 		loc.Locals = &Locals{Error: "scopes failed: " + err.Error()}
 		return nil
 	}
@@ -240,6 +248,9 @@ func (s *Supervisor) stopLocals(ctx context.Context, ss *session, loc *Location)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, dap.ErrNoAnswer) {
+			return s.dapError(ss, "variables", err)
 		}
 		loc.Locals = &Locals{Reference: sc.VariablesReference, Error: "variables failed: " + err.Error()}
 		return nil
@@ -294,18 +305,42 @@ func localsScope(scs []godap.Scope) *godap.Scope {
 	return nil
 }
 
-// status says whether a session runs, and where it is; without one it
-// lists the breakpoints set for the next.
+// status says whether a session runs, and where it is; after its
+// program's end, how it ended; without one it lists the breakpoints set
+// for the next. A stop already reported is reported again from its
+// snapshot, without asking the adapter, so status answers while an
+// adapter is stuck; a stop not yet reported is asked for, and when the
+// adapter does not answer, status says what it knows without it.
 func (s *Supervisor) status(ctx context.Context, _ Input, cur *session) (reply, error) {
 	if cur == nil {
 		bl := s.listBreakpoints(nil)
+		if e := s.ended(); e != nil {
+			rep, _ := endedReply(e)
+			rep.text = "no debug session: " + rep.text + "\nbreakpoints for the next launch:\n" + bl.text
+			return rep, nil
+		}
 		return reply{text: "no debug session. " + bl.text, data: Status{State: "none"}}, nil
 	}
-	rep, err := s.describe(ctx, cur, cur.ds.State())
+	st := cur.ds.State()
+	rep, err := s.report(ctx, cur, st, true)
+	warn := err == nil
 	if err != nil {
-		return reply{}, err
+		stuck := cur.stuckNote()
+		if stuck == "" || st.Stopped == nil {
+			return reply{}, err
+		}
+		b := *st.Stopped
+		loc := Location{Reason: b.Reason, ThreadID: b.ThreadId, Description: b.Description}
+		rep = reply{text: fmt.Sprintf("stopped (%s), thread %d; where is unknown: %s", b.Reason, b.ThreadId, stuck),
+			data: Status{State: "stopped", Session: cur.id, Adapter: cur.adapter, Program: cur.program, Stopped: &loc}}
+	}
+	if st.Ended() {
+		return rep, nil
 	}
 	head := fmt.Sprintf("session %d: %s, %sed %s, %s left before it is ended.\n", cur.id, cur.adapter, cur.command, cur.program, time.Until(cur.deadline).Round(time.Second))
 	rep.text = head + rep.text
+	if stuck := cur.stuckNote(); stuck != "" && warn {
+		rep.text += "\nwarning: " + stuck + "; call debug with op terminate, then launch again."
+	}
 	return rep, nil
 }

@@ -37,6 +37,10 @@ type Env struct {
 	// Kill kills the session's adapter (SIGKILL) from outside berth and
 	// returns once it is gone. Only [CheckPythonKilled] uses it.
 	Kill func(t *testing.T)
+	// Reaped checks that no process of the sandbox that berth started, or
+	// that descends from one, is a zombie (state Z in /proc); it may wait
+	// a moment for a parent to reap. Only [CheckExit] uses it.
+	Reaped func(t *testing.T)
 }
 
 // Ok calls the tool and fails the test on a tool error or a missing want.
@@ -341,9 +345,9 @@ func CheckPythonReport(t *testing.T, e Env, dir string) {
 	if ex := st.Stopped.Exception; ex == nil || ex.ID != "ZeroDivisionError" || ex.Message != "division by zero" {
 		t.Errorf("exception structured = %+v", ex)
 	}
-	e.Ok(t, map[string]any{"op": "continue"}, "exited with code 1", "ZeroDivisionError: division by zero")
-	e.Ok(t, map[string]any{"op": "terminate"}, "terminated session")
+	e.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 1)", "ZeroDivisionError: division by zero")
 	e.Gone(t)
+	e.Ok(t, map[string]any{"op": "terminate"}, "no debug session to terminate", "already closed")
 }
 
 // CheckGoReport debugs GoReport, the package report of a module whose
@@ -372,9 +376,9 @@ func CheckGoReport(t *testing.T, e Env) {
 	if ex := st.Stopped.Exception; ex == nil || ex.ID != "panic" || !strings.Contains(ex.Message, "index out of range") {
 		t.Errorf("exception structured = %+v", ex)
 	}
-	e.Ok(t, map[string]any{"op": "continue"}, "exited with code 2", "many 228")
-	e.Ok(t, map[string]any{"op": "terminate"}, "terminated session")
+	e.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 2)", "many 228")
 	e.Gone(t)
+	e.Ok(t, map[string]any{"op": "terminate"}, "no debug session to terminate", "already closed")
 }
 
 // scopes checks the scopes of a frame (frameID 0: the default, the top
@@ -450,13 +454,15 @@ func CheckPython(t *testing.T, e Env, prog string) {
 	e.Ok(t, map[string]any{"op": "continue"}, at(12)+" in main (breakpoint)", `print("done", z)`)
 	e.Ok(t, map[string]any{"op": "evaluate", "expression": "z"}, "z: int = 15")
 	// debugpy may interleave stderr between the parts of one print.
-	Decode(t, e.Ok(t, map[string]any{"op": "continue"}, "exited with code 0", "done", "15", "[stderr] err"), &st)
+	// The end closes the session: the adapter and the program are gone.
+	Decode(t, e.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 0)", "done", "15", "[stderr] err", fmt.Sprintf("session %d (debugpy, %s) is closed", n, prog)), &st)
 	if st.State != "exited" || st.ExitCode == nil || *st.ExitCode != 0 {
 		t.Errorf("exit structured = %+v", st)
 	}
-	e.Fails(t, map[string]any{"op": "step_over"}, "exited with code 0", "launch again")
-	e.Ok(t, map[string]any{"op": "terminate"}, fmt.Sprintf("terminated session %d", n))
 	e.Gone(t)
+	e.Fails(t, map[string]any{"op": "step_over"}, "no debug session", "exited (code 0)", "launch again")
+	e.Ok(t, map[string]any{"op": "status"}, "no debug session", "the program exited (code 0)")
+	e.Ok(t, map[string]any{"op": "terminate"}, fmt.Sprintf("session %d (debugpy, %s) was already closed", n, prog))
 	e.Ok(t, map[string]any{"op": "status"}, "no debug session")
 
 	// Launch again: breakpoints persist; stop_on_entry stops on line 1.
@@ -498,8 +504,8 @@ func CheckPythonAttach(t *testing.T, e Env, prog string, port int) {
 	e.Ok(t, map[string]any{"op": "evaluate", "expression": "a * b"}, "= 6")
 	e.Ok(t, map[string]any{"op": "step_out"}, fmt.Sprintf("stopped at %s:8 in main", prog), "returned from add: int = 5")
 	e.Ok(t, map[string]any{"op": "breakpoints", "file": prog, "lines": []any{}}, "cleared")
-	e.Ok(t, map[string]any{"op": "continue"}, "the program ended")
-	e.Ok(t, map[string]any{"op": "terminate"}, "detached session")
+	e.Ok(t, map[string]any{"op": "continue"}, "the program ended", "the debugger detached")
+	e.Ok(t, map[string]any{"op": "terminate"}, "no debug session to terminate")
 }
 
 // CheckGo debugs GoProgram with delve, launched as the package ".":
@@ -527,10 +533,92 @@ func CheckGo(t *testing.T, e Env) {
 	e.Ok(t, map[string]any{"op": "evaluate", "expression": "z"}, "z: int = 15")
 	e.Ok(t, map[string]any{"op": "output"}, "sum 5")
 	var end Status
-	Decode(t, e.Ok(t, map[string]any{"op": "continue"}, "done 15"), &end)
-	if end.State != "exited" {
+	Decode(t, e.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 0)", "done 15"), &end)
+	if end.State != "exited" || end.ExitCode == nil || *end.ExitCode != 0 {
 		t.Errorf("after the last continue: %+v", end)
 	}
-	e.Ok(t, map[string]any{"op": "terminate"}, fmt.Sprintf("terminated session %d", st.Session))
+	e.Gone(t)
+	e.Ok(t, map[string]any{"op": "terminate"}, fmt.Sprintf("session %d (delve, .) was already closed", st.Session))
+}
+
+// PyExit is the Python debuggee of [CheckExit]: it prints to stdout and
+// stderr and exits with code 3. PyExitLine is the line of its first print.
+const PyExit = `import sys
+
+
+def main():
+    n = 7
+    print(f"before exit {n}", flush=True)  # one write: debugpy may split a print's parts
+    print("to stderr", file=sys.stderr)
+    sys.exit(3)
+
+
+main()
+`
+
+// PyExitLine is the line of PyExit's first print.
+const PyExitLine = 6
+
+// PyExitStop is how debugpy's stop on PyExit's sys.exit(3) reads: an
+// exit with a code other than 0 is an uncaught SystemExit.
+const PyExitStop = "exit.py:8 in main (exception)"
+
+// GoExit is [PyExit] in Go: main.go of a module of its own.
+const GoExit = `package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	n := 7
+	fmt.Println("before exit", n)
+	fmt.Fprintln(os.Stderr, "to stderr")
+	os.Exit(3)
+}
+`
+
+// GoExitLine is the line of GoExit's first print.
+const GoExitLine = 10
+
+// CheckExit debugs a program that exits with code 3 (PyExit or GoExit,
+// launched as program with adapter) from a breakpoint on line: when
+// exitStop is set, the first continue stops with it (debugpy stops on
+// the uncaught SystemExit of sys.exit(3)); the continue that runs into the
+// end says "the program exited (code 3)" with
+// the end of its output; the session is closed then — the adapter and the
+// program are gone and reaped, with no terminate — and status and a
+// refused step say so; a second launch works the same; terminate after it
+// says there was nothing left to end.
+func CheckExit(t *testing.T, e Env, program, file string, line int, adapter, exitStop string) {
+	t.Helper()
+	at := fmt.Sprintf("stopped at %s:%d", file, line)
+	e.Ok(t, map[string]any{"op": "breakpoints", "file": file, "lines": []any{line}})
+	for round := range 2 {
+		var st Status
+		Decode(t, e.Ok(t, map[string]any{"op": "launch", "program": program}, at), &st)
+		e.Live(t)
+		n := st.Session
+		closed := fmt.Sprintf("session %d (%s, %s) is closed", n, adapter, program)
+		if exitStop != "" {
+			e.Ok(t, map[string]any{"op": "continue"}, exitStop)
+		}
+		Decode(t, e.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 3).", "the end of its output:", "before exit 7", "to stderr", closed), &st)
+		if st.State != "exited" || st.ExitCode == nil || *st.ExitCode != 3 || st.Session != n {
+			t.Errorf("round %d: the end's structured content = %+v, want exited with code 3 in session %d", round, st, n)
+		}
+		// No terminate: the end took the adapter and the program.
+		e.Gone(t)
+		e.Reaped(t)
+		Decode(t, e.Ok(t, map[string]any{"op": "status"}, "no debug session: the program exited (code 3).", "before exit 7", closed), &st)
+		if st.State != "exited" || st.ExitCode == nil || *st.ExitCode != 3 {
+			t.Errorf("round %d: status after the end = %+v", round, st)
+		}
+		e.Fails(t, map[string]any{"op": "stack"}, "no debug session", fmt.Sprintf("session %d ended: the program exited (code 3)", n), "launch again")
+		e.Ok(t, map[string]any{"op": "status"}, "the program exited (code 3)") // every later status says so
+	}
+	e.Ok(t, map[string]any{"op": "terminate"}, "no debug session to terminate", "already closed when its program exited (code 3)")
+	e.Ok(t, map[string]any{"op": "status"}, "no debug session.")
 	e.Gone(t)
 }
