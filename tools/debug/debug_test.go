@@ -890,6 +890,12 @@ func TestDelveHost(t *testing.T) {
 		}
 	}
 	debugtest.CheckExit(t, f.Env, "exit", "exit/main.go", debugtest.GoExitLine, "delve", "")
+	// At entry delve has no goroutine to trace yet: the stop is reported
+	// all the same, and continuing runs to the breakpoint.
+	f.Ok(t, map[string]any{"op": "launch", "program": "exit", "stop_on_entry": true}, "stopped (entry)")
+	f.Ok(t, map[string]any{"op": "continue"}, fmt.Sprintf("stopped at exit/main.go:%d", debugtest.GoExitLine))
+	f.Ok(t, map[string]any{"op": "terminate"}, "terminated session")
+	f.Gone(t)
 }
 
 // TestDebugpyExitHost: a program that exits with code 3 closes its session

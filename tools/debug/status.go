@@ -30,6 +30,8 @@ type Location struct {
 	Returned []Var `json:"returned,omitempty"`
 	// Locals are the top frame's first locals.
 	Locals *Locals `json:"locals,omitempty"`
+	// Unknown says why the adapter could not tell where the thread is.
+	Unknown string `json:"unknown,omitempty"`
 }
 
 // Locals are the first MaxStopLocals variables of a frame's locals scope.
@@ -119,6 +121,10 @@ func (s *Supervisor) report(ctx context.Context, ss *session, st dap.State, from
 
 func formatLocation(loc Location) string {
 	var b strings.Builder
+	if loc.Unknown != "" {
+		fmt.Fprintf(&b, "stopped (%s), thread %d; where is unknown: %s. Continue or step to reach code, or set a breakpoint", loc.Reason, loc.ThreadID, loc.Unknown)
+		return b.String()
+	}
 	fmt.Fprintf(&b, "stopped at %s:%d", loc.Path, loc.Line)
 	if loc.Function != "" {
 		fmt.Fprintf(&b, " in %s", loc.Function)
@@ -179,6 +185,13 @@ func (s *Supervisor) locate(ctx context.Context, ss *session, body godap.Stopped
 	}
 	loc.ThreadID = tid
 	frames, _, err := ss.ds.StackTrace(ctx, tid, 1)
+	var refused *dap.ResponseError
+	if errors.As(err, &refused) {
+		// The stop is real, its place unknown (delve at entry has no
+		// goroutine 1 yet): report it, with the adapter's reason.
+		loc.Unknown = refused.Error()
+		return loc, nil
+	}
 	if err != nil {
 		return loc, s.dapError(ss, "stack", err)
 	}
