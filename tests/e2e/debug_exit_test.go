@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,7 @@ func checkExitInContainer(t *testing.T, c exitCase) {
 	for name, content := range c.files {
 		ctr.put(t, name, content)
 	}
+	tmpBefore := tmpEntries(t, ctr)
 	a := newAPI(t)
 	run, _ := a.open(ctr.conv)
 	other, _ := a.open(ctr.conv) // a second run of the same conversation
@@ -101,6 +103,20 @@ func checkExitInContainer(t *testing.T, c exitCase) {
 	e.Gone(t)
 
 	debugtest.CheckExit(t, e, c.program, c.file, c.line, c.adapter, c.exitStop)
+
+	// Nothing the sessions made is left in /tmp (berth's own agent
+	// directory, /tmp/.berth, aside).
+	for _, p := range tmpEntries(t, ctr) {
+		if !slices.Contains(tmpBefore, p) && !strings.HasPrefix(p, "/tmp/.berth") {
+			t.Errorf("left in the container's /tmp after the sessions: %s", p)
+		}
+	}
+}
+
+// tmpEntries lists what /tmp holds in the container.
+func tmpEntries(t *testing.T, ctr *container) []string {
+	t.Helper()
+	return strings.Fields(ctr.sh(t, "for f in /tmp/* /tmp/.[!.]*; do [ -e \"$f\" ] && echo \"$f\"; done; true"))
 }
 
 // noScratch waits until no session directory (/tmp/berth-debug-*) is
