@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"berth.dev/berth/dap"
+	"berth.dev/berth/sandbox/host"
 	"berth.dev/berth/tools"
 )
 
@@ -124,6 +125,45 @@ func TestOpSpellings(t *testing.T) {
 		_, err := f.reg.Call(t.Context(), tools.SurfaceDefault, "debug", json.RawMessage(args))
 		if ie := (*tools.InputError)(nil); !errors.As(err, &ie) || !strings.Contains(err.Error(), "operation") {
 			t.Errorf("%s: %v, want an InputError naming operation", args, err)
+		}
+	}
+}
+
+// TestWho: how a no-answer message names the adapter.
+func TestWho(t *testing.T) {
+	exited := make(chan struct{})
+	tests := []struct {
+		ss   *session
+		want string
+	}{
+		{&session{adapter: AdapterDebugpy, server: "debugpy", pid: 12, host: true, exited: exited}, "the debugpy debug adapter (pid 12)"},
+		{&session{adapter: AdapterDelve, server: "dlv", pid: 7, exited: exited}, "the delve debug adapter dlv (pid 7 in the sandbox)"},
+		{&session{adapter: AdapterLLDB, server: "lldb-vscode-14", pid: 3, host: true, exited: exited}, "the lldb debug adapter lldb-vscode-14 (pid 3)"},
+		{&session{adapter: AdapterDebugpy, server: "debugpy", program: "the debuggee on port 5678"}, "the debugpy DAP server of the debuggee on port 5678"},
+	}
+	for _, tt := range tests {
+		if got := tt.ss.who(); got != tt.want {
+			t.Errorf("who() = %q, want %q", got, tt.want)
+		}
+	}
+	if got := serverName(Availability{Adapter: AdapterDelve, Binary: "/usr/local/bin/dlv"}); got != "dlv" {
+		t.Errorf("serverName(delve) = %q", got)
+	}
+}
+
+// TestRequestTimeoutOption: a zero RequestTimeout is dap's default; a set
+// one is kept.
+func TestRequestTimeoutOption(t *testing.T) {
+	sb := host.New(host.Options{})
+	defer sb.Close()
+	dir := t.TempDir()
+	ws, err := sb.FS(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ set, want time.Duration }{{0, dap.RequestTimeout}, {7 * time.Second, 7 * time.Second}} {
+		if got := New(sb, ws, t.Context(), Options{RequestTimeout: tt.set}).opts.RequestTimeout; got != tt.want {
+			t.Errorf("RequestTimeout %v: got %v, want %v", tt.set, got, tt.want)
 		}
 	}
 }
