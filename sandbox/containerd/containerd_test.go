@@ -99,13 +99,13 @@ func TestConformance(t *testing.T) {
 	id := startContainer(t, "conformance-"+randomID())
 	scratch := "/tmp/berth-conformance-" + randomID()
 	docker(t, "exec", id, "mkdir", "-p", scratch)
-	p := newProvider(t)
+	p := newProvider(t, WithFSReplyTimeout(sandboxtest.FSReplyTimeout))
 	sandboxtest.Run(t, func(t *testing.T) (sandbox.Sandbox, sandboxtest.Config) {
 		sb, err := p.Open(context.Background(), "containerd://"+testNamespace+"/"+id)
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
-		return sb, sandboxtest.Config{Scratch: scratch}
+		return sb, sandboxtest.Config{Scratch: scratch, FSReplyTimeout: sandboxtest.FSReplyTimeout}
 	})
 }
 

@@ -20,7 +20,7 @@ func (agentSandbox) Check(ctx context.Context) error { return nil }
 // berth-shim, which is what container backends do.
 func TestConformanceThroughAgent(t *testing.T) {
 	sandboxtest.Run(t, func(t *testing.T) (sandbox.Sandbox, sandboxtest.Config) {
-		sb := shim.New(&transport{env: BaseEnv(nil)}, shim.Options{Name: "host"})
-		return agentSandbox{sb}, sandboxtest.Config{Scratch: t.TempDir()}
+		sb := shim.New(&transport{env: BaseEnv(nil)}, shim.Options{Name: "host", FSReplyTimeout: sandboxtest.FSReplyTimeout})
+		return agentSandbox{sb}, sandboxtest.Config{Scratch: t.TempDir(), FSReplyTimeout: sandboxtest.FSReplyTimeout}
 	})
 }

@@ -24,6 +24,14 @@ type Options struct {
 	// MaxFSSessions bounds how many file-server processes run at once for
 	// one FS; zero means 4.
 	MaxFSSessions int
+	// FSReplyTimeout bounds how long a file server may send nothing while
+	// berth waits for it: between two frames of a reply (so a large read
+	// that keeps coming never times out), and for each frame of a request
+	// to be taken. A server silent for longer is given up: the call fails
+	// with an error wrapping [ErrNoReply] that says to retry, the server
+	// is killed in the background, and the next call starts a new one.
+	// Zero (or negative) means [DefaultFSReplyTimeout].
+	FSReplyTimeout time.Duration
 	// RunFlags are added to the agent's "run" mode for every process, for
 	// example "--user=UID:GID" and "--nproc=N" (see package agent).
 	RunFlags []string
@@ -59,6 +67,9 @@ func New(t Transport, opts Options) *Sandbox {
 	if opts.MaxFSSessions <= 0 {
 		opts.MaxFSSessions = 4
 	}
+	if opts.FSReplyTimeout <= 0 {
+		opts.FSReplyTimeout = DefaultFSReplyTimeout
+	}
 	return &Sandbox{
 		t:     t,
 		opts:  opts,
@@ -67,6 +78,12 @@ func New(t Transport, opts Options) *Sandbox {
 		conns: make(map[*conn]struct{}),
 	}
 }
+
+// DefaultFSReplyTimeout is the FSReplyTimeout of [Options] left zero: long
+// enough for a slow disk or a large directory walk between two frames, short
+// enough that a stopped or hung file server does not hold a tool call for
+// good.
+const DefaultFSReplyTimeout = 30 * time.Second
 
 // errClosed is returned by calls on a closed Sandbox.
 var errClosed = errors.New("shim: sandbox is closed; open it again")
