@@ -154,13 +154,16 @@ func untrack[T comparable](s *Sandbox, m map[T]struct{}, v T) {
 	s.mu.Unlock()
 }
 
-// closeGrace is how long Close waits for killed processes to report their
-// exit before it tears their streams down.
-const closeGrace = 2 * time.Second
+// closeSlack is what Close allows a killed process beyond its wait delay:
+// after SIGKILL the agent collects the group's output for at most one wait
+// delay before it reports the exit.
+const closeSlack = time.Second
 
 // Close kills every process started through s that is still running,
 // closes every FS session and Dial stream, and makes later calls fail. It
-// does not stop or remove the sandbox.
+// does not stop or remove the sandbox. It waits for the killed processes
+// at most as long as the slowest of them may take (its wait delay and
+// closeSlack), and not at all when none runs.
 func (s *Sandbox) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -173,15 +176,18 @@ func (s *Sandbox) Close() error {
 	conns := keys(s.conns)
 	s.mu.Unlock()
 
+	var grace time.Duration
 	for _, p := range procs {
 		p.kill()
+		grace = max(grace, p.delay+closeSlack)
 	}
-	deadline := time.NewTimer(closeGrace)
-	defer deadline.Stop()
+	// One deadline for all of them; once passed, it stays passed.
+	wait, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
 	for _, p := range procs {
 		select {
 		case <-p.done:
-		case <-deadline.C:
+		case <-wait.Done():
 		}
 		// The agent kills the group and its descendants when its input
 		// ends, so closing the stream finishes what SIGKILL began.
