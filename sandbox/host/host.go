@@ -418,6 +418,9 @@ func (s *stream) Wait() (int, error) {
 	return 0, nil
 }
 
+// Kill kills the agent at once, also a stopped one.
+func (s *stream) Kill() error { return s.cmd.Process.Kill() }
+
 func (s *stream) Close() error {
 	s.closeOnce.Do(func() {
 		s.in.Close()

@@ -255,10 +255,15 @@ func (ss *fsSession) end() {
 	}
 }
 
-// kill kills the server with the agent's kill-fs mode, which checks that
-// the pid still names a file server for this root. A server that never
-// answered has no known pid; its transport's Close is all there is.
+// kill kills the server: through its stream when that is a [Killer], else
+// with the agent's kill-fs mode, which checks that the pid still names a
+// file server for this root. A server that never answered has no known
+// pid; its transport's Close is then all there is.
 func (ss *fsSession) kill() {
+	if k, ok := ss.stream.(Killer); ok {
+		k.Kill()
+		return
+	}
 	if ss.pid <= 0 {
 		return
 	}
