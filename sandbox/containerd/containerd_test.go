@@ -99,13 +99,19 @@ func TestConformance(t *testing.T) {
 	id := startContainer(t, "conformance-"+randomID())
 	scratch := "/tmp/berth-conformance-" + randomID()
 	docker(t, "exec", id, "mkdir", "-p", scratch)
-	p := newProvider(t, WithFSReplyTimeout(sandboxtest.FSReplyTimeout))
+	p := newProvider(t)
 	sandboxtest.Run(t, func(t *testing.T) (sandbox.Sandbox, sandboxtest.Config) {
 		sb, err := p.Open(context.Background(), "containerd://"+testNamespace+"/"+id)
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
-		return sb, sandboxtest.Config{Scratch: scratch, FSReplyTimeout: sandboxtest.FSReplyTimeout}
+		return sb, sandboxtest.Config{Scratch: scratch, WithFSReplyTimeout: func(t *testing.T, reply time.Duration) sandbox.Sandbox {
+			short, err := newProvider(t, WithFSReplyTimeout(reply)).Open(context.Background(), "containerd://"+testNamespace+"/"+id)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			return short
+		}}
 	})
 }
 

@@ -62,13 +62,19 @@ func TestConformance(t *testing.T) {
 	sh(t, cli, id, "mkdir -p "+scratch)
 	for _, direct := range []bool{false, true} {
 		t.Run(fmt.Sprintf("directReads=%v", direct), func(t *testing.T) {
-			p := newProvider(t, WithDirectReads(direct), WithFSReplyTimeout(sandboxtest.FSReplyTimeout))
+			p := newProvider(t, WithDirectReads(direct))
 			sandboxtest.Run(t, func(t *testing.T) (sandbox.Sandbox, sandboxtest.Config) {
 				sb, err := p.Open(context.Background(), id)
 				if err != nil {
 					t.Fatalf("Open: %v", err)
 				}
-				return sb, sandboxtest.Config{Scratch: scratch, FSReplyTimeout: sandboxtest.FSReplyTimeout}
+				return sb, sandboxtest.Config{Scratch: scratch, WithFSReplyTimeout: func(t *testing.T, reply time.Duration) sandbox.Sandbox {
+					short, err := newProvider(t, WithDirectReads(direct), WithFSReplyTimeout(reply)).Open(context.Background(), id)
+					if err != nil {
+						t.Fatalf("Open: %v", err)
+					}
+					return short
+				}}
 			})
 		})
 	}

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"testing"
+	"time"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/sandboxtest"
@@ -20,7 +21,9 @@ func (agentSandbox) Check(ctx context.Context) error { return nil }
 // berth-shim, which is what container backends do.
 func TestConformanceThroughAgent(t *testing.T) {
 	sandboxtest.Run(t, func(t *testing.T) (sandbox.Sandbox, sandboxtest.Config) {
-		sb := shim.New(&transport{env: BaseEnv(nil)}, shim.Options{Name: "host", FSReplyTimeout: sandboxtest.FSReplyTimeout})
-		return agentSandbox{sb}, sandboxtest.Config{Scratch: t.TempDir(), FSReplyTimeout: sandboxtest.FSReplyTimeout}
+		sb := shim.New(&transport{env: BaseEnv(nil)}, shim.Options{Name: "host"})
+		return agentSandbox{sb}, sandboxtest.Config{Scratch: t.TempDir(), WithFSReplyTimeout: func(t *testing.T, reply time.Duration) sandbox.Sandbox {
+			return agentSandbox{shim.New(&transport{env: BaseEnv(nil)}, shim.Options{Name: "host", FSReplyTimeout: reply})}
+		}}
 	})
 }

@@ -34,21 +34,22 @@ type Config struct {
 	// Scratch is an existing, writable, absolute directory inside the
 	// sandbox. Each subtest works in its own directory below it.
 	Scratch string
-	// FSReplyTimeout is the file-server reply timeout the sandbox was
-	// opened with (shim.Options.FSReplyTimeout), kept short for the
-	// FSReplyDeadline subtest; zero skips it.
-	FSReplyTimeout time.Duration
+	// WithFSReplyTimeout, when set, opens another sandbox on the same
+	// container (or machine) whose file servers may send nothing for at
+	// most reply (shim.Options.FSReplyTimeout), for the FSReplyDeadline
+	// subtest, which closes it; nil skips that subtest. Only that
+	// subtest's sandbox has the short timeout, so that a busy machine does
+	// not fail the suite's other calls.
+	WithFSReplyTimeout func(t *testing.T, reply time.Duration) sandbox.Sandbox
 }
 
 // hang bounds every wait in the suite, only so that a broken backend fails
 // instead of hanging; nothing asserts that anything is fast.
 const hang = 30 * time.Second
 
-// FSReplyTimeout is a file-server reply timeout for a backend's test to
-// open its sandboxes with and pass in Config: short enough for the
-// FSReplyDeadline subtest, long enough for every healthy call of the suite
-// on a busy machine.
-const FSReplyTimeout = 3 * time.Second
+// shortFSReply is the reply timeout of the FSReplyDeadline subtest's
+// sandbox.
+const shortFSReply = time.Second
 
 // Run runs the suite. newSandbox opens a sandbox for one subtest; the suite
 // closes it.
@@ -480,11 +481,16 @@ func (e *env) fileServer(t *testing.T, dir string) int {
 // server sent nothing and to retry; the next calls get a new server; and
 // once the FS is closed the stopped server is gone, not even a zombie.
 func testFSReplyDeadline(t *testing.T, e *env) {
-	reply := e.cfg.FSReplyTimeout
-	if reply == 0 {
-		t.Skip("the sandbox was opened without a short file-server reply timeout (Config.FSReplyTimeout)")
+	if e.cfg.WithFSReplyTimeout == nil {
+		t.Skip("the backend opens no sandbox with a short file-server reply timeout (Config.WithFSReplyTimeout)")
 	}
-	f := e.fsys(t)
+	const reply = shortFSReply
+	short := e.cfg.WithFSReplyTimeout(t, reply)
+	t.Cleanup(func() { short.Close() })
+	f, err := short.FS(ctxT(t), e.mkdir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.WriteFile(ctxT(t), "a.txt", []byte("a"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +501,7 @@ func testFSReplyDeadline(t *testing.T, e *env) {
 	defer run(t, e.sb, sh(fmt.Sprintf("kill -CONT %d 2>/dev/null; true", pid)))
 
 	start := time.Now()
-	err := f.WriteFile(ctxT(t), "b.txt", []byte("b"), 0o644)
+	err = f.WriteFile(ctxT(t), "b.txt", []byte("b"), 0o644)
 	took := time.Since(start)
 	if err == nil {
 		t.Fatal("a write through a stopped file server succeeded")
