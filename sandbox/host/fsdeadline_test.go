@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/shim"
 )
@@ -67,6 +69,7 @@ func oneFileServer(t *testing.T, root string) int {
 // the FS is closed no server is left, not even a zombie. Before the reply
 // timeout the read hung until its context ended.
 func TestFSReplyDeadline(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const reply = 300 * time.Millisecond
 	sb := shim.New(&transport{env: BaseEnv(nil)}, shim.Options{Name: "host", FSReplyTimeout: reply})
 	defer sb.Close()
@@ -125,8 +128,10 @@ func TestFSReplyDeadline(t *testing.T) {
 }
 
 // TestFSReplyDeadlineNeverEnds: a server stopped for good (never
-// continued) still lets Close return, within its graces: it is killed.
+// continued) still lets Close return, within its graces: it is killed, and
+// no goroutine is left waiting for it.
 func TestFSReplyDeadlineNeverEnds(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	sb := shim.New(&transport{env: BaseEnv(nil)}, shim.Options{Name: "host", FSReplyTimeout: 300 * time.Millisecond})
 	defer sb.Close()
 	dir := t.TempDir()
