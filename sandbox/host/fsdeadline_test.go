@@ -145,7 +145,8 @@ func TestFSReplyDeadlineNeverEnds(t *testing.T) {
 	if err := syscall.Kill(stopped, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	if err := fsys.WriteFile(ctx, "b.txt", []byte("b"), 0o644); !errors.Is(err, shim.ErrNoReply) {
+	// Larger than a pipe holds: the write itself blocks on the server.
+	if err := fsys.WriteFile(ctx, "b.txt", make([]byte, 4<<20), 0o644); !errors.Is(err, shim.ErrNoReply) {
 		t.Fatalf("write to a stopped server: %v, want shim.ErrNoReply", err)
 	}
 	done := make(chan struct{})
