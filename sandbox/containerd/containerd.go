@@ -87,6 +87,7 @@ type options struct {
 	labelKey string
 	fifoDir  string
 	agent    *shim.Binary
+	fsReply  time.Duration
 }
 
 // WithAddress makes the provider talk to the containerd socket at address
@@ -107,6 +108,11 @@ func WithFIFODir(dir string) Option { return func(o *options) { o.fifoDir = dir 
 // WithAgent makes sandboxes place bin as their agent instead of the one
 // [shim.Locate] finds or builds.
 func WithAgent(bin *shim.Binary) Option { return func(o *options) { o.agent = bin } }
+
+// WithFSReplyTimeout sets how long a file server in the container may send
+// nothing before a call gives it up (shim.Options.FSReplyTimeout); zero
+// means shim.DefaultFSReplyTimeout.
+func WithFSReplyTimeout(d time.Duration) Option { return func(o *options) { o.fsReply = d } }
 
 // Provider opens sandboxes in containers with a running containerd task.
 // It is safe for concurrent use.

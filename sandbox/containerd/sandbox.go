@@ -27,7 +27,7 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // opened through [Pods].
 func newSandbox(cli *client.Client, tr *Transport, o options, ref string) *Sandbox {
 	return &Sandbox{
-		Sandbox: shim.New(tr, shim.Options{Name: ref, Binary: o.agent}),
+		Sandbox: shim.New(tr, shim.Options{Name: ref, Binary: o.agent, FSReplyTimeout: o.fsReply}),
 		cli:     cli,
 		tr:      tr,
 		ref:     ref,

@@ -19,6 +19,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/shim"
@@ -214,7 +216,7 @@ func (t *Transport) Exec(ctx context.Context, spec shim.ExecSpec) (shim.Stream, 
 		s.cleanup()
 		return nil, t.explain(ctx, "start "+spec.Args[0], err)
 	}
-	go s.run(exitCh, cancel)
+	go s.run(wctx, exitCh, cancel)
 	return s, nil
 }
 
@@ -332,29 +334,10 @@ func (s *stream) Wait() (int, error) {
 // run owns the exec after its start: it waits for the exit (or Close,
 // which kills the program), waits for the output copies, ends the output
 // pipes, and deletes the process and its FIFOs.
-func (s *stream) run(exitCh <-chan client.ExitStatus, cancel context.CancelFunc) {
+func (s *stream) run(wctx context.Context, exitCh <-chan client.ExitStatus, cancel context.CancelFunc) {
 	defer close(s.done)
 	defer cancel()
-	var st client.ExitStatus
-	select {
-	case st = <-exitCh:
-	case <-s.closed:
-		ctx, c := context.WithTimeout(s.t.nsctx(context.Background()), callTimeout)
-		s.proc.CloseIO(ctx, client.WithStdinCloser)
-		// berth's agent ends its process group when its stdin ends. A
-		// SIGKILL first would orphan the group, whose members keep the
-		// output FIFOs open; it comes only when the program does not end.
-		select {
-		case st = <-exitCh:
-		case <-time.After(closeGrace):
-			s.proc.Kill(ctx, syscall.SIGKILL)
-			select {
-			case st = <-exitCh:
-			case <-time.After(callTimeout):
-			}
-		}
-		c()
-	}
+	st, cut := s.waitExit(wctx, exitCh)
 	// The program ended: writes to its stdin fail instead of blocking on a
 	// FIFO nobody reads.
 	s.stdinR.CloseWithError(io.ErrClosedPipe)
@@ -385,7 +368,75 @@ func (s *stream) run(exitCh <-chan client.ExitStatus, cancel context.CancelFunc)
 	s.stdoutW.Close()
 	s.stderrW.Close()
 	s.cleanup()
-	s.code, s.err = s.result(st)
+	s.code, s.err = s.result(st, cut)
+}
+
+// rewaitMin and rewaitMax bound the pause between two attempts to wait
+// for a program again while containerd does not answer.
+const (
+	rewaitMin = 250 * time.Millisecond
+	rewaitMax = 2 * time.Second
+)
+
+// waitExit waits for the program's exit, or for Close, which ends it; cut
+// says berth closed the stream before the program ended. When containerd
+// stops answering (it restarts, its socket is unreachable), the wait is
+// lost but the program is not: its FIFOs live on in the runtime shim, and
+// their copies in berth go on. The program is then waited for again, each
+// attempt a new Wait on wctx, until containerd reports its exit.
+func (s *stream) waitExit(wctx context.Context, exitCh <-chan client.ExitStatus) (st client.ExitStatus, cut bool) {
+	pause := rewaitMin
+	for {
+		select {
+		case st = <-exitCh:
+			if !lostWait(st) {
+				return st, false
+			}
+			exitCh = nil // a lost wait's channel is closed: it would answer at once
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+				exitCh, _ = s.proc.Wait(wctx) // its error, too, comes on the channel
+				pause = min(2*pause, rewaitMax)
+			case <-s.closed:
+				t.Stop()
+			}
+		case <-s.closed:
+			return s.closeWait(wctx, exitCh), true
+		}
+	}
+}
+
+// lostWait reports whether st is not the program's exit but containerd's
+// answer lost on the way: the connection failed.
+func lostWait(st client.ExitStatus) bool {
+	err := st.Error()
+	return err != nil && (errdefs.IsUnavailable(err) || status.Code(err) == codes.Unavailable)
+}
+
+// closeWait ends a program whose stream berth closed and waits for its
+// exit, each step bounded: berth's agent ends its process group when its
+// stdin ends, and only a program that does not gets SIGKILL (a SIGKILL
+// first would orphan the group, whose members keep the output FIFOs
+// open). exitCh is the pending wait, nil when none is.
+func (s *stream) closeWait(wctx context.Context, exitCh <-chan client.ExitStatus) client.ExitStatus {
+	ctx, cancel := context.WithTimeout(s.t.nsctx(context.Background()), callTimeout)
+	defer cancel()
+	if exitCh == nil {
+		exitCh, _ = s.proc.Wait(wctx)
+	}
+	s.proc.CloseIO(ctx, client.WithStdinCloser)
+	var st client.ExitStatus
+	select {
+	case st = <-exitCh:
+	case <-time.After(closeGrace):
+		s.proc.Kill(ctx, syscall.SIGKILL)
+		select {
+		case st = <-exitCh:
+		case <-time.After(callTimeout):
+		}
+	}
+	return st
 }
 
 // cleanup deletes the exited process and its FIFOs. dockerd reaps exec
@@ -405,12 +456,22 @@ func (s *stream) cleanup() {
 	}
 }
 
-func (s *stream) result(st client.ExitStatus) (int, error) {
+// result is the program's exit code, or why there is none; cut says berth
+// closed the stream before the program ended.
+func (s *stream) result(st client.ExitStatus, cut bool) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	code, _, err := st.Result()
+	// A program whose stream berth closed before it ended (a failed start,
+	// a silent file server, Close) was ended by berth: that is no sign
+	// that the container stopped, so the container is checked once and
+	// not awaited.
+	settle := s.t.settle
+	if cut {
+		settle = s.t.check
+	}
 	if err != nil || code == client.UnknownExitStatus {
-		if gone := s.t.settle(ctx); gone != nil {
+		if gone := settle(ctx); gone != nil {
 			return -1, gone
 		}
 		if s.isClosed() {
@@ -421,7 +482,7 @@ func (s *stream) result(st client.ExitStatus) (int, error) {
 	if code >= 128 {
 		// Killed by a signal: possibly because the container stopped, which
 		// the caller must learn as ErrGone rather than as an exit status.
-		if gone := s.t.settle(ctx); gone != nil {
+		if gone := settle(ctx); gone != nil {
 			return -1, gone
 		}
 	}

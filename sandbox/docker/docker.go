@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
@@ -35,6 +36,7 @@ type options struct {
 	labelKey    string
 	agent       *shim.Binary
 	directReads bool
+	fsReply     time.Duration
 }
 
 // WithHost makes the provider talk to the engine at host (for example
@@ -49,6 +51,11 @@ func WithLabelKey(key string) Option { return func(o *options) { o.labelKey = ke
 // WithAgent makes sandboxes place bin as their agent instead of the one
 // [shim.Locate] finds or builds.
 func WithAgent(bin *shim.Binary) Option { return func(o *options) { o.agent = bin } }
+
+// WithFSReplyTimeout sets how long a file server in the container may send
+// nothing before a call gives it up (shim.Options.FSReplyTimeout); zero
+// means shim.DefaultFSReplyTimeout.
+func WithFSReplyTimeout(d time.Duration) Option { return func(o *options) { o.fsReply = d } }
 
 // WithDirectReads turns the direct path on (the default) or off. When on,
 // berth runs as root on the engine's machine and the container's default

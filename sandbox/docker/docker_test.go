@@ -68,7 +68,13 @@ func TestConformance(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Open: %v", err)
 				}
-				return sb, sandboxtest.Config{Scratch: scratch}
+				return sb, sandboxtest.Config{Scratch: scratch, WithFSReplyTimeout: func(t *testing.T, reply time.Duration) sandbox.Sandbox {
+					short, err := newProvider(t, WithDirectReads(direct), WithFSReplyTimeout(reply)).Open(context.Background(), id)
+					if err != nil {
+						t.Fatalf("Open: %v", err)
+					}
+					return short
+				}}
 			})
 		})
 	}

@@ -46,7 +46,7 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 func newSandbox(cli *client.Client, c container.InspectResponse, o options) *Sandbox {
 	tr := NewTransport(cli, c.ID)
 	s := &Sandbox{
-		Sandbox: shim.New(tr, shim.Options{Name: Scheme + "://" + c.ID, Binary: o.agent}),
+		Sandbox: shim.New(tr, shim.Options{Name: Scheme + "://" + c.ID, Binary: o.agent, FSReplyTimeout: o.fsReply}),
 		cli:     cli,
 		tr:      tr,
 		id:      c.ID,

@@ -178,12 +178,25 @@ func (s *stream) result() (int, error) {
 	if err != nil {
 		return -1, s.t.explain(ctx, "inspect exec "+s.prog, err)
 	}
+	// berth cut the stream itself before it ended (a failed start, a
+	// refused Dial, a silent file server, Close): the program's end is
+	// then unknown by berth's own doing, no sign that the container
+	// stopped, so the container is checked once and not awaited.
+	cut := errors.Is(s.out.copyErr, errStreamClosed)
+	if s.out.copyErr == nil && ins.Running {
+		// The engine ended the stream, so the program closed its output;
+		// the engine records the exec's end a moment later.
+		ins = s.awaitEnd(ctx, ins)
+	}
 	if s.out.copyErr != nil || ins.Running {
+		if cut {
+			if gone := s.t.check(ctx); gone != nil {
+				return -1, gone
+			}
+			return -1, fmt.Errorf("docker: %s in container %s: the stream was closed before the program ended", s.prog, short(s.t.id))
+		}
 		if gone := s.t.settle(ctx); gone != nil {
 			return -1, gone
-		}
-		if s.isClosed() {
-			return -1, fmt.Errorf("docker: %s in container %s: the stream was closed before the program ended", s.prog, short(s.t.id))
 		}
 		if s.out.copyErr != nil {
 			return -1, fmt.Errorf("docker: %s in container %s: output stream broke: %w", s.prog, short(s.t.id), s.out.copyErr)
@@ -193,11 +206,46 @@ func (s *stream) result() (int, error) {
 	if ins.ExitCode >= 128 {
 		// Killed by a signal: possibly because the container stopped, which
 		// the caller must learn as ErrGone rather than as an exit status.
-		if gone := s.t.settle(ctx); gone != nil {
+		settle := s.t.settle
+		if cut {
+			settle = s.t.check // berth's own kill after it cut the stream
+		}
+		if gone := settle(ctx); gone != nil {
 			return -1, gone
 		}
 	}
 	return ins.ExitCode, nil
+}
+
+// execEndWait bounds how long an exec whose stream ended cleanly may still
+// be recorded as running; execEndPoll is how often it is asked meanwhile.
+const (
+	execEndWait = time.Second
+	execEndPoll = 20 * time.Millisecond
+)
+
+// awaitEnd asks the engine again, for up to execEndWait, until it records
+// the end of the exec whose stream ended; it returns the last answer.
+func (s *stream) awaitEnd(ctx context.Context, ins client.ExecInspectResult) client.ExecInspectResult {
+	deadline := time.NewTimer(execEndWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(execEndPoll)
+	defer tick.Stop()
+	for ins.Running {
+		select {
+		case <-deadline.C:
+			return ins
+		case <-ctx.Done():
+			return ins
+		case <-tick.C:
+		}
+		next, err := s.t.cli.ExecInspect(ctx, s.execID, client.ExecInspectOptions{})
+		if err != nil {
+			return ins
+		}
+		ins = next
+	}
+	return ins
 }
 
 // stdinWriter writes to the hijacked connection; Close half-closes it so the

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"testing"
+	"time"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/sandboxtest"
@@ -21,6 +22,8 @@ func (agentSandbox) Check(ctx context.Context) error { return nil }
 func TestConformanceThroughAgent(t *testing.T) {
 	sandboxtest.Run(t, func(t *testing.T) (sandbox.Sandbox, sandboxtest.Config) {
 		sb := shim.New(&transport{env: BaseEnv(nil)}, shim.Options{Name: "host"})
-		return agentSandbox{sb}, sandboxtest.Config{Scratch: t.TempDir()}
+		return agentSandbox{sb}, sandboxtest.Config{Scratch: t.TempDir(), WithFSReplyTimeout: func(t *testing.T, reply time.Duration) sandbox.Sandbox {
+			return agentSandbox{shim.New(&transport{env: BaseEnv(nil)}, shim.Options{Name: "host", FSReplyTimeout: reply})}
+		}}
 	})
 }

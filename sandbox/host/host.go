@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/dirfs"
@@ -59,6 +60,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Binary is the agent; nil means shim.Locate.
 	Binary *shim.Binary
+	// FSReplyTimeout bounds how long the agent's file server (with User)
+	// may send nothing before a call gives it up; zero means
+	// shim.DefaultFSReplyTimeout.
+	FSReplyTimeout time.Duration
 }
 
 // limits are the pids and memory limits of o, zero for none.
@@ -108,7 +113,7 @@ func New(opts Options) *Sandbox { return newSandbox(opts, true) }
 func newSandbox(opts Options, useCgroup bool) *Sandbox {
 	env := append(BaseEnv(opts.User), opts.Env...)
 	t := &transport{env: env}
-	so := shim.Options{Name: "host", Binary: opts.Binary}
+	so := shim.Options{Name: "host", Binary: opts.Binary, FSReplyTimeout: opts.FSReplyTimeout}
 	who := "berth's own user"
 	if opts.User != nil {
 		so.RunFlags = append(so.RunFlags, opts.User.credentialFlag())
@@ -412,6 +417,9 @@ func (s *stream) Wait() (int, error) {
 	}
 	return 0, nil
 }
+
+// Kill kills the agent at once, also a stopped one.
+func (s *stream) Kill() error { return s.cmd.Process.Kill() }
 
 func (s *stream) Close() error {
 	s.closeOnce.Do(func() {

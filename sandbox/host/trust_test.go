@@ -108,7 +108,9 @@ func TestConformanceHostUser(t *testing.T) {
 		if err := os.Chown(dir, int(u.Uid), int(u.Gid)); err != nil {
 			t.Fatal(err)
 		}
-		return host.New(host.Options{User: u}), sandboxtest.Config{Scratch: dir}
+		return host.New(host.Options{User: u}), sandboxtest.Config{Scratch: dir, WithFSReplyTimeout: func(t *testing.T, reply time.Duration) sandbox.Sandbox {
+			return host.New(host.Options{User: u, FSReplyTimeout: reply})
+		}}
 	})
 }
 

@@ -45,6 +45,7 @@ type options struct {
 	namespaces []string
 	labelKey   string
 	agent      *shim.Binary
+	fsReply    time.Duration
 }
 
 // WithRESTConfig makes the provider use cfg (copied) to reach the API
@@ -68,6 +69,11 @@ func WithLabelKey(key string) Option { return func(o *options) { o.labelKey = ke
 // WithAgent makes sandboxes place bin as their agent instead of the one
 // [shim.Locate] finds or builds.
 func WithAgent(bin *shim.Binary) Option { return func(o *options) { o.agent = bin } }
+
+// WithFSReplyTimeout sets how long a file server in the pod may send
+// nothing before a call gives it up (shim.Options.FSReplyTimeout); zero
+// means shim.DefaultFSReplyTimeout.
+func WithFSReplyTimeout(d time.Duration) Option { return func(o *options) { o.fsReply = d } }
 
 // Provider opens sandboxes in containers of running pods through the API
 // server. It is safe for concurrent use.

@@ -20,7 +20,7 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 
 func newSandbox(tr *Transport, o options) *Sandbox {
 	return &Sandbox{
-		Sandbox: shim.New(tr, shim.Options{Name: sandbox.PodScheme + "://" + tr.Ref(), Binary: o.agent}),
+		Sandbox: shim.New(tr, shim.Options{Name: sandbox.PodScheme + "://" + tr.Ref(), Binary: o.agent, FSReplyTimeout: o.fsReply}),
 		tr:      tr,
 	}
 }

@@ -34,11 +34,22 @@ type Config struct {
 	// Scratch is an existing, writable, absolute directory inside the
 	// sandbox. Each subtest works in its own directory below it.
 	Scratch string
+	// WithFSReplyTimeout, when set, opens another sandbox on the same
+	// container (or machine) whose file servers may send nothing for at
+	// most reply (shim.Options.FSReplyTimeout), for the FSReplyDeadline
+	// subtest, which closes it; nil skips that subtest. Only that
+	// subtest's sandbox has the short timeout, so that a busy machine does
+	// not fail the suite's other calls.
+	WithFSReplyTimeout func(t *testing.T, reply time.Duration) sandbox.Sandbox
 }
 
 // hang bounds every wait in the suite, only so that a broken backend fails
 // instead of hanging; nothing asserts that anything is fast.
 const hang = 30 * time.Second
+
+// shortFSReply is the reply timeout of the FSReplyDeadline subtest's
+// sandbox.
+const shortFSReply = time.Second
 
 // Run runs the suite. newSandbox opens a sandbox for one subtest; the suite
 // closes it.
@@ -67,6 +78,8 @@ func Run(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config)) 
 		{"FSHardLinks", testFSHardLinks},
 		{"FSEscape", testFSEscape},
 		{"FSClose", testFSClose},
+		{"FSReplyDeadline", testFSReplyDeadline},
+		{"FSServerKilled", testFSServerKilled},
 		{"DialTCP", func(t *testing.T, e *env) { testDial(t, e, "tcp") }},
 		{"DialUnix", func(t *testing.T, e *env) { testDial(t, e, "unix") }},
 		{"CloseKills", testCloseKills},
@@ -437,6 +450,110 @@ func testFSClose(t *testing.T, e *env) {
 	}
 	if _, err := other.Stat(ctxT(t), "."); err != nil {
 		t.Errorf("another FS after Close: %v", err)
+	}
+}
+
+// fileServer returns the pid of the one agent file server for dir in the
+// sandbox ("berth-shim fs [--user=…] DIR"), skipping the test when the
+// backend serves files without one.
+func (e *env) fileServer(t *testing.T, dir string) int {
+	t.Helper()
+	// The pattern is put together at run time, so that this script's own
+	// command line (and its supervisor's) does not match it.
+	list := fmt.Sprintf(`m="shim"; m="$m fs"; for f in /proc/[0-9]*/cmdline; do case "$(tr '\0' ' ' < $f 2>/dev/null)" in *"$m "*"%s ") p=${f#/proc/}; echo ${p%%/cmdline};; esac; done`, dir)
+	pids := strings.Fields(run(t, e.sb, sh(list)).stdout)
+	switch len(pids) {
+	case 0:
+		t.Skip("no agent file server serves this FS: the backend serves files itself")
+	case 1:
+	default:
+		t.Fatalf("file servers for %s: %v, want one (the FS made one call at a time)", dir, pids)
+	}
+	pid, err := strconv.Atoi(pids[0])
+	if err != nil {
+		t.Fatalf("file server pid %q: %v", pids[0], err)
+	}
+	return pid
+}
+
+// testFSReplyDeadline stops the FS's file server (SIGSTOP, as a hung
+// server): a write fails within the reply timeout, saying how long the
+// server sent nothing and to retry; the next calls get a new server; and
+// once the FS is closed the stopped server is gone, not even a zombie.
+func testFSReplyDeadline(t *testing.T, e *env) {
+	if e.cfg.WithFSReplyTimeout == nil {
+		t.Skip("the backend opens no sandbox with a short file-server reply timeout (Config.WithFSReplyTimeout)")
+	}
+	const reply = shortFSReply
+	short := e.cfg.WithFSReplyTimeout(t, reply)
+	t.Cleanup(func() { short.Close() })
+	f, err := short.FS(ctxT(t), e.mkdir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WriteFile(ctxT(t), "a.txt", []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pid := e.fileServer(t, f.Root())
+	if r := run(t, e.sb, &sandbox.Cmd{Args: []string{"kill", "-STOP", strconv.Itoa(pid)}}); !r.status.Success() {
+		t.Fatalf("kill -STOP %d: %v %s", pid, r.status, r.stderr)
+	}
+	defer run(t, e.sb, sh(fmt.Sprintf("kill -CONT %d 2>/dev/null; true", pid)))
+
+	start := time.Now()
+	err = f.WriteFile(ctxT(t), "b.txt", []byte("b"), 0o644)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("a write through a stopped file server succeeded")
+	}
+	for _, want := range []string{"sent nothing for " + reply.String(), "retry"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if took > reply+hang/3 {
+		t.Errorf("the write failed after %v, want about its reply timeout %v", took, reply)
+	}
+	if err := f.WriteFile(ctxT(t), "b.txt", []byte("b"), 0o644); err != nil {
+		t.Fatalf("the write after a silent server: %v", err)
+	}
+	if b, err := f.ReadFile(ctxT(t), "b.txt"); err != nil || string(b) != "b" {
+		t.Fatalf("read back %q, %v", b, err)
+	}
+	run(t, e.sb, sh(fmt.Sprintf("kill -CONT %d 2>/dev/null; true", pid)))
+	if c, ok := f.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; alive(t, e.sb, pid); i++ {
+		if i == 50 {
+			t.Fatalf("the stopped file server %d is still there after Close (or a zombie)", pid)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// testFSServerKilled kills the FS's idle file server (kill -9, as the OOM
+// killer would) between two calls: the second call succeeds on a new
+// server instead of failing on the dead one.
+func testFSServerKilled(t *testing.T, e *env) {
+	f := e.fsys(t)
+	if err := f.WriteFile(ctxT(t), "a.txt", []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		pid := e.fileServer(t, f.Root())
+		if r := run(t, e.sb, &sandbox.Cmd{Args: []string{"kill", "-9", strconv.Itoa(pid)}}); !r.status.Success() {
+			t.Fatalf("kill -9 %d: %v %s", pid, r.status, r.stderr)
+		}
+		name := fmt.Sprintf("w%d.txt", i)
+		if err := f.WriteFile(ctxT(t), name, []byte(name), 0o644); err != nil {
+			t.Fatalf("write after the file server %d was killed: %v", pid, err)
+		}
+		if b, err := f.ReadFile(ctxT(t), name); err != nil || string(b) != name {
+			t.Fatalf("read back %q, %v", b, err)
+		}
 	}
 }
 

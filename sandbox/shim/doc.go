@@ -37,6 +37,20 @@
 // root with os.Root), "dial" (a raw relay to a loopback or unix socket) and
 // "version".
 //
+// # Deadlines
+//
+// Every wait on a file server is bounded by [Options].FSReplyTimeout
+// ([DefaultFSReplyTimeout], 30 s), timed per frame: a server that takes no
+// request frame, or sends no reply frame, for that long is given up. The
+// call fails with an error wrapping [ErrNoReply] that names the server and
+// the silence and says to retry; the server is killed in the background
+// (through a [Killer] stream, else with "berth-shim kill-fs PID ROOT"), and
+// the next call starts a new one. An idle server that ended meanwhile is
+// not reused, and a reused one that ends before answering anything is
+// replaced once, transparently. Closing an FS waits for each server's end,
+// every step bounded, so nothing outlives it. [Sandbox.Close] waits for
+// killed processes at most their wait delay and one second.
+//
 // # Latency
 //
 // On a small machine each thread wake-up costs more than the work of

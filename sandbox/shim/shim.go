@@ -24,6 +24,14 @@ type Options struct {
 	// MaxFSSessions bounds how many file-server processes run at once for
 	// one FS; zero means 4.
 	MaxFSSessions int
+	// FSReplyTimeout bounds how long a file server may send nothing while
+	// berth waits for it: between two frames of a reply (so a large read
+	// that keeps coming never times out), and for each frame of a request
+	// to be taken. A server silent for longer is given up: the call fails
+	// with an error wrapping [ErrNoReply] that says to retry, the server
+	// is killed in the background, and the next call starts a new one.
+	// Zero (or negative) means [DefaultFSReplyTimeout].
+	FSReplyTimeout time.Duration
 	// RunFlags are added to the agent's "run" mode for every process, for
 	// example "--user=UID:GID" and "--nproc=N" (see package agent).
 	RunFlags []string
@@ -59,6 +67,9 @@ func New(t Transport, opts Options) *Sandbox {
 	if opts.MaxFSSessions <= 0 {
 		opts.MaxFSSessions = 4
 	}
+	if opts.FSReplyTimeout <= 0 {
+		opts.FSReplyTimeout = DefaultFSReplyTimeout
+	}
 	return &Sandbox{
 		t:     t,
 		opts:  opts,
@@ -67,6 +78,12 @@ func New(t Transport, opts Options) *Sandbox {
 		conns: make(map[*conn]struct{}),
 	}
 }
+
+// DefaultFSReplyTimeout is the FSReplyTimeout of [Options] left zero: long
+// enough for a slow disk or a large directory walk between two frames, short
+// enough that a stopped or hung file server does not hold a tool call for
+// good.
+const DefaultFSReplyTimeout = 30 * time.Second
 
 // errClosed is returned by calls on a closed Sandbox.
 var errClosed = errors.New("shim: sandbox is closed; open it again")
@@ -137,13 +154,16 @@ func untrack[T comparable](s *Sandbox, m map[T]struct{}, v T) {
 	s.mu.Unlock()
 }
 
-// closeGrace is how long Close waits for killed processes to report their
-// exit before it tears their streams down.
-const closeGrace = 2 * time.Second
+// closeSlack is what Close allows a killed process beyond its wait delay:
+// after SIGKILL the agent collects the group's output for at most one wait
+// delay before it reports the exit.
+const closeSlack = time.Second
 
 // Close kills every process started through s that is still running,
 // closes every FS session and Dial stream, and makes later calls fail. It
-// does not stop or remove the sandbox.
+// does not stop or remove the sandbox. It waits for the killed processes
+// at most as long as the slowest of them may take (its wait delay and
+// closeSlack), and not at all when none runs.
 func (s *Sandbox) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -156,15 +176,18 @@ func (s *Sandbox) Close() error {
 	conns := keys(s.conns)
 	s.mu.Unlock()
 
+	var grace time.Duration
 	for _, p := range procs {
 		p.kill()
+		grace = max(grace, p.delay+closeSlack)
 	}
-	deadline := time.NewTimer(closeGrace)
-	defer deadline.Stop()
+	// One deadline for all of them; once passed, it stays passed.
+	wait, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
 	for _, p := range procs {
 		select {
 		case <-p.done:
-		case <-deadline.C:
+		case <-wait.Done():
 		}
 		// The agent kills the group and its descendants when its input
 		// ends, so closing the stream finishes what SIGKILL began.

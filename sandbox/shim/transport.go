@@ -53,6 +53,14 @@ type Stream interface {
 	Close() error
 }
 
+// Killer is a [Stream] that can kill its program at once, also a stopped
+// one (the host transport's, a local process). A file server that stopped
+// answering is killed through it when the stream has it, and through the
+// agent's kill-fs mode in the sandbox otherwise.
+type Killer interface {
+	Kill() error
+}
+
 // Binary is the agent executable for the sandbox's platform, found or built
 // on this machine by [Locate].
 type Binary struct {

@@ -31,3 +31,22 @@ func TestParseRun(t *testing.T) {
 		}
 	}
 }
+
+func TestIsFileServer(t *testing.T) {
+	tests := []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"/.berth/shim-1/berth-shim", "fs", "/work"}, true},
+		{[]string{"/.berth/shim-1/berth-shim", "fs", "--user=1:1", "/work"}, true},
+		{[]string{"/.berth/shim-1/berth-shim", "fs", "/work/sub"}, false},
+		{[]string{"/.berth/shim-1/berth-shim", "run", "--", "/work"}, false},
+		{[]string{"sleep", "100"}, false},
+		{[]string{""}, false},
+	}
+	for _, tt := range tests {
+		if got := isFileServer(tt.args, "/work"); got != tt.want {
+			t.Errorf("isFileServer(%q) = %v, want %v", tt.args, got, tt.want)
+		}
+	}
+}

@@ -85,6 +85,7 @@ func (s *fileServer) handle(req Request) error {
 var errBroken = errors.New("write to berth failed")
 
 func (s *fileServer) reply(resp Response) error {
+	resp.Pid = os.Getpid()
 	j, err := json.Marshal(resp)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@
 //	berth-shim run [--wait-delay=D] [--direct-stdout] [--user=UID:GID[:G1,G2...]] [--nproc=N] [--cgroup=DIR]... -- PROGRAM ARGS...
 //	berth-shim fs [--user=UID:GID[:G1,G2...]] ROOT
 //	berth-shim dial tcp 127.0.0.1:PORT | dial unix /path/to/socket
+//	berth-shim kill-fs PID ROOT
 //	berth-shim version
 //
 // "run" starts the program in a new process group and speaks the run
@@ -20,10 +21,15 @@
 // the program and all its descendants are in it. "fs" serves
 // files below ROOT, with --user as that user and groups (so that the
 // kernel checks every access as theirs and new files are theirs); "dial" relays raw bytes between stdio and a
-// connection. The frame format is in frame.go.
+// connection; "kill-fs" kills (SIGKILL) process PID when it is a file
+// server ("berth-shim fs ... ROOT"), for berth to end a server that stopped
+// answering, and succeeds when no such process is left. The frame format is
+// in frame.go.
 package agent
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -81,6 +87,21 @@ func Main(args []string) int {
 			return 2
 		}
 		return serveFS(rest[0], os.Stdin, os.Stdout)
+	case "kill-fs":
+		if len(args) != 3 {
+			fmt.Fprintln(os.Stderr, "berth-shim kill-fs: want PID ROOT")
+			return 2
+		}
+		pid, err := strconv.Atoi(args[1])
+		if err != nil || pid <= 0 {
+			fmt.Fprintf(os.Stderr, "berth-shim kill-fs: bad PID %q\n", args[1])
+			return 2
+		}
+		if err := killFS(pid, args[2]); err != nil {
+			fmt.Fprintf(os.Stderr, "berth-shim kill-fs: %v\n", err)
+			return 1
+		}
+		return 0
 	case "dial":
 		if len(args) != 3 {
 			fmt.Fprintln(os.Stderr, "berth-shim dial: want NETWORK ADDRESS")
@@ -195,4 +216,32 @@ func becomeUser(c *syscall.Credential) error {
 		return fmt.Errorf("set uid %d: %w", c.Uid, err)
 	}
 	return nil
+}
+
+// killFS kills process pid with SIGKILL (which also ends a stopped one)
+// when its command line is that of a file server for root, and returns nil
+// when no such process is left: it ended already, or its pid now names
+// another program, which is left alone.
+func killFS(pid int, root string) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	args := strings.Split(string(bytes.TrimSuffix(b, []byte{0})), "\x00")
+	if !isFileServer(args, root) {
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+		return fmt.Errorf("kill file server %d: %w", pid, err)
+	}
+	return nil
+}
+
+// isFileServer reports whether args, a command line, is "berth-shim fs
+// [--user=...] root".
+func isFileServer(args []string, root string) bool {
+	return len(args) >= 3 && len(args) <= 4 && args[1] == "fs" && args[len(args)-1] == root
 }

@@ -50,6 +50,10 @@ type Response struct {
 	Err  *Error `json:"err,omitempty"`
 	Info *Info  `json:"info,omitempty"` // stat, lstat
 	Path string `json:"path,omitempty"` // realpath
+	// Pid is the file server's process id in the sandbox, in every
+	// response, so that berth can end a server that later stops answering
+	// (see "berth-shim kill-fs").
+	Pid int `json:"pid,omitempty"`
 }
 
 // Error is a failed operation on the wire.
