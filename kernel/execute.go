@@ -36,6 +36,10 @@ type Event struct {
 	Error *ExecError
 	// Wait is clear_output's wait flag.
 	Wait bool
+	// Dropped is how many bytes of this output the client cut while
+	// receiving it (the middles of strings longer than [MaxString]); the
+	// text and data keep each long string's head and tail.
+	Dropped int64
 	// Message is the verified message the event came from.
 	Message *Message
 }
@@ -163,7 +167,7 @@ func (c *Client) Execute(ctx context.Context, code string, opts ExecuteOptions) 
 	}()
 	inErr := make(chan error, 1)
 
-	if err := c.send(Shell, m); err != nil {
+	if err := c.send(ctx, Shell, m); err != nil {
 		return nil, err
 	}
 	var reply *ExecuteReply
@@ -238,7 +242,7 @@ func (c *Client) answer(ctx context.Context, wg *sync.WaitGroup, errc chan<- err
 		return
 	}
 	m.ParentHeader = parent
-	if err := c.send(Stdin, m); err != nil {
+	if err := c.send(ctx, Stdin, m); err != nil {
 		fail(err)
 	}
 }
@@ -290,6 +294,7 @@ func decodeEvent(m *Message) (Event, bool) {
 		Metadata:  ct.Metadata,
 		DisplayID: ct.Transient.DisplayID,
 		Wait:      ct.Wait,
+		Dropped:   m.Dropped,
 		Message:   m,
 	}
 	if ct.ExecutionCount != nil {
