@@ -91,7 +91,8 @@ func prependNotes(res *tools.Result, notes []string) {
 type output struct {
 	mu      sync.Mutex
 	text    strings.Builder
-	cut     int // bytes dropped from the middle
+	cut     int   // bytes dropped from the middle
+	shrunk  int64 // bytes the kernel client cut while receiving (kernel.Event.Dropped)
 	tail    []string
 	images  []tools.Content
 	dropped int // images left out
@@ -132,6 +133,10 @@ func (o *output) add(s string) {
 func (o *output) event(e kernel.Event) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	// The client kept the head and tail of each long string (at least
+	// MaxOutputChars/2 bytes each), so what it cut lies in the middle that
+	// add drops too: the two counts together are what is missing.
+	o.shrunk += e.Dropped
 	switch e.Type {
 	case kernel.EventStream:
 		o.add(ansi.ReplaceAllString(e.Text, ""))
@@ -186,7 +191,7 @@ func (o *output) display(e kernel.Event) {
 // droppedNote says how much of a cell's output was dropped: cut by berth
 // from the middle of what arrived, beyond MaxOutputChars, and lost by the
 // kernel before it arrived (kernel.ExecuteReply.OutputDropped).
-func droppedNote(cut int, lost int64, head, tail int) string {
+func droppedNote(cut, lost int64, head, tail int) string {
 	kept := fmt.Sprintf("kept the first %s and last %s", thousands(int64(head)), thousands(int64(tail)))
 	if head+tail == 0 {
 		kept = "kept none of it"
@@ -194,7 +199,7 @@ func droppedNote(cut int, lost int64, head, tail int) string {
 	if lost > 0 {
 		kept += fmt.Sprintf("; the kernel dropped %s of them, written faster than berth could read", thousands(lost))
 	}
-	return fmt.Sprintf("[… %s bytes of output dropped (%s): print less, or write large output to a file and read the part you need …]", thousands(int64(cut)+lost), kept)
+	return fmt.Sprintf("[… %s bytes of output dropped (%s): print less, or write large output to a file and read the part you need …]", thousands(cut+lost), kept)
 }
 
 // thousands writes n with thousands separators: 12,345.
@@ -279,8 +284,8 @@ func (o *output) result(rep *kernel.ExecuteReply) *tools.Result {
 	}
 	text := head + tail
 	switch {
-	case o.cut > 0:
-		text = head + "\n" + droppedNote(o.cut, lost, len(head), len(tail)) + "\n" + tail
+	case int64(o.cut)+o.shrunk > 0:
+		text = head + "\n" + droppedNote(int64(o.cut)+o.shrunk, lost, len(head), len(tail)) + "\n" + tail
 	case lost > 0:
 		// Where the kernel lost output is not known: say so after what came.
 		text = strings.TrimRight(head+tail, "\n")
