@@ -32,6 +32,12 @@ const (
 	// ReadyResend is how often Connect repeats kernel_info_request until
 	// the reply and the matching IOPub status arrive (slow joiner).
 	ReadyResend = 500 * time.Millisecond
+	// SuspendedTimeout bounds the wait for Config.Suspended's answer once
+	// the heartbeat has been silent for time-to-dead. The place a kernel
+	// runs in may be slow to say it is out of reach (a hung engine answers
+	// no state check for seconds); a Suspended that has not answered
+	// within it counts as "not suspended", and the kernel as dead.
+	SuspendedTimeout = 10 * time.Second
 	// ReplayWindow is how many recent signatures are remembered to drop
 	// replayed messages (jupyter_client keeps a digest history too).
 	ReplayWindow = 4096
@@ -60,7 +66,7 @@ type Config struct {
 	// TimeToDead defaults to [DefaultTimeToDead].
 	TimeToDead time.Duration
 	// Suspended, when set, is asked before a silent heartbeat declares the
-	// kernel dead: true means the place the kernel runs in is paused or
+	// kernel dead, and given up to [SuspendedTimeout] to answer: true means the place the kernel runs in is paused or
 	// does not answer for now (a sandbox's sandbox.ErrUnavailable), so the
 	// silence is not the kernel's. Time-to-dead then counts again from
 	// zero: it runs only while that place answers.

@@ -122,12 +122,12 @@ func (c *Client) beat(hb *hbSocket) error {
 // maxPing bounds one heartbeat echo frame (a ping is a 36-byte id).
 const maxPing = 256
 
-// isSuspended asks Config.Suspended, bounded by one interval.
+// isSuspended asks Config.Suspended, bounded by SuspendedTimeout.
 func (c *Client) isSuspended() bool {
 	if c.suspended == nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, c.interval)
+	ctx, cancel := context.WithTimeout(c.ctx, SuspendedTimeout)
 	defer cancel()
 	return c.suspended(ctx)
 }

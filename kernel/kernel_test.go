@@ -445,3 +445,55 @@ func TestDialBacksOff(t *testing.T) {
 		t.Logf("%d dials in %v (without backoff: %d)", n, wait, flat)
 	}
 }
+
+// TestSlowSuspendedAnswerIsWaitedFor: a kernel frozen while the place it
+// runs in takes seconds to say it is suspended (a hung engine) is not
+// declared dead: Suspended's answer is waited for up to SuspendedTimeout,
+// not one heartbeat interval.
+func TestSlowSuspendedAnswerIsWaitedFor(t *testing.T) {
+	k := startKernel(t)
+	const interval = 200 * time.Millisecond
+	var asked atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, Config{
+		Conn: k.info, HeartbeatInterval: interval, TimeToDead: 3 * interval,
+		Suspended: func(ctx context.Context) bool {
+			asked.Add(1)
+			select {
+			case <-time.After(2 * time.Second): // slower than many intervals
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := k.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for asked.Load() < 2 && time.Now().Before(deadline) {
+		select {
+		case <-c.Dead():
+			k.cmd.Process.Signal(syscall.SIGCONT)
+			t.Fatalf("declared dead while Suspended was still answering: %v", c.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := k.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if asked.Load() < 2 {
+		t.Fatalf("Suspended asked %d times in 15 s, want at least 2", asked.Load())
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("declared dead: %v", err)
+	}
+	if r, _ := run(t, c, "1+1", ExecuteOptions{}); r.Status != "ok" {
+		t.Errorf("after the thaw: %+v", r)
+	}
+}

@@ -541,8 +541,10 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 		},
 		// A paused sandbox freezes the kernel too: its silence is not
 		// death, and its state is kept for when the sandbox is back.
+		// CheckWithin: an engine that does not answer in time is an
+		// outage too, not the kernel's death.
 		Suspended: func(ctx context.Context) bool {
-			return errors.Is(s.sb.Check(ctx), sandbox.ErrUnavailable)
+			return errors.Is(sandbox.CheckWithin(ctx, s.sb), sandbox.ErrUnavailable)
 		},
 	})
 	ccancel()
