@@ -50,6 +50,11 @@ var (
 	ErrDead = errors.New("kernel: the kernel is dead")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("kernel: the client is closed")
+	// ErrNotTaken: the request could not be sent, or the kernel died
+	// without answering it in any way (no busy status, no output, no
+	// reply): it never ran. The error also wraps why (usually [ErrDead]),
+	// so a caller may run it again on a new kernel.
+	ErrNotTaken = errors.New("kernel: the kernel never took the request")
 )
 
 // Config configures [Connect].

@@ -385,8 +385,8 @@ func TestRealKernelKilled(t *testing.T) {
 	if !errors.Is(c.Err(), ErrDead) {
 		t.Errorf("Err = %v, want ErrDead", c.Err())
 	}
-	if err := <-errc; !errors.Is(err, ErrDead) {
-		t.Errorf("pending Execute = %v, want ErrDead", err)
+	if err := <-errc; !errors.Is(err, ErrDead) || errors.Is(err, ErrNotTaken) {
+		t.Errorf("pending Execute = %v, want ErrDead and not ErrNotTaken (the kernel had taken the cell)", err)
 	}
 	t.Logf("reported: %v", c.Err())
 }
@@ -496,4 +496,27 @@ func TestSlowSuspendedAnswerIsWaitedFor(t *testing.T) {
 	if r, _ := run(t, c, "1+1", ExecuteOptions{}); r.Status != "ok" {
 		t.Errorf("after the thaw: %+v", r)
 	}
+}
+
+// TestKilledBetweenCellsNotTaken: a cell sent to a kernel killed after
+// the previous cell fails with ErrNotTaken (and ErrDead): nothing about it
+// came back, so it never ran. A cell the kernel was running when it died
+// is not ErrNotTaken (TestRealKernelKilled).
+func TestKilledBetweenCellsNotTaken(t *testing.T) {
+	k := startKernel(t)
+	c := connect(t, k, &countingDialer{})
+	if r, _ := run(t, c, "x = 1", ExecuteOptions{}); r.Status != "ok" {
+		t.Fatalf("first cell: %+v", r)
+	}
+	if err := k.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-k.done
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := c.Execute(ctx, "print(x)", ExecuteOptions{})
+	if !errors.Is(err, ErrNotTaken) || !errors.Is(err, ErrDead) {
+		t.Fatalf("Execute on a killed kernel = %v, want ErrNotTaken and ErrDead", err)
+	}
+	t.Logf("reported: %v", err)
 }

@@ -73,12 +73,46 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 		return res, nil
 	}
 	res, err := s.run(ctx, k, code)
+	if errors.Is(err, errNotTaken) {
+		// The kernel died before it took the cell: run it once on a new
+		// kernel, saying that the old one's state is gone.
+		why := k.dead()
+		if why == "" {
+			why = "it stopped answering"
+		}
+		s.mu.Lock()
+		if s.kernels[lang] == k {
+			delete(s.kernels, lang)
+		}
+		s.mu.Unlock()
+		k.stop(ctx)
+		notes = append(notes, fmt.Sprintf("the %s kernel had died before it took the cell (%s), so the cell ran on a new kernel: all earlier state (variables, imports, loaded data) was lost; run the setup cells again", lang, why))
+		var more []string
+		k, more, err = s.kernelFor(ctx, lang, false)
+		notes = append(notes, more...)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			res := tools.Errorf("%s", strings.TrimPrefix(err.Error(), "eval: "))
+			prependNotes(res, notes)
+			return res, nil
+		}
+		res, err = s.run(ctx, k, code)
+		if errors.Is(err, errNotTaken) {
+			res, err = tools.Errorf("the new %s kernel died too before it took the cell (%s); check the sandbox (memory, processes) before calling again", lang, k.dead()), nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	prependNotes(res, notes)
 	return res, nil
 }
+
+// errNotTaken is run's word that the kernel never took the cell
+// (kernel.ErrNotTaken): it may be run again on a new kernel.
+var errNotTaken = errors.New("eval: the kernel never took the cell")
 
 func prependNotes(res *tools.Result, notes []string) {
 	if len(notes) == 0 {
@@ -261,6 +295,8 @@ func (s *Supervisor) run(ctx context.Context, k *kern, code string) (*tools.Resu
 		// stuck behind an abandoned cell.
 		s.abandon(k)
 		return nil, ctx.Err()
+	case errors.Is(err, kernel.ErrNotTaken):
+		return nil, fmt.Errorf("%w: %w", errNotTaken, err)
 	case errors.Is(err, kernel.ErrDead):
 		res = out.result(nil)
 		res.IsError = true

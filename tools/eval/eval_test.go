@@ -275,3 +275,29 @@ func TestNextCellWaitsForAbandonedOne(t *testing.T) {
 		t.Errorf("the next cell does not say the kernel was replaced:\n%s", r.Text)
 	}
 }
+
+// TestCellNotTakenRunsOnNewKernel: a kernel that died (hung: SIGSTOP, so
+// its process lives on and only its heartbeat tells) before it took the
+// next cell is not blamed for the cell: the cell runs once on a new
+// kernel, and the result says the old kernel's state was lost. Before,
+// the call ended with "the python kernel died while running the cell".
+func TestCellNotTakenRunsOnNewKernel(t *testing.T) {
+	debianPython(t, "ipykernel")
+	h := newHostRun(t, "/usr/bin:/bin", eval.Options{})
+	e := h.env()
+	for _, sig := range []string{"-STOP", "-KILL"} {
+		r := e.Cell(t, "python", "import os\nx = 1\nprint(os.getpid())")
+		pid := strings.TrimSpace(strings.Split(r.Text, "\n")[0])
+		if err := exec.Command("kill", sig, pid).Run(); err != nil {
+			t.Fatal(err)
+		}
+		r = e.Cell(t, "python", "print('x' in dir())", "False", "state", "lost")
+		if strings.Contains(r.Text, "died while running the cell") {
+			t.Errorf("kill %s: the cell was blamed for the kernel's death:\n%s", sig, r.Text)
+		}
+		if sig == "-STOP" && !strings.Contains(r.Text, "had died before it took the cell") {
+			t.Errorf("kill %s: the result does not say the cell ran on a new kernel:\n%s", sig, r.Text)
+		}
+		t.Logf("kill %s: %s", sig, r.Text)
+	}
+}
