@@ -520,3 +520,39 @@ func TestKilledBetweenCellsNotTaken(t *testing.T) {
 	}
 	t.Logf("reported: %v", err)
 }
+
+// TestReconnectsAfterDroppedStreams: every stream the client dialed is
+// cut (a sandbox's exec tunnel ending); the sockets redial through the
+// caller's Dial and the next cells run.
+func TestReconnectsAfterDroppedStreams(t *testing.T) {
+	k := startKernel(t)
+	var mu sync.Mutex
+	var conns []net.Conn
+	d := &countingDialer{wrap: func(_, _ string, c net.Conn) net.Conn {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+		return c
+	}}
+	c := connect(t, k, d)
+	run(t, c, "x = 5", ExecuteOptions{})
+	for round := 0; round < 3; round++ {
+		before := d.n.Load()
+		mu.Lock()
+		for _, conn := range conns {
+			conn.Close()
+		}
+		conns = nil
+		mu.Unlock()
+		r, events := run(t, c, "print(x * 2)", ExecuteOptions{})
+		if r.Status != "ok" || streamText(events, "stdout") != "10\n" {
+			t.Fatalf("round %d: reply %+v, stdout %q", round, r, streamText(events, "stdout"))
+		}
+		if d.n.Load() == before {
+			t.Errorf("round %d: nothing was redialed", round)
+		}
+	}
+	if err := c.Err(); err != nil {
+		t.Errorf("client dead after reconnecting: %v", err)
+	}
+}

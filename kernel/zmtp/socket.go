@@ -124,18 +124,31 @@ func (s *Socket) Drop(c *Conn) {
 }
 
 // Send sends one message on the socket's connection, dialing first when
-// there is none; a connection the send fails on is dropped. ctx bounds
-// both.
+// there is none. A connection the send fails on is dropped and the
+// message sent again on a new one (a peer discards a message cut short
+// with its connection), until ctx ends.
 func (s *Socket) Send(ctx context.Context, frames [][]byte) error {
-	c, err := s.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("zmtp: send: no connection: %w", err)
-	}
-	if err := c.Send(ctx, frames); err != nil {
+	for {
+		c, err := s.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("zmtp: send: no connection: %w", err)
+		}
+		err = c.Send(ctx, frames)
+		if err == nil {
+			return nil
+		}
 		s.Drop(c)
-		return err
+		if ctx.Err() != nil || s.ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(s.retry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
 	}
-	return nil
 }
 
 // Close closes the connection and stops any dial in progress; Conn and
