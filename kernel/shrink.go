@@ -93,6 +93,19 @@ func (s *shrinker) Write(p []byte) (int, error) {
 			i = j
 			continue
 		}
+		if s.headDone && !s.tok.esc && s.tok.hex == 0 {
+			// Fast path through the part that may be dropped: a run of
+			// plain ASCII, each byte a token of its own.
+			j := i
+			for j < len(p) && p[j] < 0x80 && p[j] != '\\' && p[j] != '"' {
+				j++
+			}
+			if j > i {
+				s.ringPlain(p[i:j])
+				i = j
+				continue
+			}
+		}
 		b := p[i]
 		i++
 		start, dec, end := s.tok.step(b)
@@ -120,6 +133,27 @@ func (s *shrinker) Write(p []byte) (int, error) {
 		s.rtotal++
 	}
 	return len(p), nil
+}
+
+// ringPlain puts a run of plain ASCII string bytes into the ring.
+func (s *shrinker) ringPlain(run []byte) {
+	n := len(run)
+	s.tok.lastHigh = false
+	s.strRaw += n
+	s.strDec += int64(n)
+	s.rtotal += int64(n)
+	s.rlen = min(s.rlen+n, len(s.ring))
+	if len(run) > len(s.ring) {
+		run = run[len(run)-len(s.ring):]
+	}
+	for len(run) > 0 {
+		k := copy(s.ring[s.rpos:], run)
+		for m := s.rpos; m < s.rpos+k; m++ {
+			s.marks[m] = true
+		}
+		s.rpos = (s.rpos + k) % len(s.ring)
+		run = run[k:]
+	}
 }
 
 func (s *shrinker) startString() {
