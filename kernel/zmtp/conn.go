@@ -41,6 +41,8 @@ const (
 	// MaxCommand bounds one command body (READY and its metadata, PING);
 	// a larger one ends the connection.
 	MaxCommand = 64 << 10
+	// MaxCommandWrite bounds writing a command the reader answers (PONG).
+	MaxCommandWrite = 10 * time.Second
 	// greetingSize is the fixed ZMTP 3.0 greeting.
 	greetingSize = 64
 	// readBuffer is the size of a connection's read buffer.
@@ -105,23 +107,19 @@ func Handshake(ctx context.Context, nc net.Conn, typ SocketType, opts Options) (
 	if _, ok := peerTypes[typ]; !ok {
 		return nil, fmt.Errorf("zmtp: socket type %q is not supported (DEALER, SUB, REQ are)", typ)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		nc.SetDeadline(dl)
-	}
+	// ctx's end (deadline or cancel) sets a past deadline on nc, which
+	// unblocks the handshake's reads and writes.
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
-	defer func() {
-		if stop() {
-			nc.SetDeadline(time.Time{})
-		}
-	}()
 	c := &Conn{nc: nc, r: bufio.NewReaderSize(nc, readBuffer), w: bufio.NewWriterSize(nc, readBuffer), typ: typ}
 	err := c.handshake(opts)
-	if err != nil && ctx.Err() != nil {
-		err = fmt.Errorf("zmtp: handshake: %w", ctx.Err())
+	if !stop() || ctx.Err() != nil {
+		// ctx ended: the deadline is in the past, whatever the outcome.
+		return nil, fmt.Errorf("zmtp: handshake: %w", ctx.Err())
 	}
 	if err != nil {
 		return nil, err
 	}
+	nc.SetDeadline(time.Time{})
 	return c, nil
 }
 
@@ -432,9 +430,7 @@ func (c *Conn) ReadMessage(max int) ([][]byte, error) {
 func (c *Conn) Send(ctx context.Context, frames [][]byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if dl, ok := ctx.Deadline(); ok {
-		c.nc.SetWriteDeadline(dl)
-	}
+	c.nc.SetWriteDeadline(time.Time{}) // a past Send's ctx may have set one
 	stop := context.AfterFunc(ctx, func() { c.nc.SetWriteDeadline(time.Unix(1, 0)) })
 	defer func() {
 		if stop() {
@@ -470,6 +466,8 @@ func (c *Conn) sendErr(ctx context.Context, err error) error {
 func (c *Conn) sendCommandRaw(body []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	c.nc.SetWriteDeadline(time.Now().Add(MaxCommandWrite))
+	defer c.nc.SetWriteDeadline(time.Time{})
 	if err := c.writeFrame(body, false, true); err != nil {
 		return err
 	}
