@@ -5,7 +5,6 @@ go 1.26.6
 require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/containerd/errdefs v1.0.0
-	github.com/go-zeromq/zmq4 v0.17.0
 	github.com/google/go-dap v0.12.0
 	github.com/google/jsonschema-go v0.4.2
 	github.com/moby/moby/api v1.56.1
@@ -112,7 +111,6 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
-	github.com/go-zeromq/goczmq/v4 v4.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"berth.dev/berth/kernel/zmtp"
 )
 
 // Defaults and caps of a [Client].
@@ -24,14 +24,20 @@ const (
 	// DefaultTimeToDead is how long the heartbeat may go unanswered before
 	// the kernel is reported dead (jupyter_client's time_to_dead).
 	DefaultTimeToDead = 3 * time.Second
-	// DialRetry is the pause between zmq4 dial attempts, while the kernel
+	// DialRetry is the pause between dial attempts, while the kernel
 	// has not bound its ports yet and when a connection is re-established.
 	DialRetry = 100 * time.Millisecond
-	// SendTimeout bounds one zmq4 send (zmq4 sends take no context).
+	// SendTimeout bounds one send, including the wait for a connection.
 	SendTimeout = 30 * time.Second
 	// ReadyResend is how often Connect repeats kernel_info_request until
 	// the reply and the matching IOPub status arrive (slow joiner).
 	ReadyResend = 500 * time.Millisecond
+	// SuspendedTimeout bounds the wait for Config.Suspended's answer once
+	// the heartbeat has been silent for time-to-dead. The place a kernel
+	// runs in may be slow to say it is out of reach (a hung engine answers
+	// no state check for seconds); a Suspended that has not answered
+	// within it counts as "not suspended", and the kernel as dead.
+	SuspendedTimeout = 10 * time.Second
 	// ReplayWindow is how many recent signatures are remembered to drop
 	// replayed messages (jupyter_client keeps a digest history too).
 	ReplayWindow = 4096
@@ -44,6 +50,11 @@ var (
 	ErrDead = errors.New("kernel: the kernel is dead")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("kernel: the client is closed")
+	// ErrNotTaken: the request could not be sent, or the kernel died
+	// without answering it in any way (no busy status, no output, no
+	// reply): it never ran. The error also wraps why (usually [ErrDead]),
+	// so a caller may run it again on a new kernel.
+	ErrNotTaken = errors.New("kernel: the kernel never took the request")
 )
 
 // Config configures [Connect].
@@ -60,14 +71,14 @@ type Config struct {
 	// TimeToDead defaults to [DefaultTimeToDead].
 	TimeToDead time.Duration
 	// Suspended, when set, is asked before a silent heartbeat declares the
-	// kernel dead: true means the place the kernel runs in is paused or
+	// kernel dead, and given up to [SuspendedTimeout] to answer: true means the place the kernel runs in is paused or
 	// does not answer for now (a sandbox's sandbox.ErrUnavailable), so the
 	// silence is not the kernel's. Time-to-dead then counts again from
 	// zero: it runs only while that place answers.
 	Suspended func(ctx context.Context) bool
 	// Username goes into message headers; default "berth".
 	Username string
-	// Logger receives debug records (dropped messages, zmq4's own log).
+	// Logger receives debug records (dropped messages, lost connections).
 	// The key is never logged. nil discards.
 	Logger *slog.Logger
 }
@@ -106,7 +117,7 @@ type Client struct {
 	sockCtx    context.Context // sockets' lifetime: canceled on death or Close
 	sockCancel context.CancelFunc
 	scope      *dialScope
-	socks      map[Channel]zmq4.Socket
+	socks      map[Channel]*zmtp.Socket
 	sockOnce   sync.Once
 
 	dead     chan struct{}
@@ -190,53 +201,34 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// zmqOptions are the options shared by every socket of the client.
-func (c *Client) zmqOptions(retries int) []zmq4.Option {
-	return []zmq4.Option{
-		zmq4.WithDialerRetry(DialRetry),
-		zmq4.WithDialerMaxRetries(retries),
-		zmq4.WithTimeout(SendTimeout),
-		zmq4.WithLogger(slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)),
-	}
-}
-
-// dialAll creates and dials shell, stdin, iopub and control. zmq4 retries
-// each dial until the kernel has bound (or the sockets are closed), so ctx
-// is enforced by closing the sockets when it ends first.
+// dialAll creates shell, stdin, iopub and control and connects them one
+// after the other, IOPub first (so it is subscribed before anything is
+// asked). Each socket redials every DialRetry until the kernel has bound;
+// ctx bounds the wait.
 func (c *Client) dialAll(ctx context.Context) error {
-	opts := append(c.zmqOptions(-1), zmq4.WithAutomaticReconnect(true))
-	id := zmq4.WithID(zmq4.SocketIdentity(c.session)) // shell and stdin must share it
-	c.socks = map[Channel]zmq4.Socket{
-		Shell:   zmq4.NewDealer(c.sockCtx, append(opts, id)...),
-		Stdin:   zmq4.NewDealer(c.sockCtx, append(opts, id)...),
-		Control: zmq4.NewDealer(c.sockCtx, opts...),
-		IOPub:   zmq4.NewSub(c.sockCtx, opts...),
-	}
-	if err := c.socks[IOPub].SetOption(zmq4.OptionSubscribe, ""); err != nil {
-		return fmt.Errorf("kernel: subscribe to iopub: %w", err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		for _, ch := range []Channel{IOPub, Shell, Stdin, Control} {
-			network, address, err := c.conn.Endpoint(ch)
-			if err == nil {
-				err = c.socks[ch].Dial(c.scope.endpoint(network, address))
-			}
-			if err != nil {
-				done <- fmt.Errorf("kernel: dial %s channel at %s %s: %w", ch, network, address, err)
-				return
-			}
+	id := zmtp.Options{Identity: []byte(c.session)} // shell and stdin must share it
+	c.socks = map[Channel]*zmtp.Socket{}
+	for _, ch := range []Channel{IOPub, Shell, Stdin, Control} {
+		network, address, err := c.conn.Endpoint(ch)
+		if err != nil {
+			return fmt.Errorf("kernel: %s channel: %w", ch, err)
 		}
-		done <- nil
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		c.closeSockets()
-		<-done
-		return fmt.Errorf("kernel: dial %s:%d and the other ports: %w; is the kernel running and listening there?", c.conn.IP, c.conn.ShellPort, ctx.Err())
+		typ, opts := zmtp.Dealer, zmtp.Options{}
+		switch ch {
+		case IOPub:
+			typ, opts = zmtp.Sub, zmtp.Options{Subscribe: []string{""}}
+		case Shell, Stdin:
+			opts = id
+		}
+		c.socks[ch] = zmtp.NewSocket(typ, opts, c.scope.dialer(network, address), DialRetry)
 	}
+	for _, ch := range []Channel{IOPub, Shell, Stdin, Control} {
+		if _, err := c.socks[ch].Conn(ctx); err != nil {
+			network, address, _ := c.conn.Endpoint(ch)
+			return fmt.Errorf("kernel: connect the %s channel at %s %s: %w; is the kernel running and listening there?", ch, network, address, err)
+		}
+	}
+	return nil
 }
 
 // closeSockets closes every socket and every connection the client dialed.
@@ -284,7 +276,7 @@ func (c *Client) Stats() Stats {
 }
 
 // markDead records err (the first one wins), fails pending calls and closes
-// the sockets, which also stops zmq4 from redialing a dead kernel.
+// the sockets, which also stops them redialing a dead kernel.
 func (c *Client) markDead(err error) {
 	c.deadOnce.Do(func() {
 		c.deadErr = err
@@ -294,52 +286,49 @@ func (c *Client) markDead(err error) {
 }
 
 // read receives from one socket until the sockets are closed, verifying
-// and routing each message.
-func (c *Client) read(ch Channel, s zmq4.Socket) {
+// and routing each message. A connection that fails is dropped and
+// redialed; the heartbeat decides about death.
+func (c *Client) read(ch Channel, s *zmtp.Socket) {
 	defer c.wg.Done()
 	for {
-		zm, err := s.Recv()
+		zc, err := s.Conn(c.sockCtx)
 		if err != nil {
-			if c.sockCtx.Err() != nil {
-				return
+			return // closed
+		}
+		for {
+			r, err := c.codec.receive(zc)
+			if err != nil {
+				if c.sockCtx.Err() == nil && !errors.Is(err, io.EOF) {
+					c.log.Debug("kernel: receive failed; reconnecting", "channel", ch, "err", err)
+				}
+				s.Drop(zc)
+				break
 			}
-			// A connection ended (io.EOF and friends). zmq4 redials it
-			// (automatic reconnect); the heartbeat decides about death.
-			if !errors.Is(err, io.EOF) {
-				c.log.Debug("kernel: receive failed; waiting for reconnect", "channel", ch, "err", err)
-			}
-			continue
+			c.deliver(ch, r)
 		}
-		m, err := c.codec.Decode(zm.Frames)
-		switch {
-		case errors.Is(err, ErrBadSignature):
-			c.badSig.Add(1)
-			c.log.Debug("kernel: dropped message with a bad signature", "channel", ch)
-			continue
-		case err != nil:
-			c.malformed.Add(1)
-			c.log.Debug("kernel: dropped malformed message", "channel", ch, "err", err)
-			continue
-		}
-		if c.replay(zm.Frames) {
-			c.replayed.Add(1)
-			c.log.Debug("kernel: dropped replayed message", "channel", ch, "msg_type", m.Header.MsgType)
-			continue
-		}
-		c.route(ch, m)
+	}
+}
+
+// deliver counts a dropped message or routes a verified one.
+func (c *Client) deliver(ch Channel, r received) {
+	switch {
+	case errors.Is(r.err, ErrBadSignature):
+		c.badSig.Add(1)
+		c.log.Debug("kernel: dropped message with a bad signature", "channel", ch)
+	case r.err != nil:
+		c.malformed.Add(1)
+		c.log.Debug("kernel: dropped malformed message", "channel", ch, "err", r.err)
+	case c.replay(r.sig):
+		c.replayed.Add(1)
+		c.log.Debug("kernel: dropped replayed message", "channel", ch, "msg_type", r.msg.Header.MsgType)
+	default:
+		c.route(ch, r.msg)
 	}
 }
 
 // replay reports whether the message's signature was seen recently, and
 // remembers it otherwise.
-func (c *Client) replay(frames [][]byte) bool {
-	var sig string
-	for i, f := range frames {
-		if string(f) == Delimiter {
-			sig = string(frames[i+1])
-			break
-		}
-	}
+func (c *Client) replay(sig string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.seen[sig]; ok {
@@ -433,8 +422,8 @@ func (c *Client) newMessage(msgType string, content any) (*Message, error) {
 	}, nil
 }
 
-// send signs m and sends it on ch.
-func (c *Client) send(ch Channel, m *Message) error {
+// send signs m and sends it on ch. ctx and [SendTimeout] bound it.
+func (c *Client) send(ctx context.Context, ch Channel, m *Message) error {
 	if err := c.Err(); err != nil {
 		return err
 	}
@@ -442,7 +431,9 @@ func (c *Client) send(ch Channel, m *Message) error {
 	if err != nil {
 		return err
 	}
-	if err := c.socks[ch].Send(zmq4.NewMsgFrom(frames...)); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, SendTimeout)
+	defer cancel()
+	if err := c.socks[ch].Send(ctx, frames); err != nil {
 		if e := c.Err(); e != nil {
 			return e
 		}
@@ -460,7 +451,7 @@ func (c *Client) request(ctx context.Context, ch Channel, msgType string, conten
 	w := newWaiter()
 	c.register(w, m.Header.MsgID)
 	defer c.unregister(m.Header.MsgID)
-	if err := c.send(ch, m); err != nil {
+	if err := c.send(ctx, ch, m); err != nil {
 		return nil, err
 	}
 	want := strings.TrimSuffix(msgType, "_request") + "_reply"
@@ -502,7 +493,7 @@ func (c *Client) waitReady(ctx context.Context) error {
 			}
 			ids = append(ids, m.Header.MsgID)
 			c.register(w, m.Header.MsgID)
-			if err := c.send(Shell, m); err != nil {
+			if err := c.send(ctx, Shell, m); err != nil {
 				return err
 			}
 			resend.Reset(ReadyResend)

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
+	"time"
 )
 
 // SignatureScheme is the only signature scheme this package speaks.
@@ -164,11 +166,37 @@ func NewConnectionInfo(cfg ConnectionConfig) (ConnectionInfo, error) {
 	return info, nil
 }
 
-// pickPorts chooses five distinct ports. For tcp it holds five listeners on
-// ip:0 at once, so the ports differ, then releases them for the kernel.
+// PortReuseAfter is how long a port this process picked for a kernel is
+// not handed out again. Between the pick (the listener is closed at once)
+// and the kernel's bind, the operating system may give the same free port
+// to the next caller; two runs starting kernels at once would then race
+// for it.
+const PortReuseAfter = 2 * time.Minute
+
+// maxPickTries bounds the listeners opened for one port while skipping
+// recently picked ones.
+const maxPickTries = 64
+
+// picked remembers the ports this process handed out, and when.
+var picked = struct {
+	sync.Mutex
+	at map[int]time.Time
+}{at: map[int]time.Time{}}
+
+// pickPorts chooses five distinct ports. For tcp it holds listeners on
+// ip:0 at once, so the ports differ and a port picked within
+// PortReuseAfter is skipped, then releases them for the kernel.
 func pickPorts(transport, ip string) (*Ports, error) {
 	if transport == "ipc" {
 		return &Ports{Shell: 1, IOPub: 2, Stdin: 3, Control: 4, HB: 5}, nil
+	}
+	picked.Lock()
+	defer picked.Unlock()
+	now := time.Now()
+	for p, at := range picked.at {
+		if now.Sub(at) >= PortReuseAfter {
+			delete(picked.at, p)
+		}
 	}
 	var ports [5]int
 	var ls []net.Listener
@@ -178,12 +206,22 @@ func pickPorts(transport, ip string) (*Ports, error) {
 		}
 	}()
 	for i := range ports {
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("kernel: pick a free port on %s: %w; pass Ports explicitly", ip, err)
+		for try := 0; ports[i] == 0; try++ {
+			if try == maxPickTries {
+				return nil, fmt.Errorf("kernel: pick a free port on %s: %d tries gave only ports handed out in the last %v; pass Ports explicitly", ip, maxPickTries, PortReuseAfter)
+			}
+			l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+			if err != nil {
+				return nil, fmt.Errorf("kernel: pick a free port on %s: %w; pass Ports explicitly", ip, err)
+			}
+			ls = append(ls, l) // held, so the next Listen gets another port
+			if p := l.Addr().(*net.TCPAddr).Port; picked.at[p].IsZero() {
+				ports[i] = p
+			}
 		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	for _, p := range ports {
+		picked.at[p] = now
 	}
 	return &Ports{Shell: ports[0], IOPub: ports[1], Stdin: ports[2], Control: ports[3], HB: ports[4]}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -100,5 +101,50 @@ func TestKeysDiffer(t *testing.T) {
 	b, _ := NewKey()
 	if a == b {
 		t.Fatal("two generated keys are equal")
+	}
+}
+
+// TestPickedPortsNotHandedTwice: kernels started at once (two runs) get
+// connection files whose ports were picked by listening on :0 and closing
+// again; the operating system may hand a port just released to the next
+// pick. No port this process picked is handed out again within
+// PortReuseAfter.
+func TestPickedPortsNotHandedTwice(t *testing.T) {
+	const pickers, each = 8, 40 // 1,600 ports
+	var (
+		mu   sync.Mutex
+		seen = map[int]int{}
+		wg   sync.WaitGroup
+	)
+	for g := 0; g < pickers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				info, err := NewConnectionInfo(ConnectionConfig{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, p := range []int{info.ShellPort, info.IOPubPort, info.StdinPort, info.ControlPort, info.HBPort} {
+					seen[p]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	twice := 0
+	for p, n := range seen {
+		if n > 1 {
+			twice++
+			if twice <= 5 {
+				t.Errorf("port %d handed out %d times", p, n)
+			}
+		}
+	}
+	if twice > 0 {
+		t.Errorf("%d of %d ports handed out more than once", twice, len(seen))
 	}
 }

@@ -1,5 +1,5 @@
-// Package kernel is a Jupyter client (messaging protocol 5.3) on
-// github.com/go-zeromq/zmq4, pure Go.
+// Package kernel is a Jupyter client (messaging protocol 5.3) on berth's
+// own ZMTP 3.0 client (package kernel/zmtp), pure Go.
 //
 // [NewConnectionInfo] makes a connection file (random 256-bit key, free or
 // given ports); the key never prints or logs. [Codec] signs and verifies
@@ -16,27 +16,31 @@
 // dialer, and process control (SIGINT for signal-mode kernels, TERM and
 // KILL after shutdown) stays with the caller.
 //
-// # zmq4 v0.17.0, as used here
+// # Sockets
 //
-//   - Custom dialer: zmq4 has no per-socket dialer option (its net.Dialer
-//     field is unexported). Sockets dial through transports registered
-//     process-wide with zmq4.RegisterTransport. This package registers one
-//     transport, "berth-kernel", at init, and encodes a dial scope in the
-//     endpoint ("berth-kernel://<scope>/<network>/<address>"); the
-//     transport looks the scope up and calls its DialFunc with the
-//     socket's context. Each scope tracks the connections it opened, so
-//     closing a client also closes a connection stuck in the ZMTP greeting.
+//   - Dialer: every socket dials through the caller's [DialFunc], by way of
+//     a dial scope (one per Client, one per heartbeat socket) that tracks
+//     each connection it opened, so closing a client also closes a
+//     connection stuck in the ZMTP greeting, and spaces out dials that keep
+//     failing.
 //   - Identity: shell and stdin share one ZMQ identity, or the kernel cannot
 //     route input_request to us.
 //   - Slow joiner: Connect repeats kernel_info_request until both its reply
 //     and an IOPub status with that parent arrive.
-//   - Dial before bind: sockets retry every [DialRetry] without limit until
-//     Connect's ctx ends (Connect then closes them).
-//   - Reconnect: automatic reconnect is on, so a dropped stream is redialed;
-//     a Recv that returns io.EOF means "peer went away", not the end. When
-//     the kernel is dead the sockets are closed, which stops redialing.
-//   - Heartbeat: a REQ socket goes into lockstep when a reply is lost, so it
-//     is closed and recreated after every miss; each ping waits one
-//     interval. zmq4 Recv takes no context: a socket is closed to unblock it.
-//   - zmq4 Send takes no context either; [SendTimeout] bounds it.
+//   - Dial before bind: sockets retry every [DialRetry] until Connect's ctx
+//     ends (Connect then closes them).
+//   - Reconnect: a connection that fails is dropped and redialed; when the
+//     kernel is dead the sockets are closed, which stops redialing.
+//   - Heartbeat: a REQ socket is closed and recreated after every miss;
+//     each ping waits one interval.
+//   - Sends take a context; [SendTimeout] bounds each one.
+//
+// # Memory
+//
+// Frames are read through bounded readers, never allocated at their
+// declared size. A content frame over [MaxContent] is rewritten while it
+// streams — each JSON string longer than [MaxString] keeps its head and
+// tail — and the HMAC is computed over the original bytes as they pass;
+// [Message.Dropped] and [Event.Dropped] say how many bytes were cut. One
+// huge message thus costs about 3 × MaxContent plus a constant.
 package kernel

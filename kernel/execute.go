@@ -36,6 +36,10 @@ type Event struct {
 	Error *ExecError
 	// Wait is clear_output's wait flag.
 	Wait bool
+	// Dropped is how many bytes of this output the client cut while
+	// receiving it (the middles of strings longer than [MaxString]); the
+	// text and data keep each long string's head and tail.
+	Dropped int64
 	// Message is the verified message the event came from.
 	Message *Message
 }
@@ -137,7 +141,9 @@ type iopubContent struct {
 // "error" and carries the traceback. ctx bounds the whole call; when it
 // ends Execute returns its error and the cell may still be running (the
 // caller decides whether to [Client.Interrupt]). When the kernel dies the
-// error wraps [ErrDead].
+// error wraps [ErrDead]; when it died (or the request could not be sent)
+// before anything about the request came back, it also wraps
+// [ErrNotTaken]: the cell never ran.
 func (c *Client) Execute(ctx context.Context, code string, opts ExecuteOptions) (*ExecuteReply, error) {
 	m, err := c.newMessage("execute_request", executeRequest{
 		Code:            code,
@@ -163,22 +169,36 @@ func (c *Client) Execute(ctx context.Context, code string, opts ExecuteOptions) 
 	}()
 	inErr := make(chan error, 1)
 
-	if err := c.send(Shell, m); err != nil {
-		return nil, err
+	// After a dropped stream, IOPub must be back (and subscribed) before
+	// the cell runs, or its output would go to nobody.
+	if _, err := c.socks[IOPub].Conn(ctx); err != nil && c.Err() == nil {
+		return nil, fmt.Errorf("kernel: execute: reconnect the iopub channel: %w", err)
+	}
+	if err := c.send(ctx, Shell, m); err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrNotTaken, err)
 	}
 	var reply *ExecuteReply
 	idle := false
+	taken := false // anything about this request came back
 	for !idle || reply == nil {
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("kernel: execute: %w; the cell may still be running, interrupt the kernel before the next call", ctx.Err())
 		case <-c.dead:
+			// What arrived just before the death counts.
+			if !taken && len(w.drain()) == 0 {
+				return nil, fmt.Errorf("kernel: execute: %w: %w", ErrNotTaken, c.deadErr)
+			}
 			return nil, fmt.Errorf("kernel: execute: %w", c.deadErr)
 		case err := <-inErr:
 			return nil, fmt.Errorf("kernel: execute: input handler: %w; the cell is still waiting for input, interrupt the kernel", err)
 		case <-w.notify:
 		}
 		for _, in := range w.drain() {
+			taken = true
 			t := in.msg.Header.MsgType
 			switch {
 			case in.ch == Shell && t == "execute_reply":
@@ -238,7 +258,7 @@ func (c *Client) answer(ctx context.Context, wg *sync.WaitGroup, errc chan<- err
 		return
 	}
 	m.ParentHeader = parent
-	if err := c.send(Stdin, m); err != nil {
+	if err := c.send(ctx, Stdin, m); err != nil {
 		fail(err)
 	}
 }
@@ -290,6 +310,7 @@ func decodeEvent(m *Message) (Event, bool) {
 		Metadata:  ct.Metadata,
 		DisplayID: ct.Transient.DisplayID,
 		Wait:      ct.Wait,
+		Dropped:   m.Dropped,
 		Message:   m,
 	}
 	if ct.ExecutionCount != nil {

@@ -7,17 +7,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"berth.dev/berth/kernel/zmtp"
 )
 
 // hbSocket is one heartbeat REQ socket and the dial scope of its
 // connection. It is thrown away after any missed beat, because a REQ
 // socket whose reply was lost is stuck in lockstep.
 type hbSocket struct {
-	sock   zmq4.Socket
-	scope  *dialScope
-	dialed bool
-	once   sync.Once
+	sock  *zmtp.Socket
+	scope *dialScope
+	once  sync.Once
 }
 
 func (h *hbSocket) close() {
@@ -49,10 +48,13 @@ func (c *Client) heartbeat() {
 		case <-tick.C:
 		}
 		if hb == nil {
-			hb = &hbSocket{
-				sock:  zmq4.NewReq(c.ctx, c.zmqOptions(0)...),
-				scope: newDialScope(c.dial),
+			network, address, err := c.conn.Endpoint(Heartbeat)
+			if err != nil {
+				c.markDead(fmt.Errorf("%w: heartbeat channel: %v", ErrDead, err))
+				return
 			}
+			scope := newDialScope(c.dial)
+			hb = &hbSocket{sock: zmtp.NewSocket(zmtp.Req, zmtp.Options{}, scope.dialer(network, address), DialRetry), scope: scope}
 		}
 		err := c.beat(hb)
 		if err == nil {
@@ -82,36 +84,31 @@ func (c *Client) heartbeat() {
 // timeout it closes the socket to unblock the dial or receive.
 func (c *Client) beat(hb *hbSocket) error {
 	ping := []byte(newID())
+	ctx, cancel := context.WithTimeout(c.ctx, c.interval)
+	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		if !hb.dialed {
-			network, address, err := c.conn.Endpoint(Heartbeat)
-			if err == nil {
-				err = hb.sock.Dial(hb.scope.endpoint(network, address))
-			}
-			if err != nil {
-				done <- fmt.Errorf("dial: %w", err)
-				return
-			}
-			hb.dialed = true
+		zc, err := hb.sock.Conn(ctx)
+		if err != nil {
+			done <- fmt.Errorf("dial: %w", err)
+			return
 		}
-		if err := hb.sock.Send(zmq4.NewMsg(ping)); err != nil {
+		if err := zc.Send(ctx, [][]byte{ping}); err != nil {
 			done <- fmt.Errorf("send: %w", err)
 			return
 		}
-		m, err := hb.sock.Recv()
+		frames, err := zc.ReadMessage(maxPing)
 		if err != nil {
 			done <- fmt.Errorf("receive: %w", err)
 			return
 		}
-		if len(m.Frames) == 0 || !bytes.Equal(m.Frames[0], ping) {
+		// A REQ reply starts with the empty delimiter frame.
+		if len(frames) != 2 || len(frames[0]) != 0 || !bytes.Equal(frames[1], ping) {
 			done <- fmt.Errorf("echo does not match the ping")
 			return
 		}
 		done <- nil
 	}()
-	ctx, cancel := context.WithTimeout(c.ctx, c.interval)
-	defer cancel()
 	select {
 	case err := <-done:
 		return err
@@ -122,12 +119,15 @@ func (c *Client) beat(hb *hbSocket) error {
 	}
 }
 
-// isSuspended asks Config.Suspended, bounded by one interval.
+// maxPing bounds one heartbeat echo frame (a ping is a 36-byte id).
+const maxPing = 256
+
+// isSuspended asks Config.Suspended, bounded by SuspendedTimeout.
 func (c *Client) isSuspended() bool {
 	if c.suspended == nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, c.interval)
+	ctx, cancel := context.WithTimeout(c.ctx, SuspendedTimeout)
 	defer cancel()
 	return c.suspended(ctx)
 }

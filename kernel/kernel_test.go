@@ -385,8 +385,8 @@ func TestRealKernelKilled(t *testing.T) {
 	if !errors.Is(c.Err(), ErrDead) {
 		t.Errorf("Err = %v, want ErrDead", c.Err())
 	}
-	if err := <-errc; !errors.Is(err, ErrDead) {
-		t.Errorf("pending Execute = %v, want ErrDead", err)
+	if err := <-errc; !errors.Is(err, ErrDead) || errors.Is(err, ErrNotTaken) {
+		t.Errorf("pending Execute = %v, want ErrDead and not ErrNotTaken (the kernel had taken the cell)", err)
 	}
 	t.Logf("reported: %v", c.Err())
 }
@@ -443,5 +443,116 @@ func TestDialBacksOff(t *testing.T) {
 		t.Errorf("%d dials in %v, as many as without backoff (%d)", n, wait, flat)
 	} else {
 		t.Logf("%d dials in %v (without backoff: %d)", n, wait, flat)
+	}
+}
+
+// TestSlowSuspendedAnswerIsWaitedFor: a kernel frozen while the place it
+// runs in takes seconds to say it is suspended (a hung engine) is not
+// declared dead: Suspended's answer is waited for up to SuspendedTimeout,
+// not one heartbeat interval.
+func TestSlowSuspendedAnswerIsWaitedFor(t *testing.T) {
+	k := startKernel(t)
+	const interval = 200 * time.Millisecond
+	var asked atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, Config{
+		Conn: k.info, HeartbeatInterval: interval, TimeToDead: 3 * interval,
+		Suspended: func(ctx context.Context) bool {
+			asked.Add(1)
+			select {
+			case <-time.After(2 * time.Second): // slower than many intervals
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := k.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for asked.Load() < 2 && time.Now().Before(deadline) {
+		select {
+		case <-c.Dead():
+			k.cmd.Process.Signal(syscall.SIGCONT)
+			t.Fatalf("declared dead while Suspended was still answering: %v", c.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := k.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if asked.Load() < 2 {
+		t.Fatalf("Suspended asked %d times in 15 s, want at least 2", asked.Load())
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("declared dead: %v", err)
+	}
+	if r, _ := run(t, c, "1+1", ExecuteOptions{}); r.Status != "ok" {
+		t.Errorf("after the thaw: %+v", r)
+	}
+}
+
+// TestKilledBetweenCellsNotTaken: a cell sent to a kernel killed after
+// the previous cell fails with ErrNotTaken (and ErrDead): nothing about it
+// came back, so it never ran. A cell the kernel was running when it died
+// is not ErrNotTaken (TestRealKernelKilled).
+func TestKilledBetweenCellsNotTaken(t *testing.T) {
+	k := startKernel(t)
+	c := connect(t, k, &countingDialer{})
+	if r, _ := run(t, c, "x = 1", ExecuteOptions{}); r.Status != "ok" {
+		t.Fatalf("first cell: %+v", r)
+	}
+	if err := k.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-k.done
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := c.Execute(ctx, "print(x)", ExecuteOptions{})
+	if !errors.Is(err, ErrNotTaken) || !errors.Is(err, ErrDead) {
+		t.Fatalf("Execute on a killed kernel = %v, want ErrNotTaken and ErrDead", err)
+	}
+	t.Logf("reported: %v", err)
+}
+
+// TestReconnectsAfterDroppedStreams: every stream the client dialed is
+// cut (a sandbox's exec tunnel ending); the sockets redial through the
+// caller's Dial and the next cells run.
+func TestReconnectsAfterDroppedStreams(t *testing.T) {
+	k := startKernel(t)
+	var mu sync.Mutex
+	var conns []net.Conn
+	d := &countingDialer{wrap: func(_, _ string, c net.Conn) net.Conn {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+		return c
+	}}
+	c := connect(t, k, d)
+	run(t, c, "x = 5", ExecuteOptions{})
+	for round := 0; round < 3; round++ {
+		before := d.n.Load()
+		mu.Lock()
+		for _, conn := range conns {
+			conn.Close()
+		}
+		conns = nil
+		mu.Unlock()
+		r, events := run(t, c, "print(x * 2)", ExecuteOptions{})
+		if r.Status != "ok" || streamText(events, "stdout") != "10\n" {
+			t.Fatalf("round %d: reply %+v, stdout %q", round, r, streamText(events, "stdout"))
+		}
+		if d.n.Load() == before {
+			t.Errorf("round %d: nothing was redialed", round)
+		}
+	}
+	if err := c.Err(); err != nil {
+		t.Errorf("client dead after reconnecting: %v", err)
 	}
 }

@@ -61,6 +61,10 @@ type Message struct {
 	Metadata     json.RawMessage
 	Content      json.RawMessage
 	Buffers      [][]byte
+	// Dropped is how many bytes of the content's strings the client cut
+	// while receiving it: long strings keep their head and tail (see
+	// [MaxString]). 0 for a message received whole.
+	Dropped int64
 }
 
 // Codec signs and verifies messages with one connection's key
@@ -143,7 +147,12 @@ func (c *Codec) Decode(frames [][]byte) (*Message, error) {
 	if !hmac.Equal(c.Sign(header, parent, metadata, content), sig) {
 		return nil, ErrBadSignature
 	}
-	m := &Message{Identities: frames[:d], Buffers: frames[d+6:]}
+	return parseMessage(frames[:d], header, parent, metadata, content, frames[d+6:])
+}
+
+// parseMessage parses the verified frames of a message.
+func parseMessage(idents [][]byte, header, parent, metadata, content []byte, buffers [][]byte) (*Message, error) {
+	m := &Message{Identities: idents, Buffers: buffers}
 	if err := json.Unmarshal(header, &m.Header); err != nil {
 		return nil, fmt.Errorf("%w: header: %v", ErrMalformed, err)
 	}

@@ -567,7 +567,11 @@ function ioThread() {
 
   // interrupt signals the process: a synchronous cell is broken by
   // breakOnSigint, an awaiting one by the main thread's SIGINT handler.
+  // It also tells the main thread by message: a SIGINT that lands just as
+  // a cell's synchronous part ends finds nothing to break and is lost, and
+  // the cell would then await forever (see onInterrupt).
   function interrupt() {
+    parentPort.postMessage({ t: 'interrupt' });
     try {
       process.kill(process.pid, 'SIGINT');
     } catch (e) {
@@ -953,9 +957,28 @@ function mainThread() {
     return e;
   }
 
-  process.on('SIGINT', () => {
-    if (cellInterrupt) cellInterrupt();
-  });
+  // An interrupt_request arrives twice: as SIGINT and as a message from
+  // the sockets thread. Whichever comes second within INTERRUPT_PAIR_MS of
+  // one that interrupted the cell is its companion and is ignored (it must
+  // not hit the next cell); one that finds no cell to interrupt counts for
+  // nothing, so its companion still can.
+  const INTERRUPT_PAIR_MS = 1000;
+  let interruptedAt = 0;
+  let interruptedBy = '';
+
+  function onInterrupt(by) {
+    const now = Date.now();
+    if (interruptedBy && interruptedBy !== by && now - interruptedAt < INTERRUPT_PAIR_MS) {
+      interruptedBy = '';
+      return;
+    }
+    if (!cellInterrupt) return;
+    interruptedAt = now;
+    interruptedBy = by;
+    cellInterrupt();
+  }
+
+  process.on('SIGINT', () => onInterrupt('signal'));
   process.on('uncaughtException', (e) => {
     process.stderr.write(`Uncaught ${e && e.stack ? cleanStack(e.stack).join('\n') : inspect(e)}\n`);
   });
@@ -1021,7 +1044,16 @@ function mainThread() {
     if (chosen.fallback && code.trim()) {
       log(`cell rewrite did not compile; ran ${filename} as written (top-level declarations may not persist)`);
     }
-    let value = script.runInThisContext({ breakOnSigint: true, displayErrors: true });
+    let value;
+    try {
+      value = script.runInThisContext({ breakOnSigint: true, displayErrors: true });
+    } catch (e) {
+      if (e && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') {
+        interruptedAt = Date.now(); // SIGINT broke the synchronous part
+        interruptedBy = 'signal';
+      }
+      throw e;
+    }
     if (chosen.async) {
       value.catch(() => {}); // an interrupted cell's promise may reject later
       value = await new Promise((resolve, reject) => {
@@ -1216,6 +1248,9 @@ function mainThread() {
         break;
       case 'input_reply':
         onInputReply(m);
+        break;
+      case 'interrupt':
+        onInterrupt('message');
         break;
       case 'ready':
         socketPaths = m.paths;

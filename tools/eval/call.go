@@ -73,12 +73,46 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 		return res, nil
 	}
 	res, err := s.run(ctx, k, code)
+	if errors.Is(err, errNotTaken) {
+		// The kernel died before it took the cell: run it once on a new
+		// kernel, saying that the old one's state is gone.
+		why := k.dead()
+		if why == "" {
+			why = "it stopped answering"
+		}
+		s.mu.Lock()
+		if s.kernels[lang] == k {
+			delete(s.kernels, lang)
+		}
+		s.mu.Unlock()
+		k.stop(ctx)
+		notes = append(notes, fmt.Sprintf("the %s kernel had died before it took the cell (%s), so the cell ran on a new kernel: all earlier state (variables, imports, loaded data) was lost; run the setup cells again", lang, why))
+		var more []string
+		k, more, err = s.kernelFor(ctx, lang, false)
+		notes = append(notes, more...)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			res := tools.Errorf("%s", strings.TrimPrefix(err.Error(), "eval: "))
+			prependNotes(res, notes)
+			return res, nil
+		}
+		res, err = s.run(ctx, k, code)
+		if errors.Is(err, errNotTaken) {
+			res, err = tools.Errorf("the new %s kernel died too before it took the cell (%s); check the sandbox (memory, processes) before calling again", lang, k.dead()), nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	prependNotes(res, notes)
 	return res, nil
 }
+
+// errNotTaken is run's word that the kernel never took the cell
+// (kernel.ErrNotTaken): it may be run again on a new kernel.
+var errNotTaken = errors.New("eval: the kernel never took the cell")
 
 func prependNotes(res *tools.Result, notes []string) {
 	if len(notes) == 0 {
@@ -91,7 +125,8 @@ func prependNotes(res *tools.Result, notes []string) {
 type output struct {
 	mu      sync.Mutex
 	text    strings.Builder
-	cut     int // bytes dropped from the middle
+	cut     int   // bytes dropped from the middle
+	shrunk  int64 // bytes the kernel client cut while receiving (kernel.Event.Dropped)
 	tail    []string
 	images  []tools.Content
 	dropped int // images left out
@@ -132,6 +167,10 @@ func (o *output) add(s string) {
 func (o *output) event(e kernel.Event) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	// The client kept the head and tail of each long string (at least
+	// MaxOutputChars/2 bytes each), so what it cut lies in the middle that
+	// add drops too: the two counts together are what is missing.
+	o.shrunk += e.Dropped
 	switch e.Type {
 	case kernel.EventStream:
 		o.add(ansi.ReplaceAllString(e.Text, ""))
@@ -186,7 +225,7 @@ func (o *output) display(e kernel.Event) {
 // droppedNote says how much of a cell's output was dropped: cut by berth
 // from the middle of what arrived, beyond MaxOutputChars, and lost by the
 // kernel before it arrived (kernel.ExecuteReply.OutputDropped).
-func droppedNote(cut int, lost int64, head, tail int) string {
+func droppedNote(cut, lost int64, head, tail int) string {
 	kept := fmt.Sprintf("kept the first %s and last %s", thousands(int64(head)), thousands(int64(tail)))
 	if head+tail == 0 {
 		kept = "kept none of it"
@@ -194,7 +233,7 @@ func droppedNote(cut int, lost int64, head, tail int) string {
 	if lost > 0 {
 		kept += fmt.Sprintf("; the kernel dropped %s of them, written faster than berth could read", thousands(lost))
 	}
-	return fmt.Sprintf("[… %s bytes of output dropped (%s): print less, or write large output to a file and read the part you need …]", thousands(int64(cut)+lost), kept)
+	return fmt.Sprintf("[… %s bytes of output dropped (%s): print less, or write large output to a file and read the part you need …]", thousands(cut+lost), kept)
 }
 
 // thousands writes n with thousands separators: 12,345.
@@ -256,6 +295,8 @@ func (s *Supervisor) run(ctx context.Context, k *kern, code string) (*tools.Resu
 		// stuck behind an abandoned cell.
 		s.abandon(k)
 		return nil, ctx.Err()
+	case errors.Is(err, kernel.ErrNotTaken):
+		return nil, fmt.Errorf("%w: %w", errNotTaken, err)
 	case errors.Is(err, kernel.ErrDead):
 		res = out.result(nil)
 		res.IsError = true
@@ -279,8 +320,8 @@ func (o *output) result(rep *kernel.ExecuteReply) *tools.Result {
 	}
 	text := head + tail
 	switch {
-	case o.cut > 0:
-		text = head + "\n" + droppedNote(o.cut, lost, len(head), len(tail)) + "\n" + tail
+	case int64(o.cut)+o.shrunk > 0:
+		text = head + "\n" + droppedNote(int64(o.cut)+o.shrunk, lost, len(head), len(tail)) + "\n" + tail
 	case lost > 0:
 		// Where the kernel lost output is not known: say so after what came.
 		text = strings.TrimRight(head+tail, "\n")

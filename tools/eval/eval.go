@@ -59,6 +59,10 @@ const (
 	MaxImages = 8
 	// MaxImageBytes bounds one image.
 	MaxImageBytes = 4 << 20
+	// ShutdownWait is how long stopping a live kernel waits for its
+	// shutdown_reply, and then for its process to end, before TERM and
+	// KILL. Both waits end early when the process ends.
+	ShutdownWait = 2 * time.Second
 	// stopTimeout bounds stopping a kernel (shutdown_request, TERM, KILL).
 	stopTimeout = 10 * time.Second
 	// probeTimeout bounds the discovery probe.
@@ -203,10 +207,19 @@ func (k *kern) stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
 	if k.dead() == "" {
-		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+		// The run's end may have sent SIGTERM already: a kernel whose
+		// process ends sends no shutdown_reply, so stop waiting for one.
+		sctx, scancel := context.WithTimeout(ctx, ShutdownWait)
+		go func() {
+			select {
+			case <-k.exited:
+				scancel()
+			case <-sctx.Done():
+			}
+		}()
 		k.client.Shutdown(sctx, false)
 		scancel()
-		t := time.NewTimer(2 * time.Second)
+		t := time.NewTimer(ShutdownWait)
 		select {
 		case <-k.exited:
 		case <-t.C:
@@ -541,8 +554,10 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 		},
 		// A paused sandbox freezes the kernel too: its silence is not
 		// death, and its state is kept for when the sandbox is back.
+		// CheckWithin: an engine that does not answer in time is an
+		// outage too, not the kernel's death.
 		Suspended: func(ctx context.Context) bool {
-			return errors.Is(s.sb.Check(ctx), sandbox.ErrUnavailable)
+			return errors.Is(sandbox.CheckWithin(ctx, s.sb), sandbox.ErrUnavailable)
 		},
 	})
 	ccancel()

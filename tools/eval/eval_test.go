@@ -3,7 +3,9 @@ package eval_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -273,5 +275,132 @@ func TestNextCellWaitsForAbandonedOne(t *testing.T) {
 	}
 	if !strings.Contains(r.Text, "did not stop the cell abandoned by an earlier call") {
 		t.Errorf("the next cell does not say the kernel was replaced:\n%s", r.Text)
+	}
+}
+
+// TestCellNotTakenRunsOnNewKernel: a kernel that died (hung: SIGSTOP, so
+// its process lives on and only its heartbeat tells) before it took the
+// next cell is not blamed for the cell: the cell runs once on a new
+// kernel, and the result says the old kernel's state was lost. Before,
+// the call ended with "the python kernel died while running the cell".
+func TestCellNotTakenRunsOnNewKernel(t *testing.T) {
+	debianPython(t, "ipykernel")
+	h := newHostRun(t, "/usr/bin:/bin", eval.Options{})
+	e := h.env()
+	for _, sig := range []string{"-STOP", "-KILL"} {
+		r := e.Cell(t, "python", "import os\nx = 1\nprint(os.getpid())")
+		pid := strings.TrimSpace(strings.Split(r.Text, "\n")[0])
+		if err := exec.Command("kill", sig, pid).Run(); err != nil {
+			t.Fatal(err)
+		}
+		r = e.Cell(t, "python", "print('x' in dir())", "False", "state", "lost")
+		if strings.Contains(r.Text, "died while running the cell") {
+			t.Errorf("kill %s: the cell was blamed for the kernel's death:\n%s", sig, r.Text)
+		}
+		if sig == "-STOP" && !strings.Contains(r.Text, "had died before it took the cell") {
+			t.Errorf("kill %s: the result does not say the cell ran on a new kernel:\n%s", sig, r.Text)
+		}
+		t.Logf("kill %s: %s", sig, r.Text)
+	}
+}
+
+// TestStopAfterRunEndIsPrompt: when a run ends, its context is canceled
+// first (the kernel gets SIGTERM) and its supervisor closed after. Close
+// must not then wait the shutdown grace for a shutdown_reply from a kernel
+// whose process has already ended.
+func TestStopAfterRunEndIsPrompt(t *testing.T) {
+	debianPython(t, "ipykernel")
+	dir := t.TempDir()
+	sb := host.New(host.Options{Env: []string{"PATH=/usr/bin:/bin"}})
+	defer sb.Close()
+	ws, err := sb.FS(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg := tools.NewRegistry()
+	sup := eval.Register(reg, sb, ws, runCtx, eval.Options{})
+	raw, _ := json.Marshal(map[string]any{"code": "import os\nprint(os.getpid())", "description": "start a kernel to stop it later"})
+	res, err := reg.Call(t.Context(), tools.SurfaceDefault, "eval", raw)
+	if err != nil || res.IsError {
+		t.Fatalf("%v %s", err, res.AllText())
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(res.AllText()))
+	if err != nil {
+		t.Fatalf("pid %q: %v", res.AllText(), err)
+	}
+	cancel() // the run ends: the kernel gets SIGTERM
+	start := time.Now()
+	// The kernel's process ends (it is not reaped by this test: poll it).
+	for exec.Command("kill", "-0", strconv.Itoa(pid)).Run() == nil {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the kernel did not exit on SIGTERM within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	exited := time.Since(start)
+	if err := sup.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	took := time.Since(start)
+	t.Logf("the kernel exited %v after the run's end; Close returned %v after it", exited.Round(time.Millisecond), (took - exited).Round(time.Millisecond))
+	if took-exited >= eval.ShutdownWait {
+		t.Errorf("Close took %v after the kernel had exited: it waited the shutdown grace (%v) for a dead kernel", took-exited, eval.ShutdownWait)
+	}
+}
+
+// kernelDir reads the private directory of the kernel with pid from its
+// command line (… -f DIR/conn.json).
+func kernelDir(t *testing.T, pid string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + pid + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(string(b), "\x00")
+	for i, a := range args {
+		if a == "-f" && i+1 < len(args) && strings.HasPrefix(args[i+1], "/tmp/berth-kernel.") {
+			return filepath.Dir(args[i+1])
+		}
+	}
+	t.Fatalf("no connection file in the kernel's command line %q", args)
+	return ""
+}
+
+// TestKernelDirGoesWithKernel: the kernel's private directory (connection
+// file with its key, sockets, berth's kernel source) is removed when the
+// kernel ends: replaced after it died, and when the run closes.
+func TestKernelDirGoesWithKernel(t *testing.T) {
+	h := newHostRun(t, noIPykernelPython(t), eval.Options{})
+	e := h.env()
+	pid := func() string {
+		r := e.Cell(t, "python", "import os\nprint(os.getpid())")
+		for _, l := range strings.Split(r.Text, "\n") {
+			if _, err := strconv.Atoi(strings.TrimSpace(l)); err == nil {
+				return strings.TrimSpace(l)
+			}
+		}
+		t.Fatalf("no pid in %q", r.Text)
+		return ""
+	}
+	p := pid()
+	dir := kernelDir(t, p)
+	if _, err := os.Stat(filepath.Join(dir, "conn.json")); err != nil {
+		t.Fatalf("the kernel's directory: %v", err)
+	}
+	if err := exec.Command("kill", "-9", p).Run(); err != nil {
+		t.Fatal(err)
+	}
+	p2 := pid() // runs on a new kernel
+	dir2 := kernelDir(t, p2)
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the dead kernel's directory %s is still there (%v)", dir, err)
+	}
+	if err := h.sup.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir2); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the closed run's kernel directory %s is still there (%v)", dir2, err)
 	}
 }
