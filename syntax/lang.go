@@ -6,8 +6,8 @@
 //
 // Besides the bundled grammars, grammars compiled into shared libraries are
 // loaded at run time from JSON descriptors (LoadGrammar, LoadGrammarDir,
-// LoadConfigured; Dart and Swift come this way, built by
-// syntax/grammars/build). See GrammarDescriptor for adding a grammar by config.
+// LoadConfigured; Dart and Swift come this way, installed by
+// `berth grammars install`, package syntax/grammars). See GrammarDescriptor for adding a grammar by config.
 package syntax
 
 import (
@@ -115,10 +115,7 @@ func Register(l Language) error {
 	if len(l.Contexts) == 0 {
 		l.Contexts = []Context{{Name: "bare"}}
 	}
-	l.ptr = unsafe.Pointer(l.Grammar.Inner)
-	l.kinds = new(kindNames)
-	l.scopes = new(scopeTable)
-	lp := &l
+	lp := prepared(l)
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	names := append([]string{l.ID}, l.Aliases...)
@@ -135,11 +132,19 @@ func Register(l Language) error {
 	for _, name := range names {
 		byName[strings.ToLower(name)] = lp
 	}
-	for _, ext := range l.Extensions {
+	for _, ext := range lp.Extensions {
 		byExt[strings.ToLower(ext)] = lp
 	}
 	ordered = append(ordered, lp)
 	return nil
+}
+
+// prepared returns a copy of l ready to parse with (not registered).
+func prepared(l Language) *Language {
+	l.ptr = unsafe.Pointer(l.Grammar.Inner)
+	l.kinds = new(kindNames)
+	l.scopes = new(scopeTable)
+	return &l
 }
 
 // Lookup returns the language with the given id or alias (case-insensitive).
