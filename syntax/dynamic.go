@@ -98,6 +98,9 @@ type GrammarDescriptor struct {
 	// Contexts is the pattern context ladder, tried in order; empty means a
 	// single bare context.
 	Contexts []ContextDescriptor `json:"contexts,omitempty"`
+	// Chain lists node kinds that continue the sibling before them (see
+	// Language.Chain): Dart's "selector".
+	Chain []string `json:"chain,omitempty"`
 }
 
 // ContextDescriptor is one rung of a descriptor's context ladder; see Context.
@@ -110,6 +113,9 @@ type ContextDescriptor struct {
 	Needs  []string `json:"needs,omitempty"`
 	// Append is added to the fragment unless it already ends with it.
 	Append string `json:"append,omitempty"`
+	// BlockEllipsis writes `{ $$$ }` as `{ $$$<it> }` before parsing; see
+	// Context.BlockEllipsis.
+	BlockEllipsis string `json:"block_ellipsis,omitempty"`
 	// Sequence accepts a fragment that is a run of sibling nodes.
 	Sequence bool `json:"sequence,omitempty"`
 }
@@ -253,7 +259,7 @@ func LoadGrammar(descriptorPath string) (*Language, error) {
 		return nil, fmt.Errorf("syntax: grammar %q: %s has ABI version %d, but this berth supports %d–%d; regenerate the parser with a matching tree-sitter CLI or use a grammar release built for it",
 			d.ID, lib, abi, sitter.MIN_COMPATIBLE_LANGUAGE_VERSION, sitter.LANGUAGE_VERSION)
 	}
-	l := Language{ID: d.ID, Aliases: d.Aliases, Grammar: g}
+	l := Language{ID: d.ID, Aliases: d.Aliases, Grammar: g, Chain: d.Chain}
 	for _, e := range d.Extensions {
 		if e == "" {
 			continue

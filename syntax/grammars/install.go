@@ -78,6 +78,7 @@ type Spec struct {
 	Filenames  []string                   `json:"filenames,omitempty"`
 	Expando    string                     `json:"expando,omitempty"`
 	Contexts   []syntax.ContextDescriptor `json:"contexts,omitempty"`
+	Chain      []string                   `json:"chain,omitempty"`
 }
 
 // Library is the shared library's file name in the grammar directory.
@@ -91,7 +92,7 @@ func (s Spec) descriptor() syntax.GrammarDescriptor {
 	return syntax.GrammarDescriptor{
 		ID: s.ID, Aliases: s.Aliases, Library: s.Library(), Symbol: s.Symbol(),
 		Extensions: s.Extensions, Filenames: s.Filenames, Expando: s.Expando,
-		Version: s.Version, Integrity: s.Integrity, Contexts: s.Contexts,
+		Version: s.Version, Integrity: s.Integrity, Contexts: s.Contexts, Chain: s.Chain,
 	}
 }
 
@@ -251,7 +252,18 @@ func install(ctx context.Context, s Spec, opt Options) (Result, error) {
 	}
 	res := Result{ID: s.ID, Version: s.Version, Dir: dir, Library: filepath.Join(dir, s.Library()), Descriptor: filepath.Join(dir, s.ID+".json")}
 	if !opt.Force && installed(ctx, s, res.Descriptor) {
-		opt.logf("%s %s: already installed in %s", s.ID, s.Version, dir)
+		// The library is the pinned one; the descriptor follows this
+		// berth's metadata (context ladder, chain kinds), which may be
+		// newer than the berth that installed it.
+		fresh, err := refreshDescriptor(res.Descriptor, s.descriptor())
+		if err != nil {
+			return res, err
+		}
+		if fresh {
+			opt.logf("%s %s: already installed in %s; its descriptor was updated to this berth's", s.ID, s.Version, dir)
+		} else {
+			opt.logf("%s %s: already installed in %s", s.ID, s.Version, dir)
+		}
 		res.Skipped = true
 		return res, nil
 	}
@@ -316,6 +328,28 @@ func installed(ctx context.Context, s Spec, desc string) bool {
 		return false
 	}
 	return syntax.CheckGrammar(ctx, desc, []byte(s.Check)) == nil
+}
+
+// refreshDescriptor rewrites the descriptor at path (atomically) when it
+// differs from d, and reports whether it did.
+func refreshDescriptor(path string, d syntax.GrammarDescriptor) (bool, error) {
+	want, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return false, err
+	}
+	want = append(want, '\n')
+	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, want) {
+		return false, nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, want, 0o644); err != nil {
+		return false, fmt.Errorf("grammars: writing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return false, fmt.Errorf("grammars: installing %s: %w", path, err)
+	}
+	return true, nil
 }
 
 func writeDescriptor(path string, d syntax.GrammarDescriptor) error {

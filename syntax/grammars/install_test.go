@@ -135,6 +135,22 @@ func TestInstallFromNpm(t *testing.T) {
 	if err != nil || !again.Skipped {
 		t.Errorf("second install = %+v, %v; want it skipped", again, err)
 	}
+	// A descriptor from an older berth (another context ladder) is brought
+	// up to date without a rebuild.
+	stale, err := os.ReadFile(res.Descriptor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(res.Descriptor, bytes.Replace(stale, []byte(`"chain"`), []byte(`"aliases": ["old"], "chain"`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log.Reset()
+	if again, err := Install(ctx, "dart", Options{Dir: dir, Log: &log}); err != nil || !again.Skipped || !strings.Contains(log.String(), "descriptor was updated") {
+		t.Errorf("install over a stale descriptor = %+v, %v; log %q", again, err, log.String())
+	}
+	if now, _ := os.ReadFile(res.Descriptor); !bytes.Equal(now, stale) {
+		t.Errorf("descriptor not refreshed:\n%s", now)
+	}
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 2 {
 		t.Errorf("grammar directory holds %d entries, want the library and the descriptor (no leftovers)", len(ents))
