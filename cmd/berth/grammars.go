@@ -47,13 +47,12 @@ func newGrammarsInstall() *cobra.Command {
 			}
 			for _, a := range args {
 				if _, ok := grammars.Lookup(a); !ok {
-					return fmt.Errorf("berth grammars install: no grammar named %q; berth installs: %s", a, strings.Join(grammars.Names(), ", "))
+					return fmt.Errorf("grammars install: no grammar named %q; berth installs: %s (add another by config: a descriptor in the grammar directory)", a, strings.Join(grammars.Names(), ", "))
 				}
 			}
 			for _, a := range args {
-				_, err := grammars.Install(cmd.Context(), a, grammars.Options{Dir: dir, Force: force, Log: cmd.OutOrStdout()})
-				if err != nil {
-					return fmt.Errorf("berth grammars install %s: %w", a, err)
+				if _, err := grammars.Install(cmd.Context(), a, grammars.Options{Dir: dir, Force: force, Log: cmd.OutOrStdout()}); err != nil {
+					return err
 				}
 			}
 			return nil

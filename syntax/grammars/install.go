@@ -267,6 +267,9 @@ func install(ctx context.Context, s Spec, opt Options) (Result, error) {
 		res.Skipped = true
 		return res, nil
 	}
+	if findTool(opt.CC, "CC", "cc", "gcc", "clang") == "" {
+		return res, fmt.Errorf("grammars: %s %s: %w", s.ID, s.Version, errNoCC)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return res, fmt.Errorf("grammars: cannot create the grammar directory: %w; pass --dir a writable directory", err)
 	}
@@ -540,6 +543,9 @@ func typeName(t byte) string {
 	return fmt.Sprintf("tar entry of type %q", t)
 }
 
+// errNoCC says how to get a C compiler.
+var errNoCC = errors.New("no C compiler found ($CC, cc, gcc, clang); install one (Debian/Ubuntu: apt-get install gcc; Alpine: apk add build-base; macOS: xcode-select --install) and run the install again")
+
 // findTool returns the first of env's value and names found on PATH.
 func findTool(explicit, env string, names ...string) string {
 	for _, n := range append([]string{explicit, os.Getenv(env)}, names...) {
@@ -557,7 +563,7 @@ func findTool(explicit, env string, names ...string) string {
 func compile(ctx context.Context, opt Options, src string, files []string, lib string) error {
 	cc := findTool(opt.CC, "CC", "cc", "gcc", "clang")
 	if cc == "" {
-		return fmt.Errorf("no C compiler found ($CC, cc, gcc, clang); install one (Debian/Ubuntu: apt-get install gcc; Alpine: apk add build-base; macOS: xcode-select --install) and run the install again")
+		return errNoCC
 	}
 	linker := cc
 	var objs []string

@@ -275,8 +275,13 @@ func TestInstallRefuses(t *testing.T) {
 		{name: "does not compile", serve: tarball(t, good[0], entry{name: "package/src/parser.c", typeflag: tar.TypeReg, body: "this is not C\n"}), wantText: "failed"},
 		{name: "not a grammar", serve: goodTGZ, wantText: "returned no language"},
 		{name: "not found", status: http.StatusNotFound, integrity: integrity(goodTGZ), wantText: "404"},
+		{name: "no compiler", serve: goodTGZ, wantText: "apt-get install gcc"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if c.name == "no compiler" {
+				t.Setenv("PATH", t.TempDir())
+				t.Setenv("CC", "")
+			}
 			if c.wantText == "failed" || c.wantText == "returned no language" {
 				if findTool("", "CC", "cc", "gcc", "clang") == "" {
 					t.Skip("no C compiler")
