@@ -135,10 +135,7 @@ func TestCorpus(t *testing.T) {
 	for _, f := range corpusFiles(t) {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".txtar"), func(t *testing.T) {
 			c := readCase(t, f)
-			lang, err := Lookup(c.header["lang"])
-			if err != nil {
-				t.Fatal(err)
-			}
+			lang := corpusLang(t, c.header["lang"])
 			langs[lang.ID] = true
 			p, err := Compile(lang, c.pattern())
 			if err != nil {
@@ -187,6 +184,20 @@ func TestCorpus(t *testing.T) {
 	if len(langs) < 10 {
 		t.Errorf("the corpus covers %d languages, want at least 10", len(langs))
 	}
+}
+
+// corpusLang returns a bundled language, or loads an installed dynamic one
+// (dart, swift) from the grammar directory (see builtGrammar).
+func corpusLang(t *testing.T, id string) *Language {
+	t.Helper()
+	if l, err := Lookup(id); err == nil {
+		return l
+	}
+	if id == "dart" || id == "swift" {
+		return builtGrammar(t, id)
+	}
+	t.Fatalf("corpus case: unknown language %q", id)
+	return nil
 }
 
 // astGrepCLI returns the path of the ast-grep CLI from $BERTH_AST_GREP or

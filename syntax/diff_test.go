@@ -90,10 +90,7 @@ func TestDifferentialAstGrep(t *testing.T) {
 	for _, f := range corpusFiles(t) {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".txtar"), func(t *testing.T) {
 			c := readCase(t, f)
-			lang, err := Lookup(c.header["lang"])
-			if err != nil {
-				t.Fatal(err)
-			}
+			lang := corpusLang(t, c.header["lang"])
 			src := []byte(c.sections["src"])
 			ms, err := Search(context.Background(), lang, c.pattern(), src)
 			if err != nil {

@@ -2,8 +2,9 @@ package syntax
 
 // Dynamic grammars: tree-sitter grammars compiled into shared libraries and
 // loaded at run time from a JSON descriptor (as ast-grep's customLanguages).
-// Dart and Swift come this way (syntax/grammars/build compiles them from their
-// npm packages), and users add their own grammars the same way.
+// Dart and Swift come this way (`berth grammars install`, package
+// syntax/grammars, compiles them from their npm packages), and users add their
+// own grammars the same way.
 
 /*
 #cgo LDFLAGS: -ldl
@@ -31,6 +32,7 @@ static const void *berth_call_language(void *fn) {
 import "C"
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,10 +57,9 @@ import (
 //
 //	cc -O2 -fPIC -shared -I src src/parser.c src/scanner.c -o libtree-sitter-mylang.so
 //
-// (syntax/grammars/build NAME@VERSION does this for grammars published on npm
-// as tree-sitter-NAME), put a descriptor next to it and either drop both into
-// DefaultGrammarDir or list the descriptor (or its directory) in
-// $BERTH_GRAMMARS. The contexts are the pattern context ladder (see Context);
+// (`berth grammars install` does this for the grammars berth knows), put a
+// descriptor next to it and either drop both into DefaultGrammarDir or list
+// the descriptor (or its directory) in $BERTH_GRAMMARS. The contexts are the pattern context ladder (see Context);
 // without them a pattern must parse as a whole file of the language.
 //
 //	{
@@ -91,9 +92,15 @@ type GrammarDescriptor struct {
 	Expando string `json:"expando,omitempty"`
 	// Version is informational (the grammar package version).
 	Version string `json:"version,omitempty"`
+	// Integrity is informational: the npm tarball's subresource integrity
+	// ("sha512-…") the library was built from.
+	Integrity string `json:"integrity,omitempty"`
 	// Contexts is the pattern context ladder, tried in order; empty means a
 	// single bare context.
 	Contexts []ContextDescriptor `json:"contexts,omitempty"`
+	// Chain lists node kinds that continue the sibling before them (see
+	// Language.Chain): Dart's "selector".
+	Chain []string `json:"chain,omitempty"`
 }
 
 // ContextDescriptor is one rung of a descriptor's context ladder; see Context.
@@ -106,6 +113,9 @@ type ContextDescriptor struct {
 	Needs  []string `json:"needs,omitempty"`
 	// Append is added to the fragment unless it already ends with it.
 	Append string `json:"append,omitempty"`
+	// BlockEllipsis writes `{ $$$ }` as `{ $$$<it> }` before parsing; see
+	// Context.BlockEllipsis.
+	BlockEllipsis string `json:"block_ellipsis,omitempty"`
 	// Sequence accepts a fragment that is a run of sibling nodes.
 	Sequence bool `json:"sequence,omitempty"`
 }
@@ -144,7 +154,7 @@ const (
 	// default directory.
 	GrammarsEnv = "BERTH_GRAMMARS"
 	// GrammarDirEnv overrides the default grammar directory (where
-	// syntax/grammars/build writes).
+	// `berth grammars install` writes).
 	GrammarDirEnv = "BERTH_GRAMMAR_DIR"
 	// maxDescriptorBytes caps a descriptor file's size.
 	maxDescriptorBytes = 1 << 20
@@ -155,8 +165,8 @@ var (
 	dynLoaded = map[string]*Language{} // absolute descriptor path → language
 )
 
-// DefaultGrammarDir returns the directory syntax/grammars/build writes to by
-// default: $BERTH_GRAMMAR_DIR, else $XDG_CACHE_HOME/berth/grammars, else
+// DefaultGrammarDir returns the directory `berth grammars install` writes to
+// by default: $BERTH_GRAMMAR_DIR, else $XDG_CACHE_HOME/berth/grammars, else
 // $HOME/.cache/berth/grammars.
 func DefaultGrammarDir() string {
 	if d := os.Getenv(GrammarDirEnv); d != "" {
@@ -234,7 +244,7 @@ func LoadGrammar(descriptorPath string) (*Language, error) {
 		lib = filepath.Join(filepath.Dir(abs), lib)
 	}
 	if _, err := os.Stat(lib); err != nil {
-		return nil, fmt.Errorf("syntax: grammar %q: library %s: %w; build it (syntax/grammars/build) or fix \"library\" in %s", d.ID, lib, err, abs)
+		return nil, fmt.Errorf("syntax: grammar %q: library %s: %w; install it (berth grammars install) or fix \"library\" in %s", d.ID, lib, err, abs)
 	}
 	symbol := d.Symbol
 	if symbol == "" {
@@ -249,7 +259,7 @@ func LoadGrammar(descriptorPath string) (*Language, error) {
 		return nil, fmt.Errorf("syntax: grammar %q: %s has ABI version %d, but this berth supports %d–%d; regenerate the parser with a matching tree-sitter CLI or use a grammar release built for it",
 			d.ID, lib, abi, sitter.MIN_COMPATIBLE_LANGUAGE_VERSION, sitter.LANGUAGE_VERSION)
 	}
-	l := Language{ID: d.ID, Aliases: d.Aliases, Grammar: g}
+	l := Language{ID: d.ID, Aliases: d.Aliases, Grammar: g, Chain: d.Chain}
 	for _, e := range d.Extensions {
 		if e == "" {
 			continue
@@ -287,7 +297,7 @@ func openGrammar(lib, symbol string) (unsafe.Pointer, error) {
 	var cerr *C.char
 	h := C.berth_dlopen(clib, &cerr)
 	if h == nil {
-		return nil, fmt.Errorf("cannot load %s: %s; it must be a shared library built for this platform (syntax/grammars/build)", lib, C.GoString(cerr))
+		return nil, fmt.Errorf("cannot load %s: %s; it must be a shared library built for this platform (berth grammars install builds the grammars it knows)", lib, C.GoString(cerr))
 	}
 	csym := C.CString(symbol)
 	defer C.free(unsafe.Pointer(csym))
@@ -313,7 +323,7 @@ func openGrammar(lib, symbol string) (unsafe.Pointer, error) {
 func LoadGrammarDir(dir string) ([]*Language, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("syntax: grammar directory: %w; build grammars with syntax/grammars/build or fix %s", err, GrammarsEnv)
+		return nil, fmt.Errorf("syntax: grammar directory: %w; install grammars with `berth grammars install` or fix %s", err, GrammarsEnv)
 	}
 	var names []string
 	for _, e := range ents {
@@ -337,21 +347,30 @@ func LoadGrammarDir(dir string) ([]*Language, error) {
 
 // LoadConfigured loads the dynamic grammars berth is configured with: the
 // descriptor files and directories listed in $BERTH_GRAMMARS (separated by
-// ':'), or, when that is unset, the descriptors in DefaultGrammarDir (a
-// missing default directory is not an error: no grammars were built). It is
-// safe to call more than once. Failures are joined; the grammars that loaded
-// are returned and registered either way.
+// ':'), or, when that is unset, the descriptors in DefaultGrammarDir and then
+// those in BundledGrammarDir (missing directories are not an error: no
+// grammars were installed). A bundled grammar whose id is already registered
+// (installed by the user in DefaultGrammarDir) is skipped. It is safe to call
+// more than once. Failures are joined; the grammars that loaded are returned
+// and registered either way.
 func LoadConfigured() ([]*Language, error) {
 	list, set := os.LookupEnv(GrammarsEnv)
 	if !set {
-		dir := DefaultGrammarDir()
-		if dir == "" {
-			return nil, nil
+		var langs []*Language
+		var errs []error
+		if dir := DefaultGrammarDir(); dir != "" {
+			if _, err := os.Stat(dir); err == nil {
+				ls, err := LoadGrammarDir(dir)
+				langs = append(langs, ls...)
+				errs = append(errs, err)
+			}
 		}
-		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-			return nil, nil
+		if dir := BundledGrammarDir(); dir != "" {
+			ls, err := loadBundled(dir)
+			langs = append(langs, ls...)
+			errs = append(errs, err)
 		}
-		return LoadGrammarDir(dir)
+		return langs, errors.Join(errs...)
 	}
 	var langs []*Language
 	var errs []error
@@ -379,4 +398,105 @@ func LoadConfigured() ([]*Language, error) {
 		}
 	}
 	return langs, errors.Join(errs...)
+}
+
+// BundledGrammarDir returns the grammar directory shipped with berth's
+// executable: lib/berth/grammars next to the bin directory the executable is
+// in (/usr/local/bin/berth → /usr/local/lib/berth/grammars), as berth's image
+// installs it. It returns "" when that directory does not exist.
+func BundledGrammarDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	dir := filepath.Join(filepath.Dir(filepath.Dir(exe)), "lib", "berth", "grammars")
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return ""
+	}
+	return dir
+}
+
+// loadBundled loads the descriptors in dir whose ids no loaded grammar has
+// taken already (a grammar the user installed wins over the bundled one).
+func loadBundled(dir string) ([]*Language, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("syntax: bundled grammar directory: %w", err)
+	}
+	var langs []*Language
+	var errs []error
+	for _, e := range ents {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if abs, err := filepath.Abs(p); err == nil {
+			dynMu.Lock()
+			_, done := dynLoaded[abs]
+			dynMu.Unlock()
+			if done {
+				continue
+			}
+		}
+		d, err := ReadGrammarDescriptor(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := Lookup(d.ID); err == nil {
+			continue
+		}
+		l, err := LoadGrammar(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		langs = append(langs, l)
+	}
+	return langs, errors.Join(errs...)
+}
+
+// CheckGrammar opens the shared library a descriptor names, without
+// registering the language, and parses snippet with it: the check that a
+// freshly built grammar works before it is installed. It fails when the
+// library does not load, its ABI is unsupported, or the snippet does not
+// parse without errors.
+func CheckGrammar(ctx context.Context, descriptorPath string, snippet []byte) error {
+	abs, err := filepath.Abs(descriptorPath)
+	if err != nil {
+		return fmt.Errorf("syntax: grammar descriptor %s: %w", descriptorPath, err)
+	}
+	d, err := ReadGrammarDescriptor(abs)
+	if err != nil {
+		return err
+	}
+	lib := d.Library
+	if !filepath.IsAbs(lib) {
+		lib = filepath.Join(filepath.Dir(abs), lib)
+	}
+	symbol := d.Symbol
+	if symbol == "" {
+		symbol = "tree_sitter_" + strings.ReplaceAll(d.ID, "-", "_")
+	}
+	ptr, err := openGrammar(lib, symbol)
+	if err != nil {
+		return fmt.Errorf("syntax: grammar %q: %w", d.ID, err)
+	}
+	g := sitter.NewLanguage(ptr)
+	if abi := g.AbiVersion(); abi < sitter.MIN_COMPATIBLE_LANGUAGE_VERSION || abi > sitter.LANGUAGE_VERSION {
+		return fmt.Errorf("syntax: grammar %q: %s has ABI version %d, but this berth supports %d–%d",
+			d.ID, lib, abi, sitter.MIN_COMPATIBLE_LANGUAGE_VERSION, sitter.LANGUAGE_VERSION)
+	}
+	t, err := parse(ctx, prepared(Language{ID: d.ID, Grammar: g, Contexts: []Context{{Name: "bare"}}}), snippet)
+	if err != nil {
+		return fmt.Errorf("syntax: grammar %q: parsing its check snippet: %w", d.ID, err)
+	}
+	tr := &Tree{t: t}
+	if tr.HasError() {
+		return fmt.Errorf("syntax: grammar %q: %s parses its check snippet with syntax errors; the build is broken or the grammar is not the expected one", d.ID, lib)
+	}
+	return nil
 }

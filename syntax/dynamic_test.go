@@ -9,18 +9,18 @@ import (
 	"testing"
 )
 
-// builtGrammar loads NAME.json from the grammar directory syntax/grammars/build
-// writes to ($BERTH_GRAMMAR_DIR or the default cache directory). It skips when
-// the grammar was not built, except under CI=true, where tests/run builds it
-// and its absence is a failure.
+// builtGrammar loads NAME.json from the grammar directory `berth grammars
+// install` writes to ($BERTH_GRAMMAR_DIR or the default cache directory). It
+// skips when the grammar was not installed, except under CI=true, where
+// tests/run installs it and its absence is a failure.
 func builtGrammar(t *testing.T, name string) *Language {
 	t.Helper()
 	desc := filepath.Join(DefaultGrammarDir(), name+".json")
 	if _, err := os.Stat(desc); err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("grammar %s is not built (%v); run syntax/grammars/build", name, err)
+			t.Fatalf("grammar %s is not built (%v); install it with `go run ./cmd/berth grammars install %s`", name, err, name)
 		}
-		t.Skipf("grammar %s is not built (%v); run syntax/grammars/build", name, err)
+		t.Skipf("grammar %s is not built (%v); install it with `go run ./cmd/berth grammars install %s`", name, err, name)
 	}
 	l, err := LoadGrammar(desc)
 	if err != nil {

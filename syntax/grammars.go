@@ -78,9 +78,9 @@ var bundled = []struct {
 		{Name: "statement", Prefix: "def _():\n", Indent: "    "},
 		{Name: "member", Prefix: "class _:\n", Indent: "    "},
 	}}, tspython.Language},
-	{Language{ID: "javascript", VerbatimKeywords: true, Aliases: []string{"js", "jsx"}, Extensions: []string{".js", ".mjs", ".cjs", ".jsx"}, Contexts: jsContexts}, tsjs.Language},
-	{Language{ID: "typescript", VerbatimKeywords: true, Aliases: []string{"ts"}, Extensions: []string{".ts", ".mts", ".cts"}, Contexts: jsContexts}, tsts.LanguageTypescript},
-	{Language{ID: "tsx", VerbatimKeywords: true, Extensions: []string{".tsx"}, Contexts: jsContexts}, tsts.LanguageTSX},
+	{Language{ID: "javascript", VerbatimKeywords: true, VarQuote: `"`, Aliases: []string{"js", "jsx"}, Extensions: []string{".js", ".mjs", ".cjs", ".jsx"}, Contexts: jsContexts}, tsjs.Language},
+	{Language{ID: "typescript", VerbatimKeywords: true, VarQuote: `"`, Aliases: []string{"ts"}, Extensions: []string{".ts", ".mts", ".cts"}, Contexts: jsContexts}, tsts.LanguageTypescript},
+	{Language{ID: "tsx", VerbatimKeywords: true, VarQuote: `"`, Extensions: []string{".tsx"}, Contexts: jsContexts}, tsts.LanguageTSX},
 	{Language{ID: "rust", VerbatimKeywords: true, Aliases: []string{"rs"}, Extensions: []string{".rs"}, Expando: expandoMu, Contexts: []Context{
 		{Name: "bare"},
 		{Name: "statement", Prefix: "fn _() {\n", Suffix: "\n}"},

@@ -6,13 +6,14 @@
 //
 // Besides the bundled grammars, grammars compiled into shared libraries are
 // loaded at run time from JSON descriptors (LoadGrammar, LoadGrammarDir,
-// LoadConfigured; Dart and Swift come this way, built by
-// syntax/grammars/build). See GrammarDescriptor for adding a grammar by config.
+// LoadConfigured; Dart and Swift come this way, installed by
+// `berth grammars install`, package syntax/grammars). See GrammarDescriptor for adding a grammar by config.
 package syntax
 
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +43,13 @@ type Context struct {
 	// fragment already ends with it (a Dart statement pattern written
 	// without its ';').
 	Append string
+	// BlockEllipsis, when set, is a statement terminator (Dart: ";"): a
+	// `{ $$$ }` block in the fragment is written `{ $$$; }` before parsing,
+	// so that it parses as a block of statements rather than a set literal
+	// (tree-sitter-dart reads `for (…) { $$$ }` as a for loop over an
+	// expression statement `{$$$}` missing its `;`), and the statement
+	// `$$$;` reads back as the ellipsis.
+	BlockEllipsis string
 	// Sequence lets the rung accept a fragment that parses as several
 	// sibling nodes (Dart has no call node: `print(x)` is an identifier
 	// followed by a selector). Such a pattern matches runs of consecutive
@@ -76,8 +84,26 @@ type Language struct {
 	// from an external scanner. Pattern.Literals then includes a pattern's
 	// keywords, so searches skip files that lack them without parsing.
 	VerbatimKeywords bool
+	// VarQuote, when set, is the quote of the language's string literals
+	// (`"`): a pattern that parses in no context is tried again with its
+	// single metavariables quoted, one at a time and then all, for the
+	// places where the grammar accepts only a string literal
+	// (`import type { $$$ } from $S`); the quoted literal reads back as the
+	// metavariable and matches any node there, as in ast-grep, whose
+	// pattern parses with an ERROR there and still matches.
+	VarQuote string
+	// Chain lists named node kinds that continue the expression before
+	// them as its siblings instead of wrapping it (tree-sitter-dart's
+	// "selector": `c.value` is an identifier followed by a selector, where
+	// other grammars, and ast-grep's Dart, have one member-expression
+	// node). A single metavariable that matches a node followed by such
+	// siblings binds the whole run, as it binds the one node elsewhere,
+	// unless the pattern itself continues with a node of a chain kind
+	// (`$X.dispose()`).
+	Chain []string
 
 	ptr    unsafe.Pointer // *C.TSLanguage
+	chain  *chainKinds    // Chain as kind ids, resolved on first use
 	kinds  *kindNames     // symbol names by kind id, read on first use
 	scopes *scopeTable    // declaration kinds for Tree.Enclosing, built on first use
 }
@@ -115,10 +141,7 @@ func Register(l Language) error {
 	if len(l.Contexts) == 0 {
 		l.Contexts = []Context{{Name: "bare"}}
 	}
-	l.ptr = unsafe.Pointer(l.Grammar.Inner)
-	l.kinds = new(kindNames)
-	l.scopes = new(scopeTable)
-	lp := &l
+	lp := prepared(l)
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	names := append([]string{l.ID}, l.Aliases...)
@@ -135,11 +158,20 @@ func Register(l Language) error {
 	for _, name := range names {
 		byName[strings.ToLower(name)] = lp
 	}
-	for _, ext := range l.Extensions {
+	for _, ext := range lp.Extensions {
 		byExt[strings.ToLower(ext)] = lp
 	}
 	ordered = append(ordered, lp)
 	return nil
+}
+
+// prepared returns a copy of l ready to parse with (not registered).
+func prepared(l Language) *Language {
+	l.ptr = unsafe.Pointer(l.Grammar.Inner)
+	l.kinds = new(kindNames)
+	l.chain = new(chainKinds)
+	l.scopes = new(scopeTable)
+	return &l
 }
 
 // Lookup returns the language with the given id or alias (case-insensitive).
@@ -192,6 +224,32 @@ func Languages() []*Language {
 	registryMu.RLock()
 	defer registryMu.RUnlock()
 	return append([]*Language(nil), ordered...)
+}
+
+// chainKinds is a Language's Chain as a set of kind ids.
+type chainKinds struct {
+	once sync.Once
+	ids  map[uint16]bool
+}
+
+// chainKind reports whether nodes of kind k continue the sibling before
+// them (see Language.Chain).
+func (l *Language) chainKind(k uint16) bool {
+	if len(l.Chain) == 0 || l.chain == nil {
+		return false
+	}
+	ck := l.chain
+	ck.once.Do(func() {
+		ck.ids = map[uint16]bool{}
+		// Every symbol of that name: a grammar may alias several rules to
+		// one kind.
+		for id := uint16(1); uint32(id) < l.Grammar.NodeKindCount(); id++ {
+			if l.Grammar.NodeKindIsNamed(id) && slices.Contains(l.Chain, l.kindName(id)) {
+				ck.ids[id] = true
+			}
+		}
+	})
+	return ck.ids[k]
 }
 
 // kindName returns the node kind name for a kind id.

@@ -375,6 +375,23 @@ func (m *matcher) matchChildren(goals []*pnode, cands []int32) bool {
 				}
 				return true
 			}
+			if g := goals[gi]; len(m.t.lang.Chain) > 0 && (g.meta == metaSingle || g.meta == metaAny) {
+				// The rest of the goals after each run the metavariable
+				// may bind (see varEnds).
+				for _, end := range m.varEnds(goals, gi, cands, ci) {
+					mark := len(m.env)
+					if m.bindRun(g, cands[ci:end]) {
+						if gi+1 >= len(goals) {
+							return true // trailing candidate children are allowed
+						}
+						if end < len(cands) && m.matchChildren(goals[gi+1:], cands[end:]) {
+							return true
+						}
+					}
+					m.env = m.env[:mark]
+				}
+				return false
+			}
 			r := m.matchNode(goals[gi], cands[ci])
 			if r == matched {
 				break
@@ -397,6 +414,57 @@ func (m *matcher) matchChildren(goals []*pnode, cands []int32) bool {
 			return false
 		}
 	}
+}
+
+// varEnds returns where the run a single metavariable goals[gi] binds at
+// cands[ci] may end (exclusive indices, most preferred first), in a
+// language with chain kinds (Language.Chain): the metavariable binds the
+// candidate together with the chain siblings that follow it (`c` and
+// `.value` in Dart's `c.value == c.value`), as one member expression binds
+// in other grammars. When the pattern's next node is itself of a chain
+// kind (`$X.dispose()`), every shorter run is a choice too, longest first,
+// so that $X binds `a.b` in `a.b.dispose()`.
+func (m *matcher) varEnds(goals []*pnode, gi int, cands []int32, ci int) []int {
+	lang := m.t.lang
+	cn := &m.t.nodes[cands[ci]]
+	if goals[gi].meta == metaSingle && !cn.named() {
+		return nil
+	}
+	end := ci + 1
+	if cn.named() && !lang.chainKind(cn.kind) {
+		for end < len(cands) && lang.chainKind(m.t.nodes[cands[end]].kind) {
+			end++
+		}
+	}
+	if gi+1 < len(goals) && goals[gi+1].meta == metaNone && lang.chainKind(goals[gi+1].kind) {
+		ends := make([]int, 0, end-ci)
+		for e := end; e > ci; e-- {
+			ends = append(ends, e)
+		}
+		return ends
+	}
+	return []int{end}
+}
+
+// bindRun binds the single metavariable g to the run of sibling nodes
+// (one node, or one with its chain siblings); a metavariable bound before
+// must bind an equal run.
+func (m *matcher) bindRun(g *pnode, run []int32) bool {
+	if g.name == "" {
+		return true
+	}
+	if old := m.lookup(g.name); old != nil {
+		if old.multi || len(old.nodes) != len(run) {
+			return false
+		}
+		for i := range run {
+			if !m.sameNode(old.nodes[i], run[i]) {
+				return false
+			}
+		}
+	}
+	m.env = append(m.env, binding{name: g.name, nodes: append([]int32(nil), run...)})
+	return true
 }
 
 // bindMulti records an ellipsis capture. Trailing unnamed nodes that stand
@@ -469,6 +537,9 @@ func (m *matcher) sameNode(a, b int32) bool {
 	if na.nchild == 0 {
 		return true
 	}
+	if !m.t.sameGaps(a, b) {
+		return false
+	}
 	for x, y := a+1, b+1; x >= 0 && y >= 0; x, y = m.t.nodes[x].next, m.t.nodes[y].next {
 		if !m.sameNode(x, y) {
 			return false
@@ -524,4 +595,67 @@ func (m *matcher) result(first, last int32) Match {
 		mt.Captures[b.name] = c // later bindings overwrite: the last occurrence is reported
 	}
 	return mt
+}
+
+// hasGaps reports whether node i has text outside its children other than
+// whitespace (tree-sitter-dart's string_literal: the quotes are children,
+// the contents are not).
+func (t *tree) hasGaps(i int32) bool {
+	has := false
+	t.eachGap(i, func(g []byte) bool {
+		if len(bytes.TrimSpace(g)) > 0 {
+			has = true
+			return false
+		}
+		return true
+	})
+	return has
+}
+
+// sameGaps reports whether nodes a and b (same kind, same child count)
+// have the same text outside their children: the same gaps that are not
+// only whitespace, each compared without the whitespace at its edges.
+func (t *tree) sameGaps(a, b int32) bool {
+	var ga [][]byte
+	t.eachGap(a, func(g []byte) bool {
+		if g = bytes.TrimSpace(g); len(g) > 0 {
+			ga = append(ga, g)
+		}
+		return true
+	})
+	k, same := 0, true
+	t.eachGap(b, func(g []byte) bool {
+		if g = bytes.TrimSpace(g); len(g) == 0 {
+			return true
+		}
+		if k >= len(ga) || !bytes.Equal(ga[k], g) {
+			same = false
+			return false
+		}
+		k++
+		return true
+	})
+	return same && k == len(ga)
+}
+
+// eachGap calls f with the bytes of node i before its first child, between
+// its children and after its last, in order, while f returns true.
+func (t *tree) eachGap(i int32, f func([]byte) bool) {
+	n := &t.nodes[i]
+	if n.nchild == 0 {
+		return
+	}
+	at := n.start
+	for c := i + 1; c >= 0; c = t.nodes[c].next {
+		cn := &t.nodes[c]
+		if cn.start > at && !f(t.src[at:cn.start]) {
+			return
+		}
+		if cn.end > at {
+			at = cn.end
+		}
+	}
+	if n.end > at {
+		f(t.src[at:n.end])
+	}
 }

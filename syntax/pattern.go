@@ -3,6 +3,7 @@ package syntax
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -190,12 +191,26 @@ func Compile(lang *Language, pattern string) (*Pattern, error) {
 	pre := preprocess(lang.Expando, frag)
 	var tried []string
 	for _, cx := range lang.Contexts {
-		p, why := compileIn(lang, cx, pre, sigil)
+		p, why := compileIn(lang, cx, pre, sigil, nil)
 		if p != nil {
 			p.source = pattern
 			return p, nil
 		}
 		tried = append(tried, fmt.Sprintf("%s (%s)", cx.Name, why))
+	}
+	// A bare metavariable where the grammar wants a string literal
+	// (TypeScript's `import type { $$$ } from $S`): quote it, one
+	// metavariable at a time, then all of them, and read the quoted
+	// literal back as the metavariable.
+	if lang.VarQuote != "" {
+		for _, q := range quotings(pre, sigil, lang.VarQuote) {
+			for _, cx := range lang.Contexts {
+				if p, _ := compileIn(lang, cx, q.frag, sigil, q.vars); p != nil {
+					p.source = pattern
+					return p, nil
+				}
+			}
+		}
 	}
 	return nil, fmt.Errorf("syntax: the %s pattern %q does not parse as %s code in any context: %s; fix the fragment so it is valid %s (metavariables stand for whole nodes)",
 		lang.ID, frag, lang.ID, strings.Join(tried, "; "), lang.ID)
@@ -203,8 +218,11 @@ func Compile(lang *Language, pattern string) (*Pattern, error) {
 
 // compileIn tries one ladder rung. It returns the pattern, or nil and the
 // reason the rung rejected the fragment.
-func compileIn(lang *Language, cx Context, frag string, sigil rune) (*Pattern, string) {
+func compileIn(lang *Language, cx Context, frag string, sigil rune, quoted map[string]bool) (*Pattern, string) {
 	body := frag
+	if cx.BlockEllipsis != "" {
+		body = blockEllipsis(sigil).ReplaceAllString(body, "{ ${1}"+cx.BlockEllipsis+" }")
+	}
 	if cx.Indent != "" {
 		body = cx.Indent + strings.ReplaceAll(frag, "\n", "\n"+cx.Indent)
 	}
@@ -236,6 +254,7 @@ func compileIn(lang *Language, cx Context, frag string, sigil rune) (*Pattern, s
 			return nil, fmt.Sprintf("%s at %s", what, fragPos(src, fs, n.start, cx.Indent))
 		}
 	}
+	cv := &converter{t: t, sigil: sigil, term: cx.BlockEllipsis, quote: lang.VarQuote, quoted: quoted}
 	// The maximal nodes inside the fragment.
 	var tops []int32
 	for i := range t.nodes {
@@ -257,7 +276,7 @@ func compileIn(lang *Language, cx Context, frag string, sigil rune) (*Pattern, s
 	case 1:
 	default:
 		if cx.Sequence {
-			return compileSeq(t, lang, cx, tops, sigil)
+			return compileSeq(cv, lang, cx, tops)
 		}
 		return nil, fmt.Sprintf("%d separate nodes (%s, %s, …); a pattern must be one node", len(tops), lang.kindName(t.nodes[tops[0]].kind), lang.kindName(t.nodes[tops[1]].kind))
 	}
@@ -280,7 +299,7 @@ func compileIn(lang *Language, cx Context, frag string, sigil rune) (*Pattern, s
 	if len(cx.Needs) > 0 && !containsKind(t, lang, tops[0], cx.Needs) {
 		return nil, "no " + strings.Join(cx.Needs, "/") + " in the fragment"
 	}
-	root := convert(t, eff, sigil)
+	root := cv.convert(eff)
 	if root.meta == metaMulti {
 		return nil, "a standalone $$$ matches sequences inside a node, not a node; put it inside code, as in `f($$$)`"
 	}
@@ -288,6 +307,92 @@ func compileIn(lang *Language, cx Context, frag string, sigil rune) (*Pattern, s
 	p.setLiterals()
 	p.setVars(sigil)
 	return p, ""
+}
+
+// blockEllipsis returns the regular expression of a `{ $$$NAME }` block
+// (a lone ellipsis between braces) for the sigil.
+func blockEllipsis(sigil rune) *regexp.Regexp {
+	sg := regexp.QuoteMeta(string(sigil))
+	return regexp.MustCompile(`\{\s*(` + sg + sg + sg + `[A-Z0-9_]*)\s*\}`)
+}
+
+// quoting is a fragment with some metavariables quoted.
+type quoting struct {
+	frag string
+	vars map[string]bool // the quoted metavariables, as written ("$S")
+}
+
+// maxQuotedVars caps the metavariables Compile tries quoting one by one.
+const maxQuotedVars = 8
+
+// quotings returns frag with each single metavariable that is not already
+// inside quotes quoted alone, then with all of them quoted.
+func quotings(frag string, sigil rune, quote string) []quoting {
+	type span struct{ start, end int }
+	var vars []span
+	rs := []rune(frag)
+	for i := 0; i < len(rs); i++ {
+		if rs[i] != sigil {
+			continue
+		}
+		j := i
+		for j < len(rs) && rs[j] == sigil {
+			j++
+		}
+		if j-i != 1 {
+			i = j - 1
+			continue
+		}
+		k := j
+		for k < len(rs) && (rs[k] == '_' || (rs[k] >= 'A' && rs[k] <= 'Z') || (k > j && rs[k] >= '0' && rs[k] <= '9')) {
+			k++
+		}
+		if k == j {
+			continue
+		}
+		before, after := ' ', ' '
+		if i > 0 {
+			before = rs[i-1]
+		}
+		if k < len(rs) {
+			after = rs[k]
+		}
+		if !strings.ContainsRune("\"'`", before) && !strings.ContainsRune("\"'`", after) && !isWordRune(before) && !isWordRune(after) {
+			vars = append(vars, span{i, k})
+		}
+		i = k - 1
+	}
+	if len(vars) == 0 || len(vars) > maxQuotedVars {
+		return nil
+	}
+	build := func(sel []span) quoting {
+		q := quoting{vars: map[string]bool{}}
+		var b strings.Builder
+		last := 0
+		for _, v := range sel {
+			name := string(rs[v.start:v.end])
+			q.vars[name] = true
+			b.WriteString(string(rs[last:v.start]))
+			b.WriteString(quote + name + quote)
+			last = v.end
+		}
+		b.WriteString(string(rs[last:]))
+		q.frag = b.String()
+		return q
+	}
+	var out []quoting
+	for i := len(vars) - 1; i >= 0; i-- {
+		out = append(out, build(vars[i:i+1]))
+	}
+	if len(vars) > 1 {
+		out = append(out, build(vars))
+	}
+	return out
+}
+
+// isWordRune reports whether r can be part of an identifier.
+func isWordRune(r rune) bool {
+	return r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
 }
 
 // fragPos renders the position of byte off of src as line:column of the
@@ -314,14 +419,54 @@ func fragPos(src []byte, fs, off uint32, indent string) string {
 	return fmt.Sprintf("line %d column %d", line, col+1)
 }
 
+// converter turns a parsed fragment into pattern nodes.
+type converter struct {
+	t     *tree
+	sigil rune
+	// term is the rung's BlockEllipsis: a node whose text is a $$$
+	// metavariable followed by term is that metavariable.
+	term string
+	// quote and quoted: a node whose text is quote + $NAME + quote, for a
+	// NAME in quoted, is the metavariable $NAME (Compile quoted it so that
+	// the fragment parses; see Language.VarQuote).
+	quote  string
+	quoted map[string]bool
+}
+
 func convert(t *tree, i int32, sigil rune) *pnode {
+	return (&converter{t: t, sigil: sigil}).convert(i)
+}
+
+func (cv *converter) convert(i int32) *pnode {
+	t, sigil := cv.t, cv.sigil
 	n := &t.nodes[i]
 	text := t.text(i)
 	if k, name := metaVar(sigil, text); k != metaNone {
 		return &pnode{meta: k, name: name, kind: n.kind, named: n.named(), text: text}
 	}
+	if cv.term != "" && n.nchild > 0 {
+		if v, ok := strings.CutSuffix(text, cv.term); ok {
+			v = strings.TrimSpace(v)
+			if k, name := metaVar(sigil, v); k == metaMulti {
+				return &pnode{meta: k, name: name, kind: n.kind, named: n.named(), text: v}
+			}
+		}
+	}
+	if len(cv.quoted) > 0 && len(text) > 2*len(cv.quote) && strings.HasPrefix(text, cv.quote) && strings.HasSuffix(text, cv.quote) {
+		v := text[len(cv.quote) : len(text)-len(cv.quote)]
+		if k, name := metaVar(sigil, v); k == metaSingle && cv.quoted[v] {
+			return &pnode{meta: k, name: name, kind: n.kind, named: n.named(), text: v}
+		}
+	}
 	p := &pnode{kind: n.kind, named: n.named(), leaf: n.nchild == 0}
 	if p.leaf {
+		p.text = text
+		return p
+	}
+	if t.hasGaps(i) && !strings.ContainsRune(text, sigil) {
+		// Text no child covers (tree-sitter-dart's string_literal has
+		// only its quotes as children): the node compares by its text.
+		p.leaf = true
 		p.text = text
 		return p
 	}
@@ -330,7 +475,7 @@ func convert(t *tree, i int32, sigil rune) *pnode {
 		if cn.missing() || (cn.extra() && !cn.isError()) { // an extra ERROR here is a tolerated `$$$` (Dart `{ $$$ }`)
 			continue
 		}
-		p.children = append(p.children, convert(t, c, sigil))
+		p.children = append(p.children, cv.convert(c))
 	}
 	if len(p.children) == 0 {
 		p.leaf = true

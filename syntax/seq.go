@@ -20,7 +20,8 @@ import (
 
 // compileSeq builds a sequence pattern from the maximal nodes tops of the
 // fragment.
-func compileSeq(t *tree, lang *Language, cx Context, tops []int32, sigil rune) (*Pattern, string) {
+func compileSeq(cv *converter, lang *Language, cx Context, tops []int32) (*Pattern, string) {
+	t, sigil := cv.t, cv.sigil
 	parent := t.nodes[tops[0]].parent
 	for _, i := range tops[1:] {
 		if t.nodes[i].parent != parent {
@@ -50,7 +51,7 @@ func compileSeq(t *tree, lang *Language, cx Context, tops []int32, sigil rune) (
 	}
 	root := &pnode{kind: errorKind}
 	for _, i := range tops {
-		n := convert(t, i, sigil)
+		n := cv.convert(i)
 		if n.meta == metaMulti {
 			return nil, "a $$$ at the top level of a multi-node fragment is not supported; wrap the fragment so it is one node"
 		}
@@ -89,17 +90,11 @@ func (p *Pattern) matchSeq(ctx context.Context, t *tree) ([]Match, error) {
 				continue
 			}
 			m.env = m.env[:0]
-			ok := true
-			for k, g := range goals {
-				if m.matchNode(g, kids[s+k]) != matched {
-					ok = false
-					break
-				}
-			}
-			if !ok {
+			end := m.matchRun(goals, kids, s)
+			if end < 0 {
 				continue
 			}
-			out = append(out, m.result(kids[s], kids[s+len(goals)-1]))
+			out = append(out, m.result(kids[s], kids[end-1]))
 		}
 		m.dep--
 	}
@@ -110,4 +105,33 @@ func (p *Pattern) matchSeq(ctx context.Context, t *tree) ([]Match, error) {
 		return out[a].EndByte > out[b].EndByte
 	})
 	return out, nil
+}
+
+// matchRun matches goals node for node against kids from ci on and returns
+// the index after the last kid matched, or -1. A single metavariable in a
+// language with chain kinds may take several kids (see varEnds).
+func (m *matcher) matchRun(goals []*pnode, kids []int32, ci int) int {
+	if len(goals) == 0 {
+		return ci
+	}
+	if ci >= len(kids) {
+		return -1
+	}
+	g := goals[0]
+	if len(m.t.lang.Chain) > 0 && (g.meta == metaSingle || g.meta == metaAny) {
+		for _, end := range m.varEnds(goals, 0, kids, ci) {
+			mark := len(m.env)
+			if m.bindRun(g, kids[ci:end]) {
+				if r := m.matchRun(goals[1:], kids, end); r >= 0 {
+					return r
+				}
+			}
+			m.env = m.env[:mark]
+		}
+		return -1
+	}
+	if m.matchNode(g, kids[ci]) != matched {
+		return -1
+	}
+	return m.matchRun(goals[1:], kids, ci+1)
 }

@@ -18,6 +18,7 @@ import (
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/syntax"
+	"berth.dev/berth/syntax/grammars"
 )
 
 // target is a prepared search: the compiled pattern and where to look.
@@ -105,6 +106,9 @@ func (e *Engine) prepare(ctx context.Context, fsys sandbox.FS, pattern, language
 	case language != "":
 		l, err := syntax.Lookup(language)
 		if err != nil {
+			if hint := grammars.Hint(language); hint != "" {
+				return nil, tools.Fail("unknown language %q: %s (installed now: %s)", language, hint, languageList())
+			}
 			return nil, tools.Fail("unknown language %q: use one of %s", language, languageList())
 		}
 		t.lang = l

@@ -414,6 +414,8 @@ func TestBadInput(t *testing.T) {
 		{"pattern no context accepts", "ast_grep", map[string]any{"pattern": "fmt.Errorf(", "language": "go"}, []string{"does not parse", "go"}},
 		{"empty pattern", "ast_grep", map[string]any{"pattern": " ", "language": "go"}, []string{"empty"}},
 		{"unknown language", "ast_grep", map[string]any{"pattern": "f($A)", "language": "cobol"}, []string{"cobol", "python", "go"}},
+		// This test process loads no dynamic grammars: Swift is installable, not installed.
+		{"installable language", "ast_grep", map[string]any{"pattern": "print($A)", "language": "swift"}, []string{"berth grammars install swift", "python"}},
 		{"directory without language", "ast_grep", map[string]any{"pattern": "f($A)", "path": "go"}, []string{"directory", "language", "python"}},
 		{"workspace without language", "ast_grep", map[string]any{"pattern": "f($A)"}, []string{"workspace root", "language"}},
 		{"file of unknown type", "ast_grep", map[string]any{"pattern": "f($A)", "path": "notes.txt"}, []string{"notes.txt", "language"}},
