@@ -117,11 +117,12 @@ func TestBerthNeverManagesContainers(t *testing.T) {
 // may import: engines take a stream, a dialer or bytes, and know nothing of
 // sandboxes, tools or the controller.
 var engines = map[string][]string{
-	"framing": nil,
-	"lsp":     {"berth.dev/berth/framing"},
-	"dap":     {"berth.dev/berth/framing"},
-	"kernel":  nil,
-	"syntax":  nil,
+	"framing":     nil,
+	"lsp":         {"berth.dev/berth/framing"},
+	"dap":         {"berth.dev/berth/framing"},
+	"kernel":      {"berth.dev/berth/kernel/zmtp"},
+	"kernel/zmtp": nil,
+	"syntax":      nil,
 }
 
 func TestEnginesStandAlone(t *testing.T) {
