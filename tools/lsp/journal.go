@@ -134,7 +134,11 @@ func fixed(prev, now *journal) int {
 // not come in time.
 func (s *Supervisor) settle(ctx context.Context, in *instance, c *lspc.Client, want map[string]int32) []string {
 	var late []string
-	wctx, cancel := context.WithTimeout(ctx, s.opts.DiagnosticsWait)
+	wait := s.opts.DiagnosticsWait
+	if in.spec.SilentWhenUnchanged {
+		wait = min(wait, unchangedWait)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	uris := make([]string, 0, len(want))
 	for u := range want {
@@ -142,13 +146,18 @@ func (s *Supervisor) settle(ctx context.Context, in *instance, c *lspc.Client, w
 	}
 	slices.Sort(uris)
 	for _, u := range uris {
-		if _, err := c.WaitDiagnostics(wctx, u, want[u]); err != nil {
+		if _, err := c.WaitDiagnostics(wctx, u, want[u]); err != nil && !in.spec.SilentWhenUnchanged {
 			late = append(late, u)
 		}
 	}
 	s.quiet(ctx, in, c)
 	return late
 }
+
+// unchangedWait bounds the wait for a changed file's diagnostics from a
+// server that publishes none when they did not change
+// (Server.SilentWhenUnchanged): past it, they are taken as unchanged.
+const unchangedWait = 3 * time.Second
 
 // quiet waits until no diagnostics were published for the settle period
 // (the supervisor's, or the server's own when longer), at most maxSettle.

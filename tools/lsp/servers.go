@@ -76,6 +76,17 @@ type Server struct {
 	// open files only): before the first cross-file answer, the root's
 	// files of the server's languages are opened, at most MaxOpenedFiles.
 	OpenRoot bool
+	// AnalyzeOnOpen says the server analyzes a document after it acked
+	// its didOpen or didChange, and answers from its older analysis until
+	// then (bash-language-server: a definition asked right after the open
+	// found nothing): a query waits, up to DiagnosticsWait, for the
+	// diagnostics it publishes when the analysis is done.
+	AnalyzeOnOpen bool
+	// SilentWhenUnchanged says the server publishes a file's diagnostics
+	// only when they changed (typescript-language-server): a change that
+	// leaves them as they were gets no answer, so the wait for it is
+	// short (unchangedWait) and its end is no sign of a slow server.
+	SilentWhenUnchanged bool
 }
 
 // MaxOpenedFiles caps the files of a root opened for a server that
@@ -104,6 +115,11 @@ func (sv Server) initOptions(host bool) any {
 // it re-checks the files that import a changed one after publishing the
 // changed file's own diagnostics.
 const pyrightSettle = time.Second
+
+// tsSettle is typescript-language-server's quiet period after a change:
+// it publishes the changed file's diagnostics and its importers' as
+// tsserver finishes each, not in one batch.
+const tsSettle = 500 * time.Millisecond
 
 // DefaultServers returns the built-in server table. In each language the
 // first usable server answers.
@@ -143,7 +159,11 @@ func DefaultServers() []Server {
 		// tsserver loads the project (tsconfig.json) before it answers
 		// across files, and reports the load as progress.
 		{ID: "typescript-language-server", Languages: ts, Markers: []string{"tsconfig.json", "jsconfig.json", "package.json"}, MarkerOptional: true, Binaries: []string{"typescript-language-server"}, Args: []string{"--stdio"}, Local: []string{"node_modules/.bin"},
-			HostRefuse: []string{"node_modules/typescript"}, BackgroundIndex: true, OpenRoot: true},
+			HostRefuse: []string{"node_modules/typescript"}, BackgroundIndex: true, OpenRoot: true, SilentWhenUnchanged: true, Settle: tsSettle,
+			// lsp_rename renames the symbol: at an imported name's use,
+			// tsserver would otherwise rename only the local binding
+			// (import { hello as sayHello }) in that one file.
+			InitOptions: map[string]any{"preferences": map[string]any{"providePrefixAndSuffixTextForRename": false}}},
 		// clangd indexes the project in the background: references wait
 		// for it. --query-driver is never passed, so clangd runs no
 		// compiler a compile_commands.json names; on the host a workspace
@@ -151,7 +171,7 @@ func DefaultServers() []Server {
 		// index to connect to).
 		{ID: "clangd", Languages: c, Markers: []string{"compile_commands.json", "CMakeLists.txt", ".clangd"}, MarkerOptional: true, Binaries: []string{"clangd", "clangd-*"},
 			Args: []string{"--background-index", "--log=error", "--pch-storage=memory"}, HostArgs: []string{"--enable-config=false"}, BackgroundIndex: true},
-		{ID: "bash-language-server", Languages: map[string]string{".sh": "shellscript", ".bash": "shellscript"}, MarkerOptional: true, Binaries: []string{"bash-language-server"}, Args: []string{"start"}, Local: []string{"node_modules/.bin"},
+		{ID: "bash-language-server", Languages: map[string]string{".sh": "shellscript", ".bash": "shellscript"}, MarkerOptional: true, Binaries: []string{"bash-language-server"}, Args: []string{"start"}, Local: []string{"node_modules/.bin"}, AnalyzeOnOpen: true,
 			// shellcheck, when installed, is its linter; without it the
 			// server reports nothing.
 			Settings: map[string]any{"bashIde": map[string]any{"backgroundAnalysisMaxFiles": 500}}},

@@ -238,7 +238,8 @@ var Pyright = LangCase{
 	Rename:      &Ask{File: "main.py", Line: 3, Symbol: "hello"},
 	RenameTo:    "say_hello",
 	RenameWants: []string{"4 occurrences in 2 files"},
-	Check:       []string{"pyright", "no problems"},
+	// Warnings only (the container's python has no setuptools source).
+	Check:       []string{"pyright (", "exit status 0)"},
 	CheckBroken: []string{"pyright", "main.py:3:", `Argument missing for parameter "punct"`},
 }
 
