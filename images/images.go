@@ -24,9 +24,13 @@ const (
 	Minimal = "berth-test-minimal:latest"
 	// Python has python3 with ipykernel, debugpy, pylsp (pyflakes, pycodestyle), pandas and matplotlib.
 	Python = "berth-test-python:latest"
-	// Go has the build machine's Go toolchain, gopls and dlv. It is built only on request
+	// Go has the build machine's Go toolchain, gopls and dlv, and clangd. It is built only on request
 	// (images/build go).
 	Go = "berth-test-go:latest"
+	// Node has Node.js 20 with pyright, typescript-language-server (with
+	// TypeScript), bash-language-server and shellcheck. It is built only on
+	// request (images/build node).
+	Node = "berth-test-node:latest"
 )
 
 //go:embed */packages.txt

@@ -52,7 +52,10 @@ func TestRecipes(t *testing.T) {
 		{"python", []string{"python3", "python3-ipykernel", "python3-debugpy", "python3-pylsp",
 			"python3-pyflakes", "python3-pycodestyle", "python3-pandas", "python3-matplotlib", "procps"}, nil},
 		// Debian's golang and delve are too old for Go 1.26: the toolchain comes from setup.
-		{"go", []string{"procps", "git"}, []string{"golang", "golang-go", "delve", "gopls"}},
+		{"go", []string{"procps", "git", "clangd", "libc6-dev"}, []string{"golang", "golang-go", "delve", "gopls"}},
+		// Debian's nodejs is 18, too old for typescript-language-server 5
+		// and bash-language-server 5: node comes from setup.
+		{"node", []string{"procps", "python3", "shellcheck"}, []string{"nodejs", "npm"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,6 +129,31 @@ func TestGoDockerfileVersions(t *testing.T) {
 		}
 		if want := tt.module + "@" + string(m[1]); !strings.Contains(string(dockerfile), want) {
 			t.Errorf("go/Dockerfile does not install %s (the version in go/setup)", want)
+		}
+	}
+}
+
+// TestNodeDockerfileVersions keeps the npm packages of the node Dockerfile
+// equal to npm-packages, which images/node/setup and tests/run install.
+func TestNodeDockerfileVersions(t *testing.T) {
+	pins, err := os.ReadFile(filepath.Join("node", "npm-packages"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dockerfile, err := os.ReadFile(filepath.Join("node", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := ParsePackages(pins)
+	if len(pkgs) == 0 {
+		t.Fatal("node/npm-packages lists nothing")
+	}
+	for _, p := range pkgs {
+		if !regexp.MustCompile(`^(@[\w.-]+/)?[\w.-]+@\d+\.\d+\.\d+$`).MatchString(p) {
+			t.Errorf("node/npm-packages: %q is not an exact name@version", p)
+		}
+		if !strings.Contains(string(dockerfile), p) {
+			t.Errorf("node/Dockerfile does not install %s (the version in node/npm-packages)", p)
 		}
 	}
 }

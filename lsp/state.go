@@ -75,6 +75,7 @@ type state struct {
 	regs      map[string]Registration
 	late      uint64
 	refreshes uint64
+	begun     uint64 // work-done progress begun, ever
 }
 
 func (s *state) init() {
@@ -129,6 +130,7 @@ func (s *state) progressValue(token string, v WorkDoneProgress) {
 	switch v.Kind {
 	case "begin":
 		delete(s.created, token)
+		s.begun++
 		if len(s.progress) >= MaxProgressTokens {
 			return
 		}
@@ -354,6 +356,31 @@ func (c *Conn) WaitIdle(ctx context.Context) error {
 			return fmt.Errorf("lsp: the server is still busy (%d progress running): %w", n, ctx.Err())
 		case <-c.frames.Done():
 			return fmt.Errorf("lsp: waiting for the server to finish indexing: %w", c.frames.Err())
+		}
+	}
+}
+
+// WaitBusy waits until the server has begun work-done progress at least
+// once on this connection (at once when it already has): a server that
+// indexes in the background begins only after the first document is
+// opened, so [Conn.WaitIdle] alone would find it idle before it started.
+// It fails when ctx ends first (the server began nothing) or the
+// connection ends.
+func (c *Conn) WaitBusy(ctx context.Context) error {
+	for {
+		c.st.mu.Lock()
+		n := c.st.begun
+		changed := c.st.changed
+		c.st.mu.Unlock()
+		if n > 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("lsp: the server began no work-done progress: %w", ctx.Err())
+		case <-c.frames.Done():
+			return fmt.Errorf("lsp: waiting for the server to begin indexing: %w", c.frames.Err())
 		}
 	}
 }

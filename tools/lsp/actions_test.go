@@ -31,7 +31,7 @@ func TestActionTable(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"gopls, pylsp, pyright, typescript-language-server, clangd, rust-analyzer, dart",
+		"gopls, pyright, pylsp, typescript-language-server, clangd, bash-language-server, rust-analyzer, dart",
 		"definition file, line, symbol[, start]:",
 		"hover file, line, symbol:",
 		fmt.Sprintf("who calls the function: each call site, in its caller (first %d)", lsp.MaxCalls),

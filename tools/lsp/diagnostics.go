@@ -41,7 +41,7 @@ func (s *Supervisor) diagnostics(ctx context.Context, in Input) (_ *tools.Result
 	defer q.release()
 	defer func() { err = q.died(err) }()
 	uri := s.uriOf(name)
-	if late := s.settle(ctx, q.c, map[string]int32{uri: v}); len(late) > 0 {
+	if late := s.settle(ctx, q.in, q.c, map[string]int32{uri: v}); len(late) > 0 {
 		return nil, tools.Fail("%s sent no diagnostics for %s within %v; call again (lsp status shows whether it is still indexing)", q.in.spec.ID, name, s.opts.DiagnosticsWait)
 	}
 	set, _ := q.c.Diagnostics(uri)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,13 @@ type generation struct {
 	// telling the server about changes made behind its back.
 	syncMu sync.Mutex
 	stamps map[string]stamp
+
+	// indexChecked says whether a cross-file answer has looked for the
+	// server's background indexing (Server.BackgroundIndex), and indexing
+	// whether it had begun by then.
+	indexMu      sync.Mutex
+	indexChecked bool
+	indexing     bool
 }
 
 type stamp struct {
@@ -252,7 +260,7 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		}
 		pctx, cancel := context.WithCancel(s.runCtx)
 		absRoot := path.Join(s.root, in.key.root)
-		args := append([]string{g.binary}, in.spec.Args...)
+		args := append([]string{g.binary}, in.spec.args(s.opts.Host)...)
 		var env []string
 		if s.opts.Host {
 			env = []string{proc.HostEnv} // gopls runs go list: no toolchain switch on the host
@@ -269,7 +277,7 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		in.mu.Unlock()
 		ictx, icancel := context.WithTimeout(s.runCtx, lspc.InitializeTimeout)
 		defer icancel()
-		if _, err := client.Initialize(ictx, lspc.InitOptions{RootURI: rootURI, InitializationOptions: in.spec.initOptions(in.s.opts.Host)}); err != nil {
+		if _, err := client.Initialize(ictx, lspc.InitOptions{RootURI: rootURI, InitializationOptions: in.spec.initOptions(in.s.opts.Host), Capabilities: capabilities()}); err != nil {
 			msg := fmt.Sprintf("initializing %s failed: %v", g.binary, err)
 			if t := g.stderr.String(); t != "" {
 				msg += "; its stderr: " + proc.Clip(t, 600)
@@ -284,6 +292,11 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		// Record the tree as the server saw it at start (later walks report
 		// what changed behind its back), and the diagnostics it starts with.
 		g.stamps, _ = in.walk(ictx)
+		if in.spec.OpenRoot {
+			if err := in.openRoot(ictx, client, g.stamps); err != nil {
+				return fmt.Errorf("opening the files of %s in %s failed: %w", showRoot(in.key.root), g.binary, err)
+			}
+		}
 		s.baseline(ictx, in, client)
 		g.started = time.Now()
 		return nil
@@ -296,6 +309,21 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 	if err != nil || stopped {
 		g.kill()
 	}
+}
+
+// capabilities are the client capabilities the servers are started with:
+// lspc.DefaultCapabilities without pull diagnostics. The tools read only
+// published diagnostics, and a server told the client pulls (pyright)
+// publishes none.
+func capabilities() map[string]any {
+	caps := lspc.DefaultCapabilities(false)
+	if td, ok := caps["textDocument"].(map[string]any); ok {
+		delete(td, "diagnostic")
+	}
+	if ws, ok := caps["workspace"].(map[string]any); ok {
+		delete(ws, "diagnostics")
+	}
+	return caps
 }
 
 // waitReady waits up to wait for the current generation's start. It
@@ -505,6 +533,26 @@ func (in *instance) walk(ctx context.Context) (map[string]stamp, error) {
 		return nil
 	})
 	return out, err
+}
+
+// openRoot opens the root's files of the server's languages (of stamps, the
+// walk at start), at most MaxOpenedFiles in name order, for a server that
+// searches only open files (Server.OpenRoot): its references then find
+// the callers in them, and its diagnostics cover them.
+func (in *instance) openRoot(ctx context.Context, c *lspc.Client, stamps map[string]stamp) error {
+	names := make([]string, 0, len(stamps))
+	for name := range stamps {
+		if _, ok := in.spec.Languages[path.Ext(name)]; ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names[:min(len(names), MaxOpenedFiles)] {
+		if _, _, err := in.open(ctx, c, name); err != nil && !isNotExist(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 func isMarker(spec Server, name string) bool {

@@ -132,9 +132,13 @@ func fixed(prev, now *journal) int {
 // for every (uri, version) in want and then stayed quiet for the settle
 // period (bounded by maxSettle). It returns the URIs whose diagnostics did
 // not come in time.
-func (s *Supervisor) settle(ctx context.Context, c *lspc.Client, want map[string]int32) []string {
+func (s *Supervisor) settle(ctx context.Context, in *instance, c *lspc.Client, want map[string]int32) []string {
 	var late []string
-	wctx, cancel := context.WithTimeout(ctx, s.opts.DiagnosticsWait)
+	wait := s.opts.DiagnosticsWait
+	if in.spec.SilentWhenUnchanged {
+		wait = min(wait, unchangedWait)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	uris := make([]string, 0, len(want))
 	for u := range want {
@@ -142,21 +146,27 @@ func (s *Supervisor) settle(ctx context.Context, c *lspc.Client, want map[string
 	}
 	slices.Sort(uris)
 	for _, u := range uris {
-		if _, err := c.WaitDiagnostics(wctx, u, want[u]); err != nil {
+		if _, err := c.WaitDiagnostics(wctx, u, want[u]); err != nil && !in.spec.SilentWhenUnchanged {
 			late = append(late, u)
 		}
 	}
-	s.quiet(ctx, c)
+	s.quiet(ctx, in, c)
 	return late
 }
 
-// quiet waits until no diagnostics were published for the settle period,
-// at most maxSettle.
-func (s *Supervisor) quiet(ctx context.Context, c *lspc.Client) {
+// unchangedWait bounds the wait for a changed file's diagnostics from a
+// server that publishes none when they did not change
+// (Server.SilentWhenUnchanged): past it, they are taken as unchanged.
+const unchangedWait = 3 * time.Second
+
+// quiet waits until no diagnostics were published for the settle period
+// (the supervisor's, or the server's own when longer), at most maxSettle.
+func (s *Supervisor) quiet(ctx context.Context, in *instance, c *lspc.Client) {
 	end := time.Now().Add(maxSettle)
+	period := max(s.opts.Settle, in.spec.Settle)
 	for time.Now().Before(end) {
 		seq := c.DiagnosticsSeq()
-		qctx, cancel := context.WithTimeout(ctx, min(s.opts.Settle, time.Until(end)))
+		qctx, cancel := context.WithTimeout(ctx, min(period, time.Until(end)))
 		_, err := c.WaitPublish(qctx, seq, func(lspc.DiagnosticSet) bool { return true })
 		cancel()
 		if err != nil {
@@ -173,7 +183,7 @@ func (s *Supervisor) baseline(ctx context.Context, in *instance, c *lspc.Client)
 	ictx, cancel := context.WithTimeout(ctx, s.opts.QueryWait)
 	c.WaitIdle(ictx)
 	cancel()
-	s.quiet(ctx, c)
+	s.quiet(ctx, in, c)
 	skip := map[string]bool{}
 	for _, name := range in.takePending() {
 		skip[s.uriOf(name)] = true
@@ -309,7 +319,7 @@ func (s *Supervisor) syncWrite(ctx context.Context, in *instance, c *lspc.Client
 		}
 		want[uri] = v
 	}
-	late := s.settle(ctx, c, want)
+	late := s.settle(ctx, in, c, want)
 	if ctx.Err() != nil {
 		return writeReport{}, ctx.Err()
 	}

@@ -93,6 +93,9 @@ func (s *Supervisor) locationsAt(ctx context.Context, q *query, at spot) (*tools
 
 // references answers references: every use, the declaration included.
 func (s *Supervisor) references(ctx context.Context, q *query, at spot) (*tools.Result, error) {
+	if err := q.crossFile(ctx); err != nil {
+		return nil, err
+	}
 	locs, err := q.c.References(ctx, at.uri, at.pos, true)
 	if err != nil {
 		return nil, err
@@ -105,6 +108,9 @@ func (s *Supervisor) references(ctx context.Context, q *query, at spot) (*tools.
 // site in it, with the callee), through the server's call hierarchy.
 func calls(incoming bool) answer {
 	return func(s *Supervisor, ctx context.Context, q *query, at spot) (*tools.Result, error) {
+		if err := q.crossFile(ctx); err != nil {
+			return nil, err
+		}
 		items, err := q.c.PrepareCallHierarchy(ctx, at.uri, at.pos)
 		if err != nil {
 			return nil, err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/tools"
@@ -14,6 +16,7 @@ import (
 type query struct {
 	in      *instance
 	c       *lspc.Client
+	g       *generation
 	release func()
 }
 
@@ -63,7 +66,7 @@ func (s *Supervisor) ready(ctx context.Context, in *instance) (*query, error) {
 		release()
 		return nil, err
 	}
-	q := &query{in: in, c: c, release: release}
+	q := &query{in: in, c: c, g: g, release: release}
 	if err := in.refresh(ctx, c, g); err != nil {
 		release()
 		return nil, q.died(err)
@@ -100,4 +103,69 @@ func (q *query) died(err error) error {
 	default:
 		return err
 	}
+}
+
+// indexStartWait bounds how long the first cross-file answer of a server
+// that indexes in the background (Server.BackgroundIndex) waits for the
+// indexing to begin; one that begins nothing by then (clangd on a file
+// with no compile_commands.json) is taken as having nothing to index.
+const indexStartWait = 3 * time.Second
+
+// crossFile readies q's server for an answer about the whole project
+// (references, calls, workspace symbols): a server that indexes in the
+// background is waited for (bounded by QueryWait) until its index is
+// complete.
+func (q *query) crossFile(ctx context.Context) error {
+	if !q.in.spec.BackgroundIndex {
+		return nil
+	}
+	if !q.g.indexBegun(ctx, q.c) {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, q.in.s.opts.QueryWait)
+	defer cancel()
+	if err := q.c.WaitIdle(wctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return tools.Fail("%s is still indexing after %v, and an answer now would miss what it has not indexed; call again later (lsp status shows its progress)", q.in.key, q.in.s.opts.QueryWait)
+	}
+	return nil
+}
+
+// stillIndexing returns, for a server that indexes in the background,
+// what it reports while its index is not complete ("" once it is): the
+// first call waits up to indexStartWait for the indexing to begin.
+func (q *query) stillIndexing(ctx context.Context) string {
+	if !q.in.spec.BackgroundIndex || !q.g.indexBegun(ctx, q.c) || !q.c.Indexing() {
+		return ""
+	}
+	var ps []string
+	for _, p := range q.c.Progress() {
+		x := p.Title
+		if p.Message != "" && x != "" {
+			x += ": " + p.Message
+		} else if p.Message != "" {
+			x = p.Message
+		}
+		ps = append(ps, x)
+	}
+	return strings.Join(ps, "; ")
+}
+
+// indexBegun reports whether g's server has begun indexing; the first
+// call of a generation waits up to indexStartWait for it to begin.
+func (g *generation) indexBegun(ctx context.Context, c *lspc.Client) bool {
+	g.indexMu.Lock()
+	defer g.indexMu.Unlock()
+	if !g.indexChecked {
+		wctx, cancel := context.WithTimeout(ctx, indexStartWait)
+		err := c.WaitBusy(wctx)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return false // the caller left: decide on a later call
+		}
+		g.indexChecked, g.indexing = true, err == nil
+	}
+	return g.indexing
 }

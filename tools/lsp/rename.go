@@ -62,6 +62,9 @@ func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Resul
 	if err != nil {
 		return nil, err
 	}
+	if busy := q.stillIndexing(ctx); busy != "" {
+		return nil, tools.Fail("%s is still indexing (%s): a rename now would miss the uses in the files it has not indexed yet; nothing was changed. Call lsp_rename again when lsp status no longer says indexing", q.in.key, busy)
+	}
 	uri := s.uriOf(t.name)
 	if q.c.Supports("textDocument/prepareRename") {
 		pr, err := q.c.PrepareRename(ctx, uri, pos)

@@ -55,6 +55,51 @@ type Server struct {
 	// typescript-language-server prefers to its bundled one). On the host
 	// such a server is not started.
 	HostRefuse []string
+	// HostArgs follow Args on the host only: clangd's
+	// --enable-config=false, so that a workspace .clangd can neither add
+	// flags nor point clangd at a remote index.
+	HostArgs []string
+	// Settle, when longer than the supervisor's, is the quiet period after
+	// a change before its diagnostics are taken as complete: pyright
+	// publishes a changed file's diagnostics first and its callers' when
+	// it has re-checked them, a few hundred milliseconds later.
+	Settle time.Duration
+	// BackgroundIndex says the server indexes the project in the
+	// background, reporting work-done progress ($/progress) while it does
+	// (clangd's background index, tsserver's project load): until it
+	// finishes, cross-file answers (references, calls, workspace symbols)
+	// are incomplete, so the first such answer waits for it, status says
+	// the server is indexing, and lsp_rename refuses while it is.
+	BackgroundIndex bool
+	// OpenRoot says the server searches only the files it was told about
+	// (tsserver: a loose JavaScript file's inferred project holds the
+	// open files only): before the first cross-file answer, the root's
+	// files of the server's languages are opened, at most MaxOpenedFiles.
+	OpenRoot bool
+	// AnalyzeOnOpen says the server analyzes a document after it acked
+	// its didOpen or didChange, and answers from its older analysis until
+	// then (bash-language-server: a definition asked right after the open
+	// found nothing): a query waits, up to DiagnosticsWait, for the
+	// diagnostics it publishes when the analysis is done.
+	AnalyzeOnOpen bool
+	// SilentWhenUnchanged says the server publishes a file's diagnostics
+	// only when they changed (typescript-language-server): a change that
+	// leaves them as they were gets no answer, so the wait for it is
+	// short (unchangedWait) and its end is no sign of a slow server.
+	SilentWhenUnchanged bool
+}
+
+// MaxOpenedFiles caps the files of a root opened for a server that
+// searches only open files (Server.OpenRoot).
+const MaxOpenedFiles = 200
+
+// args returns the arguments sv starts with, on the host or in a
+// container.
+func (sv Server) args(host bool) []string {
+	if host {
+		return append(slices.Clone(sv.Args), sv.HostArgs...)
+	}
+	return sv.Args
 }
 
 // initOptions returns the initializationOptions sv starts with, on the
@@ -65,6 +110,16 @@ func (sv Server) initOptions(host bool) any {
 	}
 	return sv.InitOptions
 }
+
+// pyrightSettle is pyright's quiet period after a change (Server.Settle):
+// it re-checks the files that import a changed one after publishing the
+// changed file's own diagnostics.
+const pyrightSettle = time.Second
+
+// tsSettle is typescript-language-server's quiet period after a change:
+// it publishes the changed file's diagnostics and its importers' as
+// tsserver finishes each, not in one batch.
+const tsSettle = 500 * time.Millisecond
 
 // DefaultServers returns the built-in server table. In each language the
 // first usable server answers.
@@ -80,6 +135,17 @@ func DefaultServers() []Server {
 			// whole workspace at once instead of after gopls's 1s typing
 			// delay, and keep links to pkg.go.dev out of hovers.
 			InitOptions: map[string]any{"diagnosticsDelay": "0s", "linksInHover": false}},
+		// pyright before pylsp: where both are installed, pyright answers
+		// (a configured table that lists pylsp alone keeps pylsp). It
+		// checks the whole workspace, not only open files, so a write that
+		// breaks a caller in another file is reported.
+		{ID: "pyright", Languages: py, Markers: pyMarkers, MarkerOptional: true, Binaries: []string{"pyright-langserver", "basedpyright-langserver"}, Args: []string{"--stdio"}, Local: []string{".venv/bin", "venv/bin", "node_modules/.bin"},
+			Settings: map[string]any{"python": map[string]any{"analysis": map[string]any{
+				"diagnosticMode":         "workspace",
+				"autoSearchPaths":        true,
+				"useLibraryCodeForTypes": true,
+			}}},
+			Settle: pyrightSettle},
 		{ID: "pylsp", Languages: py, Markers: pyMarkers, MarkerOptional: true, Binaries: []string{"pylsp"}, Local: []string{".venv/bin", "venv/bin"},
 			// Style checkers drown real problems: keep pyflakes (undefined
 			// names, unused imports), drop pycodestyle and mccabe.
@@ -88,12 +154,27 @@ func DefaultServers() []Server {
 				"mccabe":      map[string]any{"enabled": false},
 				"pydocstyle":  map[string]any{"enabled": false},
 			}}}},
-		{ID: "pyright", Languages: py, Markers: pyMarkers, MarkerOptional: true, Binaries: []string{"pyright-langserver", "basedpyright-langserver"}, Args: []string{"--stdio"}, Local: []string{".venv/bin", "venv/bin", "node_modules/.bin"}},
 		// tsserver puts a loose file in an inferred project, and clangd
 		// compiles one with its fallback flags: both work without a marker.
+		// tsserver loads the project (tsconfig.json) before it answers
+		// across files, and reports the load as progress.
 		{ID: "typescript-language-server", Languages: ts, Markers: []string{"tsconfig.json", "jsconfig.json", "package.json"}, MarkerOptional: true, Binaries: []string{"typescript-language-server"}, Args: []string{"--stdio"}, Local: []string{"node_modules/.bin"},
-			HostRefuse: []string{"node_modules/typescript"}},
-		{ID: "clangd", Languages: c, Markers: []string{"compile_commands.json", "CMakeLists.txt", ".clangd"}, MarkerOptional: true, Binaries: []string{"clangd", "clangd-*"}},
+			HostRefuse: []string{"node_modules/typescript"}, BackgroundIndex: true, OpenRoot: true, SilentWhenUnchanged: true, Settle: tsSettle,
+			// lsp_rename renames the symbol: at an imported name's use,
+			// tsserver would otherwise rename only the local binding
+			// (import { hello as sayHello }) in that one file.
+			InitOptions: map[string]any{"preferences": map[string]any{"providePrefixAndSuffixTextForRename": false}}},
+		// clangd indexes the project in the background: references wait
+		// for it. --query-driver is never passed, so clangd runs no
+		// compiler a compile_commands.json names; on the host a workspace
+		// .clangd is not read either (it could add flags or name a remote
+		// index to connect to).
+		{ID: "clangd", Languages: c, Markers: []string{"compile_commands.json", "CMakeLists.txt", ".clangd"}, MarkerOptional: true, Binaries: []string{"clangd", "clangd-*"},
+			Args: []string{"--background-index", "--log=error", "--pch-storage=memory"}, HostArgs: []string{"--enable-config=false"}, BackgroundIndex: true},
+		{ID: "bash-language-server", Languages: map[string]string{".sh": "shellscript", ".bash": "shellscript"}, MarkerOptional: true, Binaries: []string{"bash-language-server"}, Args: []string{"start"}, Local: []string{"node_modules/.bin"}, AnalyzeOnOpen: true,
+			// shellcheck, when installed, is its linter; without it the
+			// server reports nothing.
+			Settings: map[string]any{"bashIde": map[string]any{"backgroundAnalysisMaxFiles": 500}}},
 		{ID: "rust-analyzer", Languages: map[string]string{".rs": "rust"}, Markers: []string{"Cargo.toml"}, Binaries: []string{"rust-analyzer"},
 			HostInitOptions: map[string]any{
 				"cargo":       map[string]any{"buildScripts": map[string]any{"enable": false}},

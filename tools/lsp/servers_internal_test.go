@@ -1,6 +1,10 @@
 package lsp
 
-import "testing"
+import (
+	"slices"
+	"strings"
+	"testing"
+)
 
 // TestHostInitOptions: on the host rust-analyzer starts with build
 // scripts, proc macros and check on save off (each runs the crate's own
@@ -34,5 +38,41 @@ func TestHostInitOptions(t *testing.T) {
 		if !off(opts, k...) {
 			t.Errorf("on the host %v is not false: %v", k, opts)
 		}
+	}
+}
+
+// TestClangdHostArgs: on the host clangd reads no workspace .clangd (which
+// could add -fplugin flags or name an index to connect to); nowhere does
+// berth pass --query-driver, which would let clangd run the compiler a
+// compile_commands.json names.
+func TestClangdHostArgs(t *testing.T) {
+	for _, sv := range DefaultServers() {
+		for _, host := range []bool{false, true} {
+			for _, a := range sv.args(host) {
+				if strings.HasPrefix(a, "--query-driver") {
+					t.Errorf("%s (host %v) is started with %s", sv.ID, host, a)
+				}
+			}
+		}
+		if sv.ID != "clangd" {
+			continue
+		}
+		if got := sv.args(true); !slices.Contains(got, "--enable-config=false") {
+			t.Errorf("clangd on the host: args %q lack --enable-config=false", got)
+		}
+		if got := sv.args(false); slices.Contains(got, "--enable-config=false") {
+			t.Errorf("clangd in a container: args %q turn the project's .clangd off", got)
+		}
+	}
+}
+
+// TestTableOrder: pyright answers Python before pylsp where both are there.
+func TestTableOrder(t *testing.T) {
+	var ids []string
+	for _, sv := range DefaultServers() {
+		ids = append(ids, sv.ID)
+	}
+	if p, l := slices.Index(ids, "pyright"), slices.Index(ids, "pylsp"); p < 0 || l < 0 || p > l {
+		t.Errorf("table order %q: want pyright before pylsp", ids)
 	}
 }

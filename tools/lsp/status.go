@@ -77,8 +77,10 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 			var ps []string
 			for _, p := range st.progress {
 				x := p.Title
-				if p.Message != "" {
+				if p.Message != "" && x != "" {
 					x += ": " + p.Message
+				} else if p.Message != "" {
+					x = p.Message
 				}
 				if p.Percentage != nil {
 					x += fmt.Sprintf(" (%d%%)", *p.Percentage)

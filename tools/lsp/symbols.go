@@ -62,6 +62,9 @@ func (s *Supervisor) symbols(ctx context.Context, in Input) (*tools.Result, erro
 			without = append(without, q.in.spec.ID)
 			continue
 		}
+		if err := q.crossFile(ctx); err != nil {
+			return nil, err
+		}
 		syms, err := q.c.WorkspaceSymbols(ctx, in.Query)
 		if err != nil {
 			return nil, q.explain("symbols", err)

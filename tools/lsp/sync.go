@@ -88,6 +88,15 @@ func (in *instance) open(ctx context.Context, c *lspc.Client, name string) (stri
 		return "", 0, err
 	}
 	text := string(data)
-	v, _, err := c.Sync(ctx, in.s.uriOf(name), languageID(in.spec, name), text)
+	uri := in.s.uriOf(name)
+	v, sent, err := c.Sync(ctx, uri, languageID(in.spec, name), text)
+	if err == nil && sent && in.spec.AnalyzeOnOpen {
+		// Its answers are about the text it has analyzed, which it says
+		// by publishing that text's diagnostics: wait for them (bounded;
+		// a late analysis answers from what it had).
+		wctx, cancel := context.WithTimeout(ctx, in.s.opts.DiagnosticsWait)
+		c.WaitDiagnostics(wctx, uri, v)
+		cancel()
+	}
 	return text, v, err
 }

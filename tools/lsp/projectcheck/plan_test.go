@@ -58,6 +58,11 @@ func TestPlan(t *testing.T) {
 			want:  want{lang: "typescript", checker: "tsc", args: []string{"/w/node_modules/.bin/tsc", "--noEmit", "--pretty", "false"}, base: "/w"},
 		},
 		{
+			name:  "a JavaScript project: tsc reads its jsconfig.json",
+			probe: "marker jsconfig.json\n" + path + "bin /usr/bin/tsc\n",
+			want:  want{lang: "javascript", checker: "tsc", args: []string{"/usr/bin/tsc", "-p", "jsconfig.json", "--noEmit", "--pretty", "false"}, base: "/w"},
+		},
+		{
 			name:  "package.json alone is no typescript project",
 			probe: "marker package.json\n" + path + "bin /usr/bin/tsc\n",
 			want:  want{lang: "typescript", reason: "marker missing: none of tsconfig.json in /w"},
@@ -142,7 +147,7 @@ func TestCheckers(t *testing.T) {
 			t.Errorf("%s: no markers or commands: %+v", c.Language, c)
 		}
 	}
-	if want := []string{"go", "rust", "typescript", "python", "dart"}; !slices.Equal(langs, want) {
+	if want := []string{"go", "rust", "typescript", "javascript", "python", "dart"}; !slices.Equal(langs, want) {
 		t.Errorf("languages %q; want %q", langs, want)
 	}
 }

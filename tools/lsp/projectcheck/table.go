@@ -62,6 +62,13 @@ var table = []language{
 		missing: "tsc (npm install --save-dev typescript, which puts it in node_modules/.bin)",
 	},
 	{
+		// A JavaScript project checked by TypeScript (checkJs in its
+		// jsconfig.json); tsc reads jsconfig.json only when named.
+		lang: "javascript", markers: []string{"jsconfig.json"},
+		tools:   []tool{{id: "tsc", display: "tsc -p jsconfig.json --noEmit --pretty false", local: []string{"node_modules/.bin/tsc"}, names: []string{"tsc"}, args: []string{"-p", "jsconfig.json", "--noEmit", "--pretty", "false"}, parse: parseTsc, hostFix: "install typescript globally (npm install -g typescript)"}},
+		missing: "tsc (npm install --save-dev typescript, which puts it in node_modules/.bin)",
+	},
+	{
 		lang: "python", markers: []string{"pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "pyrightconfig.json", "mypy.ini"},
 		tools: []tool{
 			{id: "pyright", display: "pyright --outputjson", local: []string{".venv/bin/pyright", "node_modules/.bin/pyright"}, names: []string{"pyright"}, args: []string{"--outputjson"}, python: true, parse: parsePyright, hostFix: "install pyright outside the workspace (npm install -g pyright)"},
