@@ -800,21 +800,46 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 	r.inflight++
 	r.lastUsed = time.Now()
 	r.mu.Unlock()
-	defer func() {
+	ended := func() {
 		r.mu.Lock()
 		r.inflight--
 		r.lastUsed = time.Now()
 		r.mu.Unlock()
 		r.calls.Done()
-	}()
+	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(r.ctx, func() { cancel(nil) })
 	defer stop()
 	unwatch := r.watch(ctx, cancel)
+	defer unwatch()
 
-	res, err = r.reg.Call(ctx, s, name, args)
+	// The tool runs in a goroutine the run's calls count (Close waits for
+	// it), so that a call cut short because the sandbox became unavailable
+	// answers at once, whatever the tool's cleanup still waits on: a
+	// stream's teardown asks the same engine that does not answer.
+	type answer struct {
+		res *tools.Result
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		defer ended()
+		res, err := r.reg.Call(ctx, s, name, args)
+		answered <- answer{res, err}
+	}()
+	select {
+	case a := <-answered:
+		res, err = a.res, a.err
+	case <-ctx.Done():
+		if cause := context.Cause(ctx); errors.Is(cause, sandbox.ErrUnavailable) {
+			r.log.Warn("call cut short: the sandbox is unavailable; the tool ends in the background", "tool", name)
+			return nil, r.markUnavailable(name, cause)
+		}
+		a := <-answered // the caller left or the run closed: the tool ends on ctx
+		res, err = a.res, a.err
+	}
 	unwatch()
 	if r.ctx.Err() != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("controller: run %s was closed during the %s call: %w", r.id, name, ErrUnknownRun)

@@ -187,3 +187,58 @@ func TestClosersRunConcurrently(t *testing.T) {
 		}
 	})
 }
+
+// TestCallCutEvenWhenToolLingers: a call the sandbox's unavailability cut
+// short answers at once, even when the tool itself takes longer to end
+// (its stream's teardown asks the engine that does not answer); the tool
+// ends in the background, and the run's Close still waits for it.
+func TestCallCutEvenWhenToolLingers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var toolEnded bool
+		linger := func(ctx context.Context, r *tools.Registry, env *Env) error {
+			tools.Register(r, tools.Tool{Name: "linger", Description: "linger", Level: tools.LevelRead},
+				func(ctx context.Context, in struct{}) (*tools.Result, error) {
+					<-ctx.Done()
+					<-release // a teardown that waits on the engine
+					toolEnded = true
+					return nil, ctx.Err()
+				})
+			return nil
+		}
+		rg := newRig(t, func(c *Config) { c.Tools = append(c.Tools, linger) })
+		r, err := rg.c.Open(context.Background(), RunSpec{ConversationID: "c-42", Workspace: "/workspace"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rg.docker.opened[0].paused.Store(true)
+		start := time.Now()
+		if _, err := r.Call(context.Background(), "", "linger", nil); !errors.Is(err, sandbox.ErrUnavailable) {
+			t.Fatalf("linger while paused: err = %v, want ErrUnavailable", err)
+		}
+		if got := time.Since(start); got != UnavailableCheckAfter {
+			t.Errorf("the call answered after %v, want %v (the watch's first look)", got, UnavailableCheckAfter)
+		}
+		r.mu.Lock()
+		inflight := r.inflight
+		r.mu.Unlock()
+		if inflight != 1 {
+			t.Errorf("%d calls in flight while the tool lingers, want 1", inflight)
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- r.Close() }()
+		synctest.Wait()
+		select {
+		case <-closed:
+			t.Fatal("Close returned while the cut call's tool still ran (within the close grace)")
+		default:
+		}
+		close(release)
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		if !toolEnded {
+			t.Error("the run closed its sandbox before the lingering tool ended (within the close grace)")
+		}
+	})
+}
