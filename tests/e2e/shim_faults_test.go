@@ -62,7 +62,9 @@ type proc struct {
 	args      string // the command line, NULs as spaces; empty for a zombie
 }
 
-func (p proc) String() string { return fmt.Sprintf("%d<%d %s %s [%s]", p.pid, p.ppid, p.state, p.comm, p.args) }
+func (p proc) String() string {
+	return fmt.Sprintf("%d<%d %s %s [%s]", p.pid, p.ppid, p.state, p.comm, p.args)
+}
 
 // procTable lists the container's processes from /proc, seen by the
 // test's own exec (whose shell and its children are left out).
