@@ -218,7 +218,8 @@ const outageAnswerWithin = controller.UnavailableCheckAfter + sandbox.CheckTimeo
 // held: a hung engine) or cut (every connection dropped, the socket
 // removed: an engine restarting). During it, write, lsp and read each
 // answer 200 or 503 sandbox_unavailable within outageAnswerWithin, at
-// least one 503, never 410 sandbox_gone: the run is kept. Afterwards the
+// least one 503 (except a containerd stall, which open streams do not
+// notice), never 410 sandbox_gone: the run is kept. Afterwards the
 // run answers again; a kernel that survived keeps its state (stall), one
 // whose streams died with the connection (cut, on Docker) is replaced and
 // says so; either way one kernel runs in the container.
@@ -290,7 +291,11 @@ func TestEngineOutage(t *testing.T) {
 				}
 				time.Sleep(time.Second) // a caller retrying, not a busy loop
 			}
-			if unavailable == 0 {
+			// Through containerd a stalled API does not touch the streams
+			// already open (their FIFOs bypass the socket): the calls on
+			// them may all answer 200. Everywhere else the outage reaches
+			// the run.
+			if unavailable == 0 && (backend() != backendContainerd || tt.name != "stall") {
 				t.Errorf("no call during a %v outage answered 503 sandbox_unavailable", engineOutage)
 			}
 			if err := tt.restore(p); err != nil {
