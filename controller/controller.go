@@ -29,6 +29,7 @@ import (
 	"berth.dev/berth/questions"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/lsp"
 	"berth.dev/berth/tools/permission"
 )
 
@@ -109,8 +110,11 @@ func (e *Env) Claim(kind string) (release func(), err error) {
 	return e.claims.take(claimKey{tenant: e.Spec.Tenant, conversation: e.Spec.ConversationID, kind: kind}, e.RunID)
 }
 
-// OnClose registers fn to run when the run closes, before the sandbox is
-// closed. Closers run in reverse order of registration.
+// OnClose registers fn to run when the run closes, after the run's context
+// is cancelled and before the sandbox is closed. The closers of a run run
+// concurrently (each binder's resources are its own), so closing a run
+// takes as long as its slowest closer, not the sum of them; the run's
+// question port closes after all of them.
 func (e *Env) OnClose(fn func() error) { *e.closers = append(*e.closers, fn) }
 
 // AddResources registers fn to report the live resources a binder started
@@ -172,6 +176,14 @@ type Config struct {
 
 	// CloseGrace overrides DefaultCloseGrace.
 	CloseGrace time.Duration
+
+	// LSPRequestTimeout bounds each request to a language server of the
+	// default tools (lsp.Options.RequestTimeout): a server that does not
+	// answer within it makes the call fail, naming the server and saying
+	// to call lsp reload. 0 means lsp.DefaultRequestTimeout. It applies
+	// when Tools is nil; a caller that sets Tools wires LSPToolsWith
+	// itself.
+	LSPRequestTimeout time.Duration
 
 	// Mode is how berth is deployed; it picks the default Permissions:
 	// permission.ModeLocal (the default: every level allowed) or
@@ -283,7 +295,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg.LabelKey = DefaultLabelKey
 	}
 	if cfg.Tools == nil {
-		cfg.Tools = append(DefaultTools(), VibeTools(cfg.Vibe))
+		cfg.Tools = append(defaultTools(lsp.Options{RequestTimeout: cfg.LSPRequestTimeout}), VibeTools(cfg.Vibe))
 	}
 	if cfg.CloseGrace <= 0 {
 		cfg.CloseGrace = DefaultCloseGrace
@@ -402,7 +414,6 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 	if !c.cfg.NoQuestions {
 		r.questions = questions.New()
 		env.Questions = r.questions
-		env.OnClose(r.questions.Close) // runs last: after the resources that publish
 	}
 	env.Gate = permission.New(*c.cfg.Permissions, r.questions, permission.Options{Timeout: c.cfg.PermissionTimeout})
 	for _, bind := range c.cfg.Tools {
@@ -789,21 +800,46 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 	r.inflight++
 	r.lastUsed = time.Now()
 	r.mu.Unlock()
-	defer func() {
+	ended := func() {
 		r.mu.Lock()
 		r.inflight--
 		r.lastUsed = time.Now()
 		r.mu.Unlock()
 		r.calls.Done()
-	}()
+	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(r.ctx, func() { cancel(nil) })
 	defer stop()
 	unwatch := r.watch(ctx, cancel)
+	defer unwatch()
 
-	res, err = r.reg.Call(ctx, s, name, args)
+	// The tool runs in a goroutine the run's calls count (Close waits for
+	// it), so that a call cut short because the sandbox became unavailable
+	// answers at once, whatever the tool's cleanup still waits on: a
+	// stream's teardown asks the same engine that does not answer.
+	type answer struct {
+		res *tools.Result
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		defer ended()
+		res, err := r.reg.Call(ctx, s, name, args)
+		answered <- answer{res, err}
+	}()
+	select {
+	case a := <-answered:
+		res, err = a.res, a.err
+	case <-ctx.Done():
+		if cause := context.Cause(ctx); errors.Is(cause, sandbox.ErrUnavailable) {
+			r.log.Warn("call cut short: the sandbox is unavailable; the tool ends in the background", "tool", name)
+			return nil, r.markUnavailable(name, cause)
+		}
+		a := <-answered // the caller left or the run closed: the tool ends on ctx
+		res, err = a.res, a.err
+	}
 	unwatch()
 	if r.ctx.Err() != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("controller: run %s was closed during the %s call: %w", r.id, name, ErrUnknownRun)
@@ -822,9 +858,18 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 // checkGone asks the sandbox whether it is still usable after a failed
 // call. When it is gone, the run remembers it: later calls fail at once,
 // without touching the sandbox again.
+//
+// The check is bounded (sandbox.CheckWithin): an engine that does not
+// answer it is unavailable, not gone, and the call does not hang on it. A
+// call that met an outage (its error wraps sandbox.ErrUnavailable) which
+// is over by the time of the check returns its own error: the sandbox
+// answers again, so the run is not marked unavailable.
 func (r *Run) checkGone(ctx context.Context, tool string, callErr error) error {
-	cerr := r.sb.Check(ctx)
+	cerr := sandbox.CheckWithin(ctx, r.sb)
 	if cerr == nil || !errors.Is(cerr, sandbox.ErrGone) {
+		if cerr == nil && errors.Is(callErr, sandbox.ErrUnavailable) {
+			return nil // the outage the call met is over
+		}
 		if errors.Is(callErr, sandbox.ErrGone) {
 			cerr = callErr
 		} else {
@@ -850,7 +895,10 @@ func (r *Run) checkGone(ctx context.Context, tool string, callErr error) error {
 // ask its sandbox whether it is still available, then every
 // UnavailableCheckEvery: a paused container freezes whatever the call
 // waits on, so the call is cut short with a retryable error instead of
-// hanging until the pause ends.
+// hanging until the pause ends. Each look is bounded by
+// sandbox.CheckTimeout, and an engine that does not answer within it
+// counts as unavailable too: a call on a hung engine returns within
+// UnavailableCheckAfter + sandbox.CheckTimeout.
 const (
 	UnavailableCheckAfter = 2 * time.Second
 	UnavailableCheckEvery = 5 * time.Second
@@ -860,7 +908,9 @@ const (
 // sandbox becomes unavailable it cancels the call with the sandbox's error
 // as the cause. The returned stop ends the watch and waits for it.
 func (r *Run) watch(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
-	done := make(chan struct{})
+	// wctx ends with the watch, so that a check in progress when the call
+	// returns does not hold the call's answer back.
+	wctx, wcancel := context.WithCancel(ctx)
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
@@ -868,15 +918,17 @@ func (r *Run) watch(ctx context.Context, cancel context.CancelCauseFunc) (stop f
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
-				return
-			case <-ctx.Done():
+			case <-wctx.Done():
 				return
 			case <-t.C:
 			}
-			cctx, ccancel := context.WithTimeout(ctx, UnavailableCheckEvery)
-			err := r.sb.Check(cctx)
-			ccancel()
+			// Bounded by sandbox.CheckTimeout: an engine that does not
+			// answer is unavailable, so a hung engine cuts the call short
+			// within UnavailableCheckAfter + CheckTimeout.
+			err := sandbox.CheckWithin(wctx, r.sb)
+			if wctx.Err() != nil {
+				return // the call ended first: its own answer stands
+			}
 			if errors.Is(err, sandbox.ErrUnavailable) {
 				cancel(err)
 				return
@@ -885,7 +937,7 @@ func (r *Run) watch(ctx context.Context, cancel context.CancelCauseFunc) (stop f
 		}
 	}()
 	return func() {
-		close(done)
+		wcancel()
 		<-ended
 	}
 }
@@ -923,7 +975,7 @@ func (r *Run) markUnavailable(tool string, cerr error) error {
 // is usable as before), else the error for this call — still unavailable
 // (the wait grows) or gone (remembered as gone).
 func (r *Run) recheck(ctx context.Context, tool string) error {
-	cerr := r.sb.Check(ctx)
+	cerr := sandbox.CheckWithin(ctx, r.sb) // an engine still not answering is still unavailable
 	switch {
 	case cerr == nil:
 		r.mu.Lock()
@@ -976,14 +1028,20 @@ func (r *Run) Close() error {
 	return r.closeErr
 }
 
-// closeResources runs the closers in reverse and closes the sandbox.
+// closeResources runs the closers, all at once, then closes the question
+// port (after the resources that publish on it) and the sandbox. Each
+// closer bounds its own wait (a kernel's or a server's grace), so the run
+// closes within the slowest closer's grace, not the sum of them.
 func (r *Run) closeResources() error {
 	r.cancel()
-	var errs []error
-	for i := len(r.closers) - 1; i >= 0; i-- {
-		if err := r.closers[i](); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(r.closers))
+	var wg sync.WaitGroup
+	for i, closeFn := range r.closers {
+		wg.Go(func() { errs[i] = closeFn() })
+	}
+	wg.Wait()
+	if r.questions != nil {
+		errs = append(errs, r.questions.Close())
 	}
 	r.c.claims.releaseRun(r.id) // what the closers did not give back
 	if err := r.sb.Close(); err != nil {

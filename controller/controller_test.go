@@ -72,6 +72,7 @@ type fakeSandbox struct {
 	closed atomic.Int32
 	gone   atomic.Bool
 	paused atomic.Bool
+	hung   atomic.Bool // Check does not answer until its context ends (a hung engine)
 	checks atomic.Int32
 }
 
@@ -90,6 +91,10 @@ func (s *fakeSandbox) Dial(ctx context.Context, network, address string) (sandbo
 }
 func (s *fakeSandbox) Check(ctx context.Context) error {
 	s.checks.Add(1)
+	if s.hung.Load() {
+		<-ctx.Done()
+		return fmt.Errorf("fake: inspect container %s: %w", s.ref, ctx.Err())
+	}
 	if s.gone.Load() {
 		return fmt.Errorf("fake: container %s exited (exit code 137): %w", s.ref, sandbox.ErrGone)
 	}

@@ -21,8 +21,11 @@ import (
 // structural tools (ast_grep, ast_edit, resolve), the language-server tools
 // (lsp, lsp_rename, diagnostics on write), debug for runs with a
 // conversation id, eval, and ask_user for runs with a question port.
-func DefaultTools() []Binder {
-	return []Binder{FileTools, StructuralTools, LSPTools, DebugTools, EvalTools, AskTools}
+func DefaultTools() []Binder { return defaultTools(lsp.Options{}) }
+
+// defaultTools is DefaultTools with the language servers' options.
+func defaultTools(lspOpts lsp.Options) []Binder {
+	return []Binder{FileTools, StructuralTools, LSPToolsWith(lspOpts), DebugTools, EvalTools, AskTools}
 }
 
 // AskTools registers ask_user (docs/tools.md §9) when the run has a question
@@ -71,10 +74,20 @@ func EvalToolsWith(opts eval.Options) Binder {
 // diagnostics on write. Servers start lazily inside the run's sandbox; the
 // run's close stops them all.
 func LSPTools(ctx context.Context, r *tools.Registry, env *Env) error {
-	sup := lsp.Register(r, env.Sandbox, env.Workspace, env.Context, lsp.Options{Host: env.Sandbox.Ref() == "host"})
-	env.OnClose(sup.Close)
-	env.AddResources(sup.Resources)
-	return nil
+	return LSPToolsWith(lsp.Options{})(ctx, r, env)
+}
+
+// LSPToolsWith is LSPTools with operator settings, such as the deadline
+// of each request to a server (RequestTimeout, default
+// lsp.DefaultRequestTimeout).
+func LSPToolsWith(opts lsp.Options) Binder {
+	return func(ctx context.Context, r *tools.Registry, env *Env) error {
+		opts.Host = opts.Host || env.Sandbox.Ref() == "host" // no workspace binary runs on the host
+		sup := lsp.Register(r, env.Sandbox, env.Workspace, env.Context, opts)
+		env.OnClose(sup.Close)
+		env.AddResources(sup.Resources)
+		return nil
+	}
 }
 
 // FileTools registers read, write, edit and apply_patch over the run's

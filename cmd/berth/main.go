@@ -11,8 +11,6 @@
 package main
 
 import (
-	"berth.dev/berth/sandbox/host"
-	"berth.dev/berth/syntax"
 	"context"
 	"errors"
 	"fmt"
@@ -22,8 +20,13 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"berth.dev/berth/sandbox/host"
+	"berth.dev/berth/syntax"
+	"berth.dev/berth/tools/lsp"
 )
 
 // version is set with -ldflags "-X main.version=v1.2.3"; otherwise the
@@ -100,6 +103,10 @@ type globalFlags struct {
 	// (host.Options.PidsMax, MemoryMax).
 	hostPidsMax   int
 	hostMemoryMax string
+
+	// lspRequestTimeout bounds each request to a language server
+	// (controller.Config.LSPRequestTimeout).
+	lspRequestTimeout time.Duration
 }
 
 // A command annotated grammarsAnnotation: grammarsOnDemand loads the
@@ -156,6 +163,7 @@ conversation's existing container, or on the host when there is none.`,
 	pf.IntVar(&g.hostPidsMax, "host-pids-max", 0, fmt.Sprintf("most processes of one host run (cgroup pids.max; without a cgroup, RLIMIT_NPROC of the --host-user); default %d, negative: no limit", host.DefaultPidsMax))
 	pf.StringVar(&g.hostMemoryMax, "host-memory-max", "", fmt.Sprintf("most memory of one host run's processes (cgroup only), bytes or with K, M, G; default %dG, -1: no limit", host.DefaultMemoryMax>>30))
 	pf.StringSliceVar(&g.hostEnv, "host-env", nil, "environment variable (NAME, taken from berth's environment, or NAME=VALUE) host processes get beyond PATH, HOME and LANG (repeatable)")
+	pf.DurationVar(&g.lspRequestTimeout, "lsp-request-timeout", lsp.DefaultRequestTimeout, "longest wait for a language server's answer to one request; a server that does not answer in time makes the call fail, naming the server and saying to call lsp reload")
 	root.AddCommand(newServe(g), newCall(g), newTools(g), newASTGrep(), newASTEdit(), newGrammars(), newVersion())
 	return root
 }

@@ -13,6 +13,7 @@ import (
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/containerd"
 	"berth.dev/berth/sandbox/docker"
+	"berth.dev/berth/tools/lsp"
 	"berth.dev/berth/tools/permission"
 )
 
@@ -125,18 +126,22 @@ func newController(g *globalFlags, b *backends, reg prometheus.Registerer, log *
 	if err != nil {
 		return nil, err
 	}
+	if g.lspRequestTimeout < 0 {
+		return nil, fmt.Errorf("berth: --lsp-request-timeout %v is negative: pass a duration such as 30s (0: the default, %v)", g.lspRequestTimeout, lsp.DefaultRequestTimeout)
+	}
 	cfg := controller.Config{
-		Providers:        b.providers,
-		LabelKey:         g.labelKey,
-		NoHostFallback:   g.noHostFallback,
-		HostPlacement:    policy.host,
-		HostRoots:        policy.roots,
-		AllowUnlabelled:  policy.allowUnlabelled,
-		DefaultWorkspace: defaultWorkspace,
-		Registerer:       reg,
-		Logger:           log,
-		Mode:             mode,
-		NoQuestions:      mode == "",
+		Providers:         b.providers,
+		LabelKey:          g.labelKey,
+		NoHostFallback:    g.noHostFallback,
+		HostPlacement:     policy.host,
+		HostRoots:         policy.roots,
+		AllowUnlabelled:   policy.allowUnlabelled,
+		DefaultWorkspace:  defaultWorkspace,
+		Registerer:        reg,
+		Logger:            log,
+		Mode:              mode,
+		NoQuestions:       mode == "",
+		LSPRequestTimeout: g.lspRequestTimeout,
 	}
 	for _, t := range tune {
 		t(&cfg)
