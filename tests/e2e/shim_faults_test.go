@@ -197,11 +197,17 @@ func awaitTreeGone(t *testing.T, ctr *container, gone []proc) {
 	}
 }
 
+// noticeWithin bounds how long after a killed tree is gone berth may
+// still take the program for alive (its exec stream's end travels through
+// the engine).
+const noticeWithin = 5 * time.Second
+
 // pyModule is the module the language-server tests hover in.
 const pyModule = "def hello(name):\n    \"\"\"Greet name.\"\"\"\n    return 'hi ' + name\n\n\nhello('x')\n"
 
-// TestShimKilled: with a kernel, a language server and a file server live
-// in one run, kill -9 the agent process that supervises each, one at a
+// TestShimKilled: with a kernel, a language server, a debug adapter
+// stopped at a breakpoint and a file server live in one run, kill -9 the
+// agent process that supervises each, one at a
 // time (as the OOM killer would): within reapWithin nothing of its tree is
 // left, not even a zombie, in a container whose PID 1 (sleep infinity)
 // never reaps; and the next call of that tool works — eval on a new kernel
@@ -228,12 +234,28 @@ func TestShimKilled(t *testing.T) {
 		t.Fatalf("write: %s", r.texts())
 	}
 
+	debug := func(t *testing.T, args map[string]any) toolReply {
+		t.Helper()
+		return a.callTool(t, run, "debug", args)
+	}
+	stopAtBreakpoint := func(t *testing.T) {
+		t.Helper()
+		ctr.put(t, "prog.py", "total = 0\nfor i in range(3):\n    total += i\nprint(total)\n")
+		if r := debug(t, map[string]any{"op": "breakpoints", "file": "prog.py", "lines": []int{3}}); r.IsError {
+			t.Fatalf("breakpoints: %s", r.texts())
+		}
+		if r := debug(t, map[string]any{"op": "launch", "program": "prog.py"}); r.IsError || !strings.Contains(r.texts(), "prog.py:3") {
+			t.Fatalf("launch: %s; want a stop at prog.py:3", r.texts())
+		}
+	}
+
 	tests := []struct {
 		name  string
-		word  string // in the supervised program's command line
+		word  string             // in the supervised program's command line
+		setup func(t *testing.T) // starts the program, when the run has none yet
 		after func(t *testing.T)
 	}{
-		{"kernel", "ipykernel", func(t *testing.T) {
+		{"kernel", "ipykernel", nil, func(t *testing.T) {
 			r := a.callTool(t, run, "eval", map[string]any{"code": "y = 21\nprint(y * 2)", "description": "compute on the new kernel after the supervisor died"})
 			if r.IsError || !strings.Contains(r.texts(), "42") {
 				t.Errorf("eval after its supervisor was killed: %s; want 42 from a new kernel (a new cell wrongly blamed for the old kernel's death is a known kernel/tools/eval bug)", r.texts())
@@ -243,12 +265,37 @@ func TestShimKilled(t *testing.T) {
 				t.Errorf("more than one kernel in the container (the old one survived its supervisor?): %v", k)
 			}
 		}},
-		{"language server", "pylsp", func(t *testing.T) {
+		{"language server", "pylsp", nil, func(t *testing.T) {
 			if r := hover(t); r.IsError || !strings.Contains(r.texts(), "Greet name") {
 				t.Errorf("hover after its supervisor was killed: %s", r.texts())
 			}
 		}},
-		{"file server", "berth-shim fs", func(t *testing.T) {
+		{"debug adapter", "debugpy.adapter", stopAtBreakpoint, func(t *testing.T) {
+			// berth learns of the adapter's end from its exec stream, a
+			// moment after the process table shows it gone.
+			var r toolReply
+			for deadline := time.Now().Add(noticeWithin); ; time.Sleep(100 * time.Millisecond) {
+				r = debug(t, map[string]any{"op": "status"})
+				if strings.Contains(r.texts(), "no debug session") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("status %v after the adapter's supervisor was killed still shows the session as live: %s", noticeWithin, r.texts())
+					break
+				}
+			}
+			t.Logf("debug status after the kill: %s", r.texts())
+			// The session's end gave the conversation's claim back: a new
+			// launch stops again, with a new adapter.
+			stopAtBreakpoint(t)
+			if r := debug(t, map[string]any{"op": "terminate"}); r.IsError {
+				t.Errorf("terminate: %s", r.texts())
+			}
+			if d := matching(ctr.procTable(t), "debugpy"); len(d) != 0 {
+				t.Errorf("debugpy processes left after terminate: %v", d)
+			}
+		}},
+		{"file server", "berth-shim fs", nil, func(t *testing.T) {
 			if r := a.callTool(t, run, "write", map[string]any{"path": "w.txt", "content": "two\n"}); r.IsError {
 				t.Errorf("write after the file server was killed: %s (\"unexpected EOF\" is a known sandbox/shim bug: an idle file server retired)", r.texts())
 			}
@@ -262,6 +309,9 @@ func TestShimKilled(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.setup != nil {
+				tt.setup(t)
+			}
 			procs := ctr.procTable(t)
 			victim, group := supervisorOf(t, procs, tt.word)
 			t.Logf("killing %v; its tree: %v", victim, group)
