@@ -458,9 +458,11 @@ func testFSClose(t *testing.T, e *env) {
 // backend serves files without one.
 func (e *env) fileServer(t *testing.T, dir string) int {
 	t.Helper()
-	// The pattern is put together at run time, so that this script's own
-	// command line (and its supervisor's) does not match it.
-	list := fmt.Sprintf(`m="shim"; m="$m fs"; for f in /proc/[0-9]*/cmdline; do case "$(tr '\0' ' ' < $f 2>/dev/null)" in *"$m "*"%s ") p=${f#/proc/}; echo ${p%%/cmdline};; esac; done`, dir)
+	// A file server is a process whose program is the agent (argv[0] ends
+	// in "shim"), in mode fs, serving dir: not a wrapper whose arguments
+	// name it (kube's exec runs the program under sh -c), nor this
+	// script, whose argv[0] is sh.
+	list := fmt.Sprintf(`for f in /proc/[0-9]*/cmdline; do set -- $(tr '\0' ' ' < $f 2>/dev/null); [ $# -ge 3 ] || continue; eval "last=\${$#}"; case "$1" in *shim) [ "$2" = fs ] && [ "$last" = '%s' ] && { p=${f#/proc/}; echo ${p%%/cmdline}; };; esac; done`, dir)
 	pids := strings.Fields(run(t, e.sb, sh(list)).stdout)
 	switch len(pids) {
 	case 0:
