@@ -59,7 +59,7 @@ func TestLSPGoInContainer(t *testing.T) {
 		if !r.IsError || !strings.Contains(r.Text, "pylsp: binary missing: no pylsp") || strings.Contains(r.Text, "marker missing") {
 			t.Fatalf("hover on a markerless Python file:\n%s", r.Text)
 		}
-		lsptest.CheckNoServerSaysSo(t, e, "loose2.py", "z = 3\n", "pylsp: binary missing: no pylsp")
+		lsptest.CheckNoServerSaysSo(t, e, "loose2.py", "z = 3\n", "pyright: binary missing: no pyright-langserver")
 		e.Sh(t, "rm -rf py loose.py")
 	})
 
