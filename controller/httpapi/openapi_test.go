@@ -114,8 +114,9 @@ func parseDoc(ctx context.Context) (*apiDoc, error) {
 //     send bad input on purpose), with berth's Error body if JSON.
 //   - Every response must validate against its operation: a status the
 //     operation does not list fails, as does a body off its schema.
-//   - A request whose client went away before the answer is not checked
-//     for its response: nobody sees it (499 cancelled is logged only).
+//   - A response whose status was written after its client went away is
+//     not checked: nobody sees it (499 cancelled is logged only). An event
+//     stream the client closed is checked up to where it was cut.
 func validated(t *testing.T, h http.Handler) http.Handler {
 	d := loadDoc(t)
 	v := &validator{doc: d, next: h}
@@ -156,8 +157,14 @@ func (v *validator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer v.wg.Done()
 	body := &teeBody{ReadCloser: r.Body}
 	r.Body = body
-	rec := &recorder{ResponseWriter: w}
+	rec := &recorder{ResponseWriter: w, ctx: r.Context()}
 	v.next.ServeHTTP(rec, r)
+	defer func() {
+		// net/http would swallow a panic of the check.
+		if p := recover(); p != nil {
+			v.fail(r, rec.status, "the validator panicked: %v", p)
+		}
+	}()
 	v.check(r, body, rec)
 }
 
@@ -202,8 +209,8 @@ func (v *validator) check(r *http.Request, body *teeBody, rec *recorder) {
 	if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil && !refused {
 		v.fail(r, status, "the request is off the document, yet berth did not refuse it with a 4xx: %v", err)
 	}
-	if r.Context().Err() != nil {
-		return // the client went away: nobody reads the response
+	if rec.gone || (rec.status == 0 && r.Context().Err() != nil) {
+		return // the client went away before the answer: nobody reads it
 	}
 	out := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: in,
@@ -222,6 +229,11 @@ func (v *validator) check(r *http.Request, body *teeBody, rec *recorder) {
 	}
 	if status >= 400 && strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
 		v.checkCodeStatus(r, status, rec.body.Bytes())
+	}
+	if resp := route.Operation.Responses.Status(status); resp != nil && resp.Value != nil {
+		if mt := resp.Value.Content.Get(rec.Header().Get("Content-Type")); mt != nil && mt.Extensions["x-berth-events"] != nil {
+			v.checkEvents(r, status, mt.Extensions["x-berth-events"], rec.body.Bytes())
+		}
 	}
 	// ValidateResponse accepts any body where the document has none.
 	if resp := route.Operation.Responses.Status(status); resp != nil && resp.Value != nil && len(resp.Value.Content) == 0 && rec.body.Len() > 0 {
@@ -242,6 +254,57 @@ func (v *validator) checkError(r *http.Request, status int, body []byte) {
 		return
 	}
 	v.checkCodeStatus(r, status, body)
+}
+
+// testEventTypes are the event types this package's tests publish
+// themselves; every other type must be in the document.
+var testEventTypes = []string{"test.late"}
+
+// checkEvents checks each whole event of a Server-Sent Events body: its
+// type must be one of the document's x-berth-events, and its data must
+// validate against that type's schema.
+func (v *validator) checkEvents(r *http.Request, status int, ext any, body []byte) {
+	types, ok := ext.(map[string]any)
+	if !ok {
+		v.fail(r, status, "x-berth-events is not a map of event types to schemas: %v", ext)
+		return
+	}
+	text := string(body)
+	if i := strings.LastIndex(text, "\n\n"); i >= 0 {
+		text = text[:i] // the last event may have been cut off
+	} else {
+		return
+	}
+	for block := range strings.SplitSeq(text, "\n\n") {
+		var typ, data string
+		for line := range strings.SplitSeq(block, "\n") {
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				typ = line[len("event: "):]
+			case strings.HasPrefix(line, "data: "):
+				data = line[len("data: "):]
+			}
+		}
+		if typ == "" || slices.Contains(testEventTypes, typ) {
+			continue // a comment (connected, keepalive), or a test's own
+		}
+		m, _ := types[typ].(map[string]any)
+		ref, _ := m["$ref"].(string)
+		name, ok := strings.CutPrefix(ref, "#/components/schemas/")
+		schema := v.doc.doc.Components.Schemas[name]
+		if !ok || schema == nil || schema.Value == nil {
+			v.fail(r, status, "event %s is not in the document's x-berth-events (or its $ref %q is not a schema)", typ, ref)
+			continue
+		}
+		var val any
+		if err := json.Unmarshal([]byte(data), &val); err != nil {
+			v.fail(r, status, "event %s: data is not JSON: %q", typ, data)
+			continue
+		}
+		if err := schema.Value.VisitJSON(val, openapi3.EnableJSONSchema2020()); err != nil {
+			v.fail(r, status, "event %s: data is not a %s: %v", typ, name, err)
+		}
+	}
 }
 
 // checkCodeStatus checks that an Error's code goes with the status it was
@@ -289,6 +352,8 @@ func (b *teeBody) Read(p []byte) (int, error) {
 // recorder keeps a response's status and body while passing them on.
 type recorder struct {
 	http.ResponseWriter
+	ctx       context.Context // the request's
+	gone      bool            // the client had gone when the status was written
 	status    int
 	body      bytes.Buffer
 	truncated bool
@@ -296,14 +361,14 @@ type recorder struct {
 
 func (w *recorder) WriteHeader(code int) {
 	if w.status == 0 {
-		w.status = code
+		w.status, w.gone = code, w.ctx.Err() != nil
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *recorder) Write(p []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.status, w.gone = http.StatusOK, w.ctx.Err() != nil
 	}
 	if w.body.Len()+len(p) > maxRecorded {
 		w.truncated = true
