@@ -37,6 +37,10 @@ const docFile = "openapi.json"
 // lasts as long as its run.
 const maxRecorded = httpapi.MaxBodyBytes + 64<<10
 
+// handlerGrace is how long the validator waits, after its test, for the
+// handlers still running to return and be checked.
+const handlerGrace = time.Minute
+
 // apiDoc is the loaded and validated document with its router.
 type apiDoc struct {
 	raw    []byte
@@ -126,8 +130,8 @@ func validated(t *testing.T, h http.Handler) http.Handler {
 		go func() { v.wg.Wait(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(time.Minute):
-			t.Errorf("openapi validator: a request is still being served a minute after the test")
+		case <-time.After(handlerGrace):
+			t.Errorf("openapi validator: a request is still being served %v after the test", handlerGrace)
 		}
 		v.mu.Lock()
 		defer v.mu.Unlock()
