@@ -53,7 +53,7 @@ func newAskRigWith(t *testing.T, cfg controller.Config, opts httpapi.Options) *a
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(c, opts))
+	srv := httptest.NewServer(validated(t, httpapi.New(c, opts)))
 	t.Cleanup(func() { c.Close(); srv.Close() })
 	return &askRig{rig: &rig{t: t, srv: srv, c: c}, dir: t.TempDir()}
 }

@@ -21,6 +21,7 @@
 //	GET    /console/                       the operator console (controller/console); / redirects to it
 //	GET    /healthz                        200 "ok", never authenticated
 //	GET    /metrics                    M   Prometheus text format
+//	GET    /v1/openapi.json                the OpenAPI 3.1 document of these routes (openapi.json), never authenticated
 //
 // Every request is authenticated before its route or body is read. A run
 // belongs to the tenant whose credential opened it: every route answers
@@ -61,8 +62,11 @@
 //	404 unknown_card       no open card has that number (answered, skipped, timed out or never opened)
 //	404 no_questions       the run has no question port (berth opened it with NoQuestions)
 //	404 sandbox_not_found  no container for the reference or conversation (sandbox.ErrNotFound)
+//	404 no_workers         the run has no vibe workers (it was not opened with "vibe": true)
+//	404 unknown_worker     the run has no worker of that id
 //	404 not_found          no such route
 //	405 method_not_allowed
+//	409 bad_report         a worker report that does not fit: the worker is not running, already reported its end, or the status is unknown
 //	410 sandbox_gone       the run's container stopped, restarted or was removed (sandbox.ErrGone): open a new run
 //	413 too_large          the body exceeds MaxBodyBytes
 //	421 misdirected        Host is not a loopback name while serving without a token
@@ -169,6 +173,7 @@ func New(c *controller.Controller, opts Options) http.Handler {
 	v1.HandleFunc("POST /v1/runs/{id}/workers/{worker}", need(s.reportWorker, h))
 
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI) // public: see OpenAPIPath
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok")

@@ -143,7 +143,7 @@ func newRigWith(t *testing.T, cfg controller.Config, opts httpapi.Options) *rig 
 		t.Fatal(err)
 	}
 	opts.Gatherer = reg
-	srv := httptest.NewServer(httpapi.New(c, opts))
+	srv := httptest.NewServer(validated(t, httpapi.New(c, opts)))
 	t.Cleanup(func() { srv.Close(); c.Close() })
 	return &rig{t: t, srv: srv, c: c}
 }

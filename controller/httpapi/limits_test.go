@@ -71,6 +71,7 @@ func newServed(t *testing.T, lim httpapi.Limits) *served {
 		t.Fatal(err)
 	}
 	srv := httpapi.NewServer(c, httpapi.Options{Token: token, Limits: lim}, context.Background())
+	srv.Handler = validated(t, srv.Handler)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(httpapi.Listen(ln, lim.MaxConns)) }()
 	t.Cleanup(func() {
