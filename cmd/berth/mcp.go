@@ -17,6 +17,7 @@ import (
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/mcpserver"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/permission"
 )
 
 // mcpFlags are berth mcp's flags.
@@ -73,7 +74,9 @@ func serveMCP(ctx context.Context, g *globalFlags, f *mcpFlags, cmd *cobra.Comma
 		return err
 	}
 	defer b.Close()
-	c, err := newController(g, b, nil, log, "", "")
+	// Local mode: a developer's own machine, every level allowed; the run
+	// has a question port, so ask_user reaches a client that elicits.
+	c, err := newController(g, b, nil, log, "", permission.ModeLocal)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -182,10 +183,73 @@ func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, srv *mcp.Server) {
 		rc.SetReadDeadline(time.Time{})
 		rc.SetWriteDeadline(time.Time{})
 	}
-	h.sdk.ServeHTTP(w, r.WithContext(ctx))
+	pw := &plainErrors{ResponseWriter: w}
+	h.sdk.ServeHTTP(pw, r.WithContext(ctx))
+	pw.finish()
 	if p != nil && r.Context().Err() != nil {
 		p.cancelAll()
 	}
+}
+
+// plainErrors turns the SDK's plain-text refusals (a body that is not
+// JSON, an unknown method, a bad header) into JSON-RPC error responses
+// with the same status, so that every client reads an error it can parse.
+type plainErrors struct {
+	http.ResponseWriter
+	status int
+	body   []byte // the plain text, while rewriting
+	wrote  bool
+}
+
+func (p *plainErrors) WriteHeader(code int) {
+	if !p.wrote && code >= 400 && strings.HasPrefix(p.Header().Get("Content-Type"), "text/plain") {
+		p.status = code
+		p.wrote = true
+		return
+	}
+	p.wrote = true
+	p.ResponseWriter.WriteHeader(code)
+}
+
+func (p *plainErrors) Write(b []byte) (int, error) {
+	if !p.wrote {
+		p.WriteHeader(http.StatusOK)
+	}
+	if p.status != 0 {
+		if len(p.body) < maxPlainError {
+			p.body = append(p.body, b...)
+		}
+		return len(b), nil
+	}
+	return p.ResponseWriter.Write(b)
+}
+
+// maxPlainError caps the refusal text kept.
+const maxPlainError = 4 << 10
+
+func (p *plainErrors) Unwrap() http.ResponseWriter { return p.ResponseWriter }
+
+func (p *plainErrors) finish() {
+	if p.status == 0 {
+		return
+	}
+	msg := strings.TrimSpace(string(p.body))
+	code := int64(jsonrpc.CodeInvalidRequest)
+	switch {
+	case strings.HasPrefix(msg, "malformed payload"):
+		code = jsonrpc.CodeParseError
+		msg += ": send one JSON-RPC message (or a batch) as a JSON body"
+	case strings.Contains(msg, "not handled"):
+		code = jsonrpc.CodeMethodNotFound
+		msg += ": the methods served are those of MCP's tools feature (initialize, ping, tools/list, tools/call, …)"
+	}
+	p.Header().Del("Content-Length")
+	p.Header().Set("Content-Type", "application/json")
+	p.Header().Del("X-Content-Type-Options")
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
+		"error": &jsonrpc.Error{Code: code, Message: "mcp: " + msg}})
+	p.ResponseWriter.WriteHeader(p.status)
+	p.ResponseWriter.Write(body)
 }
 
 // Close ends every session (closing the runs they opened) and waits for
