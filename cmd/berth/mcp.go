@@ -27,6 +27,7 @@ type mcpFlags struct {
 	conversation     string
 	mode             string
 	clientIsOperator bool
+	permissions      string
 }
 
 func newMCP(g *globalFlags) *cobra.Command {
@@ -41,9 +42,11 @@ goes through berth's registry and permission gate. The run closes, stopping
 everything it started, when the client closes stdin or berth is signalled.
 
 ask_user questions go to the client as elicitation when it declares that
-capability. Permission requests go to it only with --client-is-operator: set
-it only when the person at this client is the operator, since otherwise the
-session whose call a request gates would approve it itself.
+capability. With --permissions hosted, write and exec calls ask the operator
+first; those requests go to the client only with --client-is-operator: set it
+only when the person at this client is the operator, since otherwise the
+session whose call a request gates would approve it itself (without it they
+fail closed, as nobody else is there to approve).
 
 Logs go to stderr; stdout carries only the protocol.`,
 		Example: `  berth mcp --sandbox docker://dev --workspace /workspace
@@ -59,6 +62,7 @@ Logs go to stderr; stdout carries only the protocol.`,
 	fl.StringVar(&f.conversation, "conversation", "", "conversation id: with --sandbox auto, the container labelled with it is used")
 	fl.StringVar(&f.mode, "mode", "default", "the run's surface: default, plan or readonly")
 	fl.BoolVar(&f.clientIsOperator, "client-is-operator", false, "send permission requests to the MCP client as elicitation (only when its user is the operator)")
+	fl.StringVar(&f.permissions, "permissions", string(permission.ModeLocal), "permission policy: local (every level allowed) or hosted (write and exec ask the operator: with --client-is-operator the client, else they are refused, nobody being there to approve)")
 	return cmd
 }
 
@@ -74,9 +78,14 @@ func serveMCP(ctx context.Context, g *globalFlags, f *mcpFlags, cmd *cobra.Comma
 		return err
 	}
 	defer b.Close()
-	// Local mode: a developer's own machine, every level allowed; the run
-	// has a question port, so ask_user reaches a client that elicits.
-	c, err := newController(g, b, nil, log, "", permission.ModeLocal)
+	pmode, err := permission.ParseMode(f.permissions)
+	if err != nil {
+		return fmt.Errorf("berth: --permissions: %w", err)
+	}
+	// Placed as a local command (like berth call); a mode gives the run a
+	// question port, so ask_user reaches a client that elicits, and picks
+	// the permission policy.
+	c, err := newController(g, b, nil, log, "", permission.ModeLocal, func(cfg *controller.Config) { cfg.Mode = pmode })
 	if err != nil {
 		return err
 	}

@@ -502,3 +502,79 @@ func TestStdio(t *testing.T) {
 	_, err := call(t, plan, "write", map[string]any{"path": "b.txt", "content": "x"})
 	rpcError(t, "write in a plan run over stdio", err, "denied")
 }
+
+// TestOperatorRule: a permission card reaches the MCP client only when it
+// is the operator. Over HTTP (berth serve --mode hosted: write asks) the
+// client's elicitation is never asked and the write fails closed; berth mcp
+// --permissions hosted --client-is-operator asks the client, whose accept
+// runs the write and whose decline refuses it.
+func TestOperatorRule(t *testing.T) {
+	ws := workspace(t)
+	t.Run("http session is not the operator", func(t *testing.T) {
+		tok := newToken(t)
+		file := filepath.Join(t.TempDir(), "tokens")
+		if err := os.WriteFile(file, []byte(tokenLine(tok, "a", "harness")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := berthtest.Start(t, berthtest.Options{Args: []string{"--tokens-file", file, "--mode", "hosted", "--host-placement", "explicit", "--host-root", ws}})
+		h := newHuman(func(*mcp.ElicitParams) *mcp.ElicitResult {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}
+		})
+		cs := connect(t, fmt.Sprintf("%s/v1/mcp?sandbox=host&workspace=%s", s.URL, ws), tok, h)
+		res, err := call(t, cs, "write", map[string]any{"path": "gated.txt", "content": "x"})
+		if err != nil || !res.IsError {
+			t.Errorf("write in a hosted run without the operator: want a refusal result, got %v %v", err, res)
+		} else if got := text(res); !strings.Contains(got, "no approver is connected") {
+			t.Errorf("write refused for another reason than nobody to approve it: %q", got)
+		}
+		select {
+		case p := <-h.asked:
+			t.Errorf("the session whose call a permission card gates was asked to approve it: %q", p.Message)
+		default:
+		}
+		if _, err := os.Stat(filepath.Join(ws, "gated.txt")); !os.IsNotExist(err) {
+			t.Errorf("gated.txt was written (stat: %v)", err)
+		}
+	})
+	t.Run("stdio client is the operator", func(t *testing.T) {
+		bin := berthtest.Build(t)
+		for _, tc := range []struct {
+			action  string
+			written bool
+		}{{"accept", true}, {"decline", false}} {
+			h := newHuman(func(*mcp.ElicitParams) *mcp.ElicitResult {
+				if tc.action == "accept" {
+					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}
+				}
+				return &mcp.ElicitResult{Action: "decline"}
+			})
+			cmd := exec.Command(bin, "mcp", "--sandbox", "host", "--workspace", ws, "--permissions", "hosted", "--client-is-operator")
+			cmd.Stderr = os.Stderr
+			c := mcp.NewClient(&mcp.Implementation{Name: "berth-test", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: h.handle})
+			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := tc.action + ".txt"
+			res, err := call(t, cs, "write", map[string]any{"path": name, "content": "x"})
+			cs.Close()
+			if err != nil {
+				t.Fatalf("%s: write: %v", tc.action, err)
+			}
+			_, serr := os.Stat(filepath.Join(ws, name))
+			if written := serr == nil; written != tc.written || res.IsError == tc.written {
+				t.Errorf("%s: written %v (isError %v, %q), want written %v", tc.action, written, res.IsError, text(res), tc.written)
+			}
+			select {
+			case p := <-h.asked:
+				if !strings.Contains(p.Message, "write") {
+					t.Errorf("%s: the permission elicitation does not name write: %q", tc.action, p.Message)
+				}
+			default:
+				t.Errorf("%s: the operator client was not asked", tc.action)
+			}
+		}
+	})
+}
