@@ -578,3 +578,68 @@ func TestOperatorRule(t *testing.T) {
 		}
 	})
 }
+
+// TestStdioContainer drives berth mcp against a --network none container
+// of the Python test image: the tools work in the container, and when the
+// client leaves nothing berth started runs in it any more.
+func TestStdioContainer(t *testing.T) {
+	image := os.Getenv("BERTH_TEST_IMAGE_PYTHON")
+	if image == "" {
+		t.Skip("BERTH_TEST_IMAGE_PYTHON is not set (tests/run sets it)")
+	}
+	docker := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	conv := "mcp-" + newToken(t)[:12]
+	id := docker("run", "-d", "--network", "none", "--label", "berth.conversation="+conv, "--name", "berth-"+conv, image, "sleep", "infinity")
+	t.Cleanup(func() {
+		exec.Command("docker", "rm", "-f", id).Run()
+	})
+	docker("exec", id, "sh", "-c", `mkdir -p /workspace && printf 'hello from the workspace\n' > /workspace/a.txt && printf 'def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n' > /workspace/m.py`)
+	// procs lists the container's processes but its sleep and the lister.
+	procs := func() []string {
+		out := docker("exec", id, "sh", "-c", `for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null); echo "${p#/proc/} $c"; done`)
+		var left []string
+		for _, l := range strings.Split(out, "\n") {
+			f := strings.Fields(l)
+			if len(f) < 2 || f[1] == "sleep" || f[1] == "sh" || f[1] == "tr" {
+				continue
+			}
+			left = append(left, l)
+		}
+		return left
+	}
+	if p := procs(); len(p) != 0 {
+		t.Fatalf("the fresh container already runs %v", p)
+	}
+
+	bin := berthtest.Build(t)
+	cmd := exec.Command(bin, "mcp", "--sandbox", "docker://"+id, "--conversation", conv, "--workspace", "/workspace")
+	cmd.Stderr = os.Stderr
+	h := newHuman(pickBlue)
+	c := mcp.NewClient(&mcp.Implementation{Name: "berth-test", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: h.handle})
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	useTools(t, cs, h)
+	if p := procs(); len(p) == 0 {
+		t.Errorf("no process of berth's runs in the container after lsp and eval: the test cannot see what it checks")
+	}
+	if err := cs.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if cmd.ProcessState == nil || !cmd.ProcessState.Success() {
+		t.Errorf("berth mcp did not exit cleanly when the client left: %v", cmd.ProcessState)
+	}
+	waitFor(t, 30*time.Second, "berth's processes to leave the container", func() bool { return len(procs()) == 0 })
+}
