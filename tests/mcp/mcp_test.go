@@ -643,3 +643,92 @@ func TestStdioContainer(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "berth's processes to leave the container", func() bool { return len(procs()) == 0 })
 }
+
+// tsResult is what testdata/client.mjs prints.
+type tsResult struct {
+	Elicited []string
+	Tools    []string
+	Results  map[string]struct {
+		Text    string
+		IsError bool
+	}
+	PlanTools []string
+	PlanWrite struct {
+		Code    int
+		Message string
+		Data    struct{ Code string }
+		Result  string
+	}
+}
+
+// runTS runs testdata/client.mjs with the TypeScript SDK tests/run
+// installs (BERTH_MCP_SDK_DIR).
+func runTS(t *testing.T, args ...string) tsResult {
+	t.Helper()
+	dir := os.Getenv("BERTH_MCP_SDK_DIR")
+	if dir == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("BERTH_MCP_SDK_DIR is not set: tests/run installs @modelcontextprotocol/sdk and sets it")
+		}
+		t.Skip("BERTH_MCP_SDK_DIR is not set (tests/run installs @modelcontextprotocol/sdk and sets it)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", append([]string{"testdata/client.mjs"}, args...)...)
+	cmd.Env = append(os.Environ(), "MCP_SDK_DIR="+dir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node client.mjs %s: %v\n%s\n%s", args[0], err, out, stderr.String())
+	}
+	var r tsResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("client.mjs printed %s: %v", out, err)
+	}
+	return r
+}
+
+func checkTS(t *testing.T, r tsResult) {
+	t.Helper()
+	for _, want := range []string{"read", "ast_grep", "lsp", "eval", "write", "ask_user"} {
+		if !slices.Contains(r.Tools, want) {
+			t.Errorf("tools/list lacks %s: %v", want, r.Tools)
+		}
+	}
+	for name, want := range map[string]string{"read": "hello from the workspace", "ast_grep": "m.py:5", "lsp": "add", "eval": "42", "ask_user": "blue"} {
+		got := r.Results[name]
+		if got.IsError || !strings.Contains(got.Text, want) {
+			t.Errorf("%s: want %q in a result that is not an error, got %+v", name, want, got)
+		}
+	}
+	if len(r.Elicited) != 1 || !strings.Contains(r.Elicited[0], "Which colour?") {
+		t.Errorf("elicitations: %q, want the ask_user question once", r.Elicited)
+	}
+}
+
+// TestTypeScriptClient: the TypeScript SDK's Streamable HTTP and stdio
+// clients use berth: tools, elicitation, and a plan run refusing write.
+func TestTypeScriptClient(t *testing.T) {
+	ws := workspace(t)
+	t.Run("http", func(t *testing.T) {
+		tn := startServe(t)
+		api := &berthtest.Client{URL: tn.s.URL, Token: tn.a}
+		run, err := api.OpenRun(context.Background(), map[string]any{"sandbox": "host", "workspace": ws})
+		if err != nil {
+			t.Fatal(err)
+		}
+		endpoint := tn.s.URL + "/v1/runs/" + run.ID + "/mcp"
+		r := runTS(t, "http", endpoint, tn.a, endpoint+"?surface=plan")
+		checkTS(t, r)
+		if slices.Contains(r.PlanTools, "write") {
+			t.Errorf("plan surface lists write: %v", r.PlanTools)
+		}
+		if r.PlanWrite.Data.Code != "denied" || !strings.Contains(r.PlanWrite.Message, "write") {
+			t.Errorf("write on the plan surface: want a JSON-RPC error naming write with data.code denied, got %+v", r.PlanWrite)
+		}
+	})
+	t.Run("stdio", func(t *testing.T) {
+		checkTS(t, runTS(t, "stdio", berthtest.Build(t), "mcp", "--sandbox", "host", "--workspace", ws))
+	})
+}
