@@ -419,6 +419,53 @@ func TestHTTPBadInput(t *testing.T) {
 	})
 }
 
+// sleepCell is an eval call whose cell marks its start, sleeps 90 s and
+// marks its end, in ws.
+func sleepCell(ws, tag string) (args map[string]any, started, finished string) {
+	started, finished = filepath.Join(ws, tag+".started"), filepath.Join(ws, tag+".finished")
+	code := fmt.Sprintf("import time\nopen(%q, 'w').close()\ntime.sleep(90)\nopen(%q, 'w').close()", started, finished)
+	return map[string]any{"code": code, "description": "sleep for ninety seconds in the kernel"}, started, finished
+}
+
+// TestHTTPCancelled: notifications/cancelled (the go-sdk client sends it
+// when the call's context ends) cancels the call: the kernel is free for
+// the next cell at once and the cancelled cell never reaches its end.
+func TestHTTPCancelled(t *testing.T) {
+	tn := startServe(t)
+	ws := workspace(t)
+	api := &berthtest.Client{URL: tn.s.URL, Token: tn.a}
+	run, err := api.OpenRun(context.Background(), map[string]any{"sandbox": "host", "workspace": ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := connect(t, tn.s.URL+"/v1/runs/"+run.ID+"/mcp", tn.a, nil)
+	args, started, finished := sleepCell(ws, "cancel")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "eval", Arguments: args})
+		done <- err
+	}()
+	waitFor(t, 90*time.Second, "the sleeping cell to start", func() bool {
+		_, err := os.Stat(started)
+		return err == nil
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled call returned %v", err)
+	}
+	start := time.Now()
+	if got := mustCall(t, cs, "eval", map[string]any{"code": "'after' + 'cancel'", "description": "join two strings after the cancelled call"}); !strings.Contains(got, "aftercancel") {
+		t.Errorf("eval after the cancel: %q", got)
+	}
+	if d := time.Since(start); d > 60*time.Second {
+		t.Errorf("the next cell waited %v: the cancelled call's sleep went on", d)
+	}
+	if _, err := os.Stat(finished); !os.IsNotExist(err) {
+		t.Errorf("the cancelled cell ran to its end (stat: %v)", err)
+	}
+}
+
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(d); !cond(); {
