@@ -129,7 +129,7 @@ func connect(t *testing.T, endpoint, tok string, h *human) *mcp.ClientSession {
 	defer cancel()
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint:   endpoint,
-		HTTPClient: &http.Client{Transport: bearer{tok, http.DefaultTransport}},
+		HTTPClient: bearerClient(tok),
 		MaxRetries: -1,
 	}, nil)
 	if err != nil {
@@ -137,6 +137,10 @@ func connect(t *testing.T, endpoint, tok string, h *human) *mcp.ClientSession {
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
+}
+
+func bearerClient(tok string) *http.Client {
+	return &http.Client{Transport: bearer{tok, http.DefaultTransport}}
 }
 
 func call(t *testing.T, cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult, error) {
@@ -291,7 +295,7 @@ func TestHTTPRun(t *testing.T) {
 }
 
 // post sends one raw JSON-RPC body to an MCP endpoint.
-func post(t *testing.T, ctx context.Context, url, tok, session, body string) (int, http.Header, string, error) {
+func post(t testing.TB, ctx context.Context, url, tok, session, body string) (int, http.Header, string, error) {
 	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +319,7 @@ func post(t *testing.T, ctx context.Context, url, tok, session, body string) (in
 const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
 
 // session initializes a raw session and returns its id.
-func session(t *testing.T, url, tok string) string {
+func session(t testing.TB, url, tok string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
