@@ -153,7 +153,7 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	if rel, ok := cancelOf(req); ok {
 		defer rel.track(cancel)()
 	}
-	if stop := h.elicit(ctx, req.Session, p.Name); stop != nil {
+	if stop := h.elicit(ctx, req.Session, p.Name, args); stop != nil {
 		defer stop()
 	}
 	res, err := h.run.Call(ctx, h.opts.Surface, p.Name, args)
@@ -196,19 +196,39 @@ func Result(res *tools.Result) *mcp.CallToolResult {
 }
 
 // elicit follows the run's cards during a call when they are to go to this
-// client: question cards of an ask_user call when it declared elicitation,
-// and permission cards of any call when the client is the operator. It
+// client: the question card of an ask_user call (the card asking the
+// call's question) when it declared elicitation, and the permission cards
+// of the call's tool when the client is the operator. It
 // returns nil when nothing is followed, else the function that stops it.
 // Following subscribes to the run's events only then, so a permission card
 // of a session that is not the operator still fails closed with nobody on
 // the event stream.
-func (h *handler) elicit(ctx context.Context, ss *mcp.ServerSession, tool string) (stop func()) {
+func (h *handler) elicit(ctx context.Context, ss *mcp.ServerSession, tool string, args json.RawMessage) (stop func()) {
 	port := h.run.Questions()
 	if port == nil || ss == nil || !canElicit(ss) {
 		return nil
 	}
 	if tool != "ask_user" && !h.opts.ClientIsOperator {
 		return nil
+	}
+	// Other sessions' calls draw cards on the same run at the same time:
+	// only the cards this call draws go to this client.
+	var question string
+	if tool == "ask_user" {
+		var in struct {
+			Question string `json:"question"`
+		}
+		json.Unmarshal(args, &in) // a bad argument fails the call itself
+		question = strings.TrimSpace(in.Question)
+	}
+	mine := func(c questions.Card) bool {
+		switch c.Kind {
+		case questions.KindQuestion:
+			return tool == "ask_user" && c.Question == question
+		case questions.KindPermission:
+			return h.opts.ClientIsOperator && c.Tool == tool
+		}
+		return false
 	}
 	sub := port.Subscribe(^uint64(0)) // only what opens from now on
 	ctx, cancel := context.WithCancel(ctx)
@@ -229,7 +249,7 @@ func (h *handler) elicit(ctx context.Context, ss *mcp.ServerSession, tool string
 				if json.Unmarshal(e.Data, &c) != nil {
 					continue
 				}
-				if c.Kind == questions.KindPermission && !h.opts.ClientIsOperator {
+				if !mine(c) {
 					continue
 				}
 				wg.Add(1)

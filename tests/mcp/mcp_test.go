@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -782,4 +783,66 @@ func TestTypeScriptClient(t *testing.T) {
 	t.Run("stdio", func(t *testing.T) {
 		checkTS(t, runTS(t, "stdio", berthtest.Build(t), "mcp", "--sandbox", "host", "--workspace", ws))
 	})
+}
+
+// TestCardsGoToTheirSession: two sessions on one run, both eliciting; a
+// question card goes only to the session whose ask_user drew it, even
+// while the other session waits on its own card.
+func TestCardsGoToTheirSession(t *testing.T) {
+	tn := startServe(t)
+	ws := workspace(t)
+	api := &berthtest.Client{URL: tn.s.URL, Token: tn.a}
+	run, err := api.OpenRun(context.Background(), map[string]any{"sandbox": "host", "workspace": ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := tn.s.URL + "/v1/runs/" + run.ID + "/mcp"
+	aDone := make(chan struct{})
+	var mu sync.Mutex
+	var seenA, seenB []string
+	hA := newHuman(func(p *mcp.ElicitParams) *mcp.ElicitResult {
+		mu.Lock()
+		seenA = append(seenA, p.Message)
+		mu.Unlock()
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"text": "from A"}}
+	})
+	hB := newHuman(func(p *mcp.ElicitParams) *mcp.ElicitResult {
+		mu.Lock()
+		seenB = append(seenB, p.Message)
+		mu.Unlock()
+		if strings.Contains(p.Message, "Question B") {
+			select { // hold B's card open until A's call is over
+			case <-aDone:
+			case <-time.After(callTimeout):
+			}
+		}
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"text": "from B"}}
+	})
+	a := connect(t, endpoint, tn.a, hA)
+	b := connect(t, endpoint, tn.a, hB)
+	bRes := make(chan string, 1)
+	go func() {
+		res, err := b.CallTool(context.Background(), &mcp.CallToolParams{Name: "ask_user", Arguments: map[string]any{"question": "Question B?", "allow_free_text": true}})
+		if err != nil {
+			bRes <- err.Error()
+			return
+		}
+		bRes <- text(res)
+	}()
+	select {
+	case <-hB.asked:
+	case <-time.After(callTimeout):
+		t.Fatal("B was not asked its question")
+	}
+	gotA := mustCall(t, a, "ask_user", map[string]any{"question": "Question A?", "allow_free_text": true})
+	close(aDone)
+	gotB := <-bRes
+	if !strings.Contains(gotA, "from A") || !strings.Contains(gotB, "from B") {
+		t.Errorf("answers crossed: A got %q, B got %q", gotA, gotB)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seenA) != 1 || len(seenB) != 1 {
+		t.Errorf("each session should see only its own card: A saw %q, B saw %q", seenA, seenB)
+	}
 }
