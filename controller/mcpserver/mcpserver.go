@@ -24,6 +24,13 @@
 // elicitation nothing changes: ask_user draws its card on the event stream
 // and fails closed with nobody there.
 //
+// A call whose client sent a progress token reports notifications/progress
+// every [ProgressInterval] while it runs: the seconds it has run as the
+// progress, and the run's resources' states (a language server starting or
+// indexing, a kernel starting, …) as the message. Cancellation
+// (notifications/cancelled) and, over HTTP, a client that drops the POST
+// of a call cancel the call.
+//
 // The server negotiates the protocol versions in [ProtocolVersions]: up to
 // 2025-11-25, where a server may send elicitation/create while it serves a
 // call. (2026-07-28 replaces that with multi round-trip results, which
@@ -39,6 +46,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -156,11 +164,60 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	if stop := h.elicit(ctx, req.Session, p.Name, args); stop != nil {
 		defer stop()
 	}
+	if tok := p.GetProgressToken(); tok != nil && req.Session != nil {
+		defer h.progress(ctx, req.Session, tok, p.Name)()
+	}
 	res, err := h.run.Call(ctx, h.opts.Surface, p.Name, args)
 	if err != nil {
 		return nil, h.callError(p.Name, err)
 	}
 	return Result(res), nil
+}
+
+// ProgressInterval is how often a call whose client sent a progress token
+// reports notifications/progress while it runs.
+const ProgressInterval = 2 * time.Second
+
+// maxProgressMessage caps a progress message.
+const maxProgressMessage = 1 << 10
+
+// progress reports, every ProgressInterval until the returned function is
+// called, how long the call has run (progress, in seconds) and what the
+// run's resources are doing (a language server starting or indexing, a
+// kernel starting, …) as the message.
+func (h *handler) progress(ctx context.Context, ss *mcp.ServerSession, tok any, tool string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(ProgressInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			elapsed := time.Since(start)
+			var b strings.Builder
+			fmt.Fprintf(&b, "%s running for %s", tool, elapsed.Round(time.Second))
+			for _, r := range h.run.Resources() {
+				fmt.Fprintf(&b, "; %s %s: %s", r.Kind, r.Name, r.State)
+			}
+			msg := b.String()
+			if len(msg) > maxProgressMessage {
+				msg = msg[:maxProgressMessage] + "…"
+			}
+			if err := ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: elapsed.Seconds(), Message: msg}); err != nil && ctx.Err() == nil {
+				h.opts.Logger.Debug("mcp: progress not sent", "run", h.run.ID(), "tool", tool, "err", err)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // callError is err as a JSON-RPC error carrying berth's code.

@@ -846,3 +846,53 @@ func TestCardsGoToTheirSession(t *testing.T) {
 		t.Errorf("each session should see only its own card: A saw %q, B saw %q", seenA, seenB)
 	}
 }
+
+// TestProgress: a call with a progress token reports notifications/progress
+// while it runs, with the run's resources (the kernel) in the message.
+func TestProgress(t *testing.T) {
+	tn := startServe(t)
+	ws := workspace(t)
+	api := &berthtest.Client{URL: tn.s.URL, Token: tn.a}
+	run, err := api.OpenRun(context.Background(), map[string]any{"sandbox": "host", "workspace": ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []*mcp.ProgressNotificationParams
+	c := mcp.NewClient(&mcp.Implementation{Name: "berth-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			got = append(got, req.Params)
+			mu.Unlock()
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tn.s.URL + "/v1/runs/" + run.ID + "/mcp", HTTPClient: bearerClient(tn.a), MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	params := &mcp.CallToolParams{Name: "eval", Arguments: map[string]any{"code": "import time\ntime.sleep(5)\n'slept'", "description": "sleep five seconds in the kernel"}}
+	params.SetProgressToken("p-1")
+	res, err := cs.CallTool(ctx, params)
+	if err != nil || res.IsError {
+		t.Fatalf("eval: %v %v", err, res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) < 2 {
+		t.Fatalf("a 5 s call reported %d progress notifications, want at least 2 (every 2 s)", len(got))
+	}
+	for i, p := range got {
+		if p.ProgressToken != "p-1" || !strings.Contains(p.Message, "eval running for") {
+			t.Errorf("progress %d: %+v", i, p)
+		}
+		if i > 0 && p.Progress <= got[i-1].Progress {
+			t.Errorf("progress does not increase: %v after %v", p.Progress, got[i-1].Progress)
+		}
+	}
+	if last := got[len(got)-1]; !strings.Contains(last.Message, "kernel") {
+		t.Errorf("the progress message does not show the kernel: %q", last.Message)
+	}
+}
