@@ -190,6 +190,17 @@ func rpcError(t *testing.T, what string, err error, code string) *jsonrpc.Error 
 	return je
 }
 
+// asRPC is the berth error code a JSON-RPC error carries, or "".
+func asRPC(err error) string {
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) {
+		return ""
+	}
+	var data struct{ Code string }
+	json.Unmarshal(je.Data, &data)
+	return data.Code
+}
+
 func names(t *testing.T, cs *mcp.ClientSession) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
