@@ -732,6 +732,13 @@ func (s *server) runMCP(w http.ResponseWriter, r *http.Request) {
 	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.limits.CallWriteTimeout))
 	run, err := s.lookup(r)
 	if err != nil {
+		// The run closed under a session (not merely another tenant's):
+		// the session ends too.
+		if sid := r.Header.Get(mcpserver.SessionHeader); sid != "" {
+			if _, gerr := s.c.Get(r.PathValue("id")); gerr != nil {
+				s.mcp.EndRunSession(r.PathValue("id"), sid)
+			}
+		}
 		s.fail(w, r, err)
 		return
 	}

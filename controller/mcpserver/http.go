@@ -160,6 +160,19 @@ func (h *HTTP) end(sid string, s *session) {
 	}
 }
 
+// EndRunSession ends session sid when it is one of run id's: the caller
+// found that run closed or expired, so the session has nothing left to
+// serve.
+func (h *HTTP) EndRunSession(id, sid string) {
+	s := h.session(sid)
+	if s == nil || s.run.ID() != id {
+		return
+	}
+	for ss := range s.srv.Sessions() {
+		ss.Close()
+	}
+}
+
 func (h *HTTP) session(sid string) *session {
 	h.mu.Lock()
 	defer h.mu.Unlock()
