@@ -2,6 +2,7 @@
 // API, call one tool, list the tools, print the version.
 //
 //	berth serve [--addr 127.0.0.1:7450] [--token-file F]
+//	berth mcp [--sandbox REF] [--workspace DIR] [--conversation ID] [--mode S] [--client-is-operator]
 //	berth call [--workspace DIR] [--sandbox REF] [--conversation ID] [--surface S] [--json] TOOL 'ARGS_JSON'
 //	berth tools [--surface S] [--json]
 //	berth version
@@ -164,7 +165,7 @@ conversation's existing container, or on the host when there is none.`,
 	pf.StringVar(&g.hostMemoryMax, "host-memory-max", "", fmt.Sprintf("most memory of one host run's processes (cgroup only), bytes or with K, M, G; default %dG, -1: no limit", host.DefaultMemoryMax>>30))
 	pf.StringSliceVar(&g.hostEnv, "host-env", nil, "environment variable (NAME, taken from berth's environment, or NAME=VALUE) host processes get beyond PATH, HOME and LANG (repeatable)")
 	pf.DurationVar(&g.lspRequestTimeout, "lsp-request-timeout", lsp.DefaultRequestTimeout, "longest wait for a language server's answer to one request; a server that does not answer in time makes the call fail, naming the server and saying to call lsp reload")
-	root.AddCommand(newServe(g), newCall(g), newTools(g), newASTGrep(), newASTEdit(), newGrammars(), newVersion())
+	root.AddCommand(newServe(g), newMCP(g), newCall(g), newTools(g), newASTGrep(), newASTEdit(), newGrammars(), newVersion())
 	return root
 }
 

@@ -17,6 +17,8 @@
 //	POST   /v1/runs/{id}/cards/{n}     HO  answer card n → 200 {"n","outcome"}; a permission card: O only
 //	GET    /v1/runs/{id}/resources     HO  live resources → {"resources":[{kind,name,state,detail}…]}
 //	GET    /v1/runs/{id}/workers       HO  vibe workers → {"workers":[WorkerInfo…]}
+//	*      /v1/runs/{id}/mcp?surface=S H   the run as an MCP server (Streamable HTTP; controller/mcpserver)
+//	*      /v1/mcp?conversation_id=…&workspace=…&sandbox=…&mode=… H   an MCP session that opens a run for its lifetime
 //	POST   /v1/runs/{id}/workers/{w}   H   a platform's report on worker w
 //	GET    /console/                       the operator console (controller/console); / redirects to it
 //	GET    /healthz                        200 "ok", never authenticated
@@ -104,6 +106,7 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/console"
+	"berth.dev/berth/controller/mcpserver"
 	"berth.dev/berth/questions"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
@@ -145,10 +148,17 @@ type server struct {
 	limits Limits
 	creds  []Credential
 	log    *slog.Logger
+	mcp    *mcpserver.HTTP
 }
 
 // New returns the HTTP handler for c.
 func New(c *controller.Controller, opts Options) http.Handler {
+	h, _ := build(c, opts)
+	return h
+}
+
+// build returns the handler and the function that ends its MCP sessions.
+func build(c *controller.Controller, opts Options) (http.Handler, func()) {
 	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger}
 	s.creds = append(s.creds, opts.Credentials...)
 	if opts.Token != "" {
@@ -179,12 +189,16 @@ func New(c *controller.Controller, opts Options) http.Handler {
 		io.WriteString(w, "ok")
 	})
 	mux.Handle("/v1/", s.authn(methodJSON(v1)))
+	// MCP's own transport answers its errors (not the JSON of methodJSON).
+	s.mcp = mcpserver.NewHTTP(s.log)
+	mux.Handle("/v1/runs/{id}/mcp", s.authn(need(s.runMCP, h)))
+	mux.Handle("/v1/mcp", s.authn(need(s.openMCP, h)))
 	mux.Handle("GET "+console.Path, console.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(console.Path, http.StatusFound))
 	if opts.Gatherer != nil {
 		mux.Handle("GET /metrics", s.authn(need(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}).ServeHTTP, ScopeMetrics)))
 	}
-	return s.guard(mux)
+	return s.guard(mux), func() { s.mcp.Close() }
 }
 
 // guard applies the checks every route shares: no foreign browser
@@ -716,4 +730,52 @@ func (s *server) reportWorker(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, map[string]any{"worker": r.PathValue("worker"), "status": rep.Status})
 	}
+}
+
+// runMCP serves an open run as an MCP server at the URL's surface.
+func (s *server) runMCP(w http.ResponseWriter, r *http.Request) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.limits.CallWriteTimeout))
+	run, err := s.lookup(r)
+	if err != nil {
+		// The run closed under a session (not merely another tenant's):
+		// the session ends too.
+		if sid := r.Header.Get(mcpserver.SessionHeader); sid != "" {
+			if _, gerr := s.c.Get(r.PathValue("id")); gerr != nil {
+				s.mcp.EndRunSession(r.PathValue("id"), sid)
+			}
+		}
+		s.fail(w, r, err)
+		return
+	}
+	surface, err := tools.ParseSurface(r.URL.Query().Get("surface"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if r.URL.Query().Get("surface") == "" {
+		surface = ""
+	}
+	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log})
+}
+
+// openMCP serves MCP sessions that each open a run of the caller's tenant
+// from the URL's parameters and close it when the session ends.
+func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.limits.CallWriteTimeout))
+	q := r.URL.Query()
+	tenant := principalOf(r).Tenant
+	open := func() (*controller.Run, error) {
+		return s.c.Open(r.Context(), controller.RunSpec{
+			Tenant:         tenant,
+			ConversationID: q.Get("conversation_id"),
+			Workspace:      q.Get("workspace"),
+			Sandbox:        q.Get("sandbox"),
+			Mode:           tools.Surface(q.Get("mode")),
+		})
+	}
+	lookup := func(id string) error {
+		_, err := s.c.Lookup(tenant, id)
+		return err
+	}
+	s.mcp.ServeOpen(w, r, open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log})
 }

@@ -80,14 +80,17 @@ func (l Limits) withDefaults() Limits {
 // it on [Listen]'s listener so that connections are capped too.
 func NewServer(c *controller.Controller, opts Options, base context.Context) *http.Server {
 	l := opts.Limits.withDefaults()
-	return &http.Server{
-		Handler:           New(c, opts),
+	h, closeMCP := build(c, opts)
+	srv := &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		ReadTimeout:       l.ReadTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return base },
 	}
+	srv.RegisterOnShutdown(closeMCP)
+	return srv
 }
 
 // Listen caps ln at max connections at once (max <= 0: DefaultMaxConns).

@@ -1,0 +1,357 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"berth.dev/berth/controller"
+)
+
+// IdleTimeout closes an MCP session over HTTP that received no request
+// this long; a session that opened its run closes the run with it.
+const IdleTimeout = time.Hour
+
+// SessionHeader is the Streamable HTTP session header.
+const SessionHeader = "Mcp-Session-Id"
+
+// postHeader carries, from [HTTP] to the call handler, the token of the
+// POST a call arrived on, so that a client that drops the POST cancels
+// its call. A client's own value is removed.
+const postHeader = "X-Berth-Mcp-Post"
+
+// HTTP serves MCP sessions over Streamable HTTP, each bound to one run.
+// Its zero value is not usable; call [NewHTTP].
+type HTTP struct {
+	sdk *mcp.StreamableHTTPHandler
+	log *slog.Logger
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[string]*session // by session id
+	wg       sync.WaitGroup      // session watchers
+}
+
+type session struct {
+	run *controller.Run
+	srv *mcp.Server
+	// owned: the session opened the run and closes it when it ends.
+	owned bool
+}
+
+type serverKey struct{}
+
+// NewHTTP returns an empty session table. Close it to end its sessions.
+func NewHTTP(log *slog.Logger) *HTTP {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &HTTP{log: log, sessions: map[string]*session{}}
+	h.sdk = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		s, _ := r.Context().Value(serverKey{}).(*mcp.Server)
+		return s
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: IdleTimeout, Logger: log})
+	return h
+}
+
+// ServeRun serves an MCP request on run, which the caller looked up for
+// the request's tenant. A session id that is not one of run's sessions is
+// refused as unknown.
+func (h *HTTP) ServeRun(w http.ResponseWriter, r *http.Request, run *controller.Run, opts Options) {
+	sid := r.Header.Get(SessionHeader)
+	if sid != "" {
+		s := h.session(sid)
+		if s == nil || s.run.ID() != run.ID() {
+			unknownSession(w, sid)
+			return
+		}
+		h.serve(w, r, s.srv)
+		return
+	}
+	h.open(w, r, run, opts, false)
+}
+
+// ServeOpen serves the endpoint whose sessions open their own run: a
+// request without a session id opens one with open (and a session that
+// never initializes closes it at once); a request with one is served only
+// when lookup (the caller's tenant lookup) still finds the session's run.
+func (h *HTTP) ServeOpen(w http.ResponseWriter, r *http.Request, open func() (*controller.Run, error), lookup func(id string) error, fail func(error), opts Options) {
+	sid := r.Header.Get(SessionHeader)
+	if sid != "" {
+		s := h.session(sid)
+		if s == nil || !s.owned || lookup(s.run.ID()) != nil {
+			unknownSession(w, sid)
+			return
+		}
+		h.serve(w, r, s.srv)
+		return
+	}
+	if r.Method != http.MethodPost {
+		writeRPCError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("mcp: %s without an %s header: open a session with an initialize POST first", r.Method, SessionHeader))
+		return
+	}
+	run, err := open()
+	if err != nil {
+		fail(err)
+		return
+	}
+	h.open(w, r, run, opts, true)
+}
+
+// open starts a session on run with the initialize POST r.
+func (h *HTTP) open(w http.ResponseWriter, r *http.Request, run *controller.Run, opts Options, owned bool) {
+	s := &session{run: run, owned: owned}
+	var sid string
+	opts.sessionID = func() string {
+		sid = rand.Text()
+		h.mu.Lock()
+		h.sessions[sid] = s
+		h.mu.Unlock()
+		return sid
+	}
+	s.srv = New(run, opts)
+	h.serve(w, r, s.srv)
+
+	// The SDK connected a session (or refused the request); watch it.
+	var ss *mcp.ServerSession
+	for x := range s.srv.Sessions() {
+		ss = x
+	}
+	h.mu.Lock()
+	closed := h.closed
+	if ss != nil && !closed {
+		h.wg.Add(1)
+	}
+	h.mu.Unlock()
+	if ss == nil || closed {
+		if ss != nil {
+			ss.Close()
+		}
+		h.end(sid, s)
+		return
+	}
+	go func() {
+		defer h.wg.Done()
+		ss.Wait()
+		h.end(sid, s)
+	}()
+}
+
+// end forgets a session and closes the run it opened.
+func (h *HTTP) end(sid string, s *session) {
+	if sid != "" {
+		h.mu.Lock()
+		delete(h.sessions, sid)
+		h.mu.Unlock()
+	}
+	if s.owned {
+		if err := s.run.Close(); err != nil {
+			h.log.Warn("mcp: run of an ended session closed with errors", "run", s.run.ID(), "err", err)
+		}
+	}
+}
+
+// EndRunSession ends session sid when it is one of run id's: the caller
+// found that run closed or expired, so the session has nothing left to
+// serve.
+func (h *HTTP) EndRunSession(id, sid string) {
+	s := h.session(sid)
+	if s == nil || s.run.ID() != id {
+		return
+	}
+	for ss := range s.srv.Sessions() {
+		ss.Close()
+	}
+}
+
+func (h *HTTP) session(sid string) *session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[sid]
+}
+
+// serve hands r to the SDK with srv as its server. A POST's calls are
+// cancelled when its client goes away before they answer.
+func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, srv *mcp.Server) {
+	r.Header.Del(postHeader)
+	ctx := context.WithValue(r.Context(), serverKey{}, srv)
+	var p *post
+	if r.Method == http.MethodPost {
+		p = newPost()
+		r.Header.Set(postHeader, p.token)
+		defer p.forget()
+	}
+	if r.Method == http.MethodGet {
+		// The standalone stream lives as long as the session.
+		rc := http.NewResponseController(w)
+		rc.SetReadDeadline(time.Time{})
+		rc.SetWriteDeadline(time.Time{})
+	}
+	pw := &plainErrors{ResponseWriter: w}
+	h.sdk.ServeHTTP(pw, r.WithContext(ctx))
+	pw.finish()
+	if p != nil && r.Context().Err() != nil {
+		p.cancelAll()
+	}
+}
+
+// plainErrors turns the SDK's plain-text refusals (a body that is not
+// JSON, an unknown method, a bad header) into JSON-RPC error responses
+// with the same status, so that every client reads an error it can parse.
+type plainErrors struct {
+	http.ResponseWriter
+	status int
+	body   []byte // the plain text, while rewriting
+	wrote  bool
+}
+
+func (p *plainErrors) WriteHeader(code int) {
+	if !p.wrote && code >= 400 && strings.HasPrefix(p.Header().Get("Content-Type"), "text/plain") {
+		p.status = code
+		p.wrote = true
+		return
+	}
+	p.wrote = true
+	p.ResponseWriter.WriteHeader(code)
+}
+
+func (p *plainErrors) Write(b []byte) (int, error) {
+	if !p.wrote {
+		p.WriteHeader(http.StatusOK)
+	}
+	if p.status != 0 {
+		if len(p.body) < maxPlainError {
+			p.body = append(p.body, b...)
+		}
+		return len(b), nil
+	}
+	return p.ResponseWriter.Write(b)
+}
+
+// maxPlainError caps the refusal text kept.
+const maxPlainError = 4 << 10
+
+func (p *plainErrors) Unwrap() http.ResponseWriter { return p.ResponseWriter }
+
+func (p *plainErrors) finish() {
+	if p.status == 0 {
+		return
+	}
+	msg := strings.TrimSpace(string(p.body))
+	code := int64(jsonrpc.CodeInvalidRequest)
+	switch {
+	case strings.HasPrefix(msg, "malformed payload"):
+		code = jsonrpc.CodeParseError
+		msg += ": send one JSON-RPC message (or a batch) as a JSON body"
+	case strings.Contains(msg, "not handled"):
+		code = jsonrpc.CodeMethodNotFound
+		msg += ": the methods served are those of MCP's tools feature (initialize, ping, tools/list, tools/call, …)"
+	}
+	p.Header().Del("Content-Length")
+	p.Header().Set("Content-Type", "application/json")
+	p.Header().Del("X-Content-Type-Options")
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
+		"error": &jsonrpc.Error{Code: code, Message: "mcp: " + msg}})
+	p.ResponseWriter.WriteHeader(p.status)
+	p.ResponseWriter.Write(body)
+}
+
+// Close ends every session (closing the runs they opened) and waits for
+// them.
+func (h *HTTP) Close() error {
+	h.mu.Lock()
+	h.closed = true
+	var srvs []*mcp.Server
+	for _, s := range h.sessions {
+		srvs = append(srvs, s.srv)
+	}
+	h.mu.Unlock()
+	for _, srv := range srvs {
+		for ss := range srv.Sessions() {
+			ss.Close()
+		}
+	}
+	h.wg.Wait()
+	return nil
+}
+
+func unknownSession(w http.ResponseWriter, sid string) {
+	writeRPCError(w, http.StatusNotFound, "unknown_session",
+		fmt.Sprintf("mcp: no session %.40q on this endpoint: it ended, belongs to another run, or never existed; open a new session with initialize", sid))
+}
+
+// writeRPCError answers a request berth refuses before the SDK reads it,
+// as a JSON-RPC error response without id.
+func writeRPCError(w http.ResponseWriter, status int, code, msg string) {
+	data, _ := json.Marshal(ErrorData{Code: code, Status: status})
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
+		"error": &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: msg, Data: data}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// post is one POST's calls in flight.
+type post struct {
+	token   string
+	mu      sync.Mutex
+	cancels map[int]context.CancelFunc
+	next    int
+}
+
+var posts sync.Map // token → *post
+
+func newPost() *post {
+	p := &post{token: rand.Text(), cancels: map[int]context.CancelFunc{}}
+	posts.Store(p.token, p)
+	return p
+}
+
+func (p *post) forget() { posts.Delete(p.token) }
+
+// track adds a call's cancel; the returned function removes it.
+func (p *post) track(cancel context.CancelFunc) func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.next
+	p.next++
+	p.cancels[n] = cancel
+	return func() {
+		p.mu.Lock()
+		delete(p.cancels, n)
+		p.mu.Unlock()
+	}
+}
+
+func (p *post) cancelAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.cancels {
+		c()
+	}
+}
+
+// cancelOf finds the POST a call arrived on.
+func cancelOf(req *mcp.CallToolRequest) (*post, bool) {
+	if req.Extra == nil || req.Extra.Header == nil {
+		return nil, false
+	}
+	tok := req.Extra.Header.Get(postHeader)
+	if tok == "" {
+		return nil, false
+	}
+	p, ok := posts.Load(tok)
+	if !ok {
+		return nil, false
+	}
+	return p.(*post), true
+}

@@ -1,0 +1,476 @@
+// Package mcpserver serves one open [controller.Run] as a Model Context
+// Protocol server, on the official Go SDK (github.com/modelcontextprotocol/go-sdk).
+//
+// tools/list is the run's registry as a surface sees it ([controller.Run.Tools],
+// the list GET /v1/runs/{id}/tools?surface= gives), asked afresh on every
+// list; tools/call goes through [controller.Run.Call] with the surface, so
+// the registry, its middleware and the permission gate apply exactly as on
+// POST /v1/runs/{id}/tools/{name}. A result keeps its shape: text blocks,
+// images as MCP image content, structuredContent and isError.
+//
+// A call error is a JSON-RPC error whose data is {"code","status"}: the
+// code and HTTP status the HTTP API would answer (denied/403 for a tool
+// above the surface, unknown_tool/404, bad_request/400, …; see
+// controller/httpapi). unknown_tool and bad_request use JSON-RPC's
+// invalid-params code (-32602), every other call error [CodeCallError].
+//
+// Cards as elicitation: when the client declared the elicitation capability,
+// an ask_user call's question card is sent to it as elicitation/create
+// (options as an enum, several as an array of the enum, free text as a
+// string field; decline or cancel skips the card). A permission card goes
+// to the client only with [Options.ClientIsOperator]: otherwise the session
+// whose call it gates could approve its own call, so the card stays on the
+// event stream and the console for the operator, as without MCP. Without
+// elicitation nothing changes: ask_user draws its card on the event stream
+// and fails closed with nobody there.
+//
+// A call whose client sent a progress token reports notifications/progress
+// every [ProgressInterval] while it runs: the seconds it has run as the
+// progress, and the run's resources' states (a language server starting or
+// indexing, a kernel starting, …) as the message. Cancellation
+// (notifications/cancelled) and, over HTTP, a client that drops the POST
+// of a call cancel the call.
+//
+// The server negotiates the protocol versions in [ProtocolVersions]: up to
+// 2025-11-25, where a server may send elicitation/create while it serves a
+// call. (2026-07-28 replaces that with multi round-trip results, which
+// berth's blocking cards do not fit yet.)
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"berth.dev/berth/controller"
+	"berth.dev/berth/questions"
+	"berth.dev/berth/tools"
+)
+
+// ProtocolVersions are the MCP protocol versions the server negotiates,
+// newest first.
+var ProtocolVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
+
+// CodeCallError is the JSON-RPC error code of a call error other than an
+// unknown tool or bad arguments; its data carries berth's error code.
+const CodeCallError = -32000
+
+// ServerName is the implementation name the server reports.
+const ServerName = "berth"
+
+// Classifier maps a call error to the HTTP status and error code the HTTP
+// API answers for it (controller/httpapi's table).
+type Classifier func(error) (status int, code string)
+
+// Options configure [New].
+type Options struct {
+	// Surface is the surface the session sees and calls at; empty is the
+	// run's mode.
+	Surface tools.Surface
+	// ClientIsOperator sends permission cards to the client as elicitation.
+	// Set it only when the operator configured that the MCP client is the
+	// operator (a local developer's editor): otherwise the session whose
+	// call a card gates would approve it itself.
+	ClientIsOperator bool
+	// Classify names call errors; nil uses [Classify].
+	Classify Classifier
+	// Version is the version the server reports.
+	Version string
+	// Logger logs elicitation failures; nil discards.
+	Logger *slog.Logger
+
+	// sessionID makes the ids of Streamable HTTP sessions ([HTTP]).
+	sessionID func() string
+}
+
+// New returns an MCP server for run. One server may serve several sessions;
+// each sees the run's tools at opts.Surface.
+func New(run *controller.Run, opts Options) *mcp.Server {
+	if opts.Classify == nil {
+		opts.Classify = Classify
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	h := &handler{run: run, opts: opts}
+	srv := mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: opts.Version}, &mcp.ServerOptions{
+		Instructions: fmt.Sprintf("berth run %s: the tools of one conversation's sandbox (%s, workspace %s).",
+			run.ID(), run.Sandbox(), run.Info().Workspace),
+		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		SupportedProtocolVersions: ProtocolVersions,
+		GetSessionID:              opts.sessionID,
+	})
+	srv.AddReceivingMiddleware(h.middleware)
+	return srv
+}
+
+type handler struct {
+	run  *controller.Run
+	opts Options
+}
+
+// middleware answers tools/list and tools/call from the run itself, so
+// that the list follows the run and a tool outside the surface is refused
+// by the run, by name, with berth's code.
+func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch r := req.(type) {
+		case *mcp.ListToolsRequest:
+			return h.list(), nil
+		case *mcp.CallToolRequest:
+			return h.call(ctx, r)
+		}
+		return next(ctx, method, req)
+	}
+}
+
+func (h *handler) list() *mcp.ListToolsResult {
+	infos := h.run.Tools(h.opts.Surface)
+	out := &mcp.ListToolsResult{Tools: make([]*mcp.Tool, 0, len(infos))}
+	for _, in := range infos {
+		t := &mcp.Tool{Name: in.Name, Description: in.Description, InputSchema: in.InputSchema}
+		if in.InputSchema == nil {
+			t.InputSchema = json.RawMessage(`{"type":"object"}`)
+		}
+		t.Annotations = &mcp.ToolAnnotations{Title: in.Name, ReadOnlyHint: in.Level == tools.LevelRead}
+		out.Tools = append(out.Tools, t)
+	}
+	return out
+}
+
+func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	p := req.Params
+	args := p.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if rel, ok := cancelOf(req); ok {
+		defer rel.track(cancel)()
+	}
+	if stop := h.elicit(ctx, req.Session, p.Name, args); stop != nil {
+		defer stop()
+	}
+	if tok := p.GetProgressToken(); tok != nil && req.Session != nil {
+		defer h.progress(ctx, req.Session, tok, p.Name)()
+	}
+	res, err := h.run.Call(ctx, h.opts.Surface, p.Name, args)
+	if err != nil {
+		return nil, h.callError(p.Name, err)
+	}
+	return Result(res), nil
+}
+
+// ProgressInterval is how often a call whose client sent a progress token
+// reports notifications/progress while it runs.
+const ProgressInterval = 2 * time.Second
+
+// maxProgressMessage caps a progress message.
+const maxProgressMessage = 1 << 10
+
+// progress reports, every ProgressInterval until the returned function is
+// called, how long the call has run (progress, in seconds) and what the
+// run's resources are doing (a language server starting or indexing, a
+// kernel starting, …) as the message.
+func (h *handler) progress(ctx context.Context, ss *mcp.ServerSession, tok any, tool string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(ProgressInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			elapsed := time.Since(start)
+			var b strings.Builder
+			fmt.Fprintf(&b, "%s running for %s", tool, elapsed.Round(time.Second))
+			for _, r := range h.run.Resources() {
+				fmt.Fprintf(&b, "; %s %s: %s", r.Kind, r.Name, r.State)
+			}
+			msg := b.String()
+			if len(msg) > maxProgressMessage {
+				msg = msg[:maxProgressMessage] + "…"
+			}
+			if err := ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: elapsed.Seconds(), Message: msg}); err != nil && ctx.Err() == nil {
+				h.opts.Logger.Debug("mcp: progress not sent", "run", h.run.ID(), "tool", tool, "err", err)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// callError is err as a JSON-RPC error carrying berth's code.
+func (h *handler) callError(tool string, err error) error {
+	status, code := h.opts.Classify(err)
+	jcode := int64(CodeCallError)
+	if code == "unknown_tool" || code == "bad_request" {
+		jcode = jsonrpc.CodeInvalidParams
+	}
+	data, _ := json.Marshal(ErrorData{Code: code, Status: status, Tool: tool})
+	return &jsonrpc.Error{Code: jcode, Message: err.Error(), Data: data}
+}
+
+// ErrorData is the data of a call's JSON-RPC error.
+type ErrorData struct {
+	Code   string `json:"code"`
+	Status int    `json:"status"`
+	Tool   string `json:"tool,omitempty"`
+}
+
+// Result converts a tool result to MCP's shape.
+func Result(res *tools.Result) *mcp.CallToolResult {
+	out := &mcp.CallToolResult{Content: []mcp.Content{}, IsError: res.IsError, StructuredContent: res.StructuredContent}
+	for _, c := range res.Content {
+		switch c.Type {
+		case "image":
+			out.Content = append(out.Content, &mcp.ImageContent{MIMEType: c.MimeType, Data: c.Data})
+		default:
+			out.Content = append(out.Content, &mcp.TextContent{Text: c.Text})
+		}
+	}
+	return out
+}
+
+// elicit follows the run's cards during a call when they are to go to this
+// client: the question card of an ask_user call (the card asking the
+// call's question) when it declared elicitation, and the permission cards
+// of the call's tool when the client is the operator. It
+// returns nil when nothing is followed, else the function that stops it.
+// Following subscribes to the run's events only then, so a permission card
+// of a session that is not the operator still fails closed with nobody on
+// the event stream.
+func (h *handler) elicit(ctx context.Context, ss *mcp.ServerSession, tool string, args json.RawMessage) (stop func()) {
+	port := h.run.Questions()
+	if port == nil || ss == nil || !canElicit(ss) {
+		return nil
+	}
+	if tool != "ask_user" && !h.opts.ClientIsOperator {
+		return nil
+	}
+	// Other sessions' calls draw cards on the same run at the same time:
+	// only the cards this call draws go to this client.
+	var question string
+	if tool == "ask_user" {
+		var in struct {
+			Question string `json:"question"`
+		}
+		json.Unmarshal(args, &in) // a bad argument fails the call itself
+		question = strings.TrimSpace(in.Question)
+	}
+	mine := func(c questions.Card) bool {
+		switch c.Kind {
+		case questions.KindQuestion:
+			return tool == "ask_user" && c.Question == question
+		case questions.KindPermission:
+			return h.opts.ClientIsOperator && c.Tool == tool
+		}
+		return false
+	}
+	sub := port.Subscribe(^uint64(0)) // only what opens from now on
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			evs, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			for _, e := range evs {
+				if e.Type != questions.EventCardOpened {
+					continue
+				}
+				var c questions.Card
+				if json.Unmarshal(e.Data, &c) != nil {
+					continue
+				}
+				if !mine(c) {
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					h.answer(ctx, ss, port, c)
+				}()
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+		sub.Close()
+	}
+}
+
+func canElicit(ss *mcp.ServerSession) bool {
+	ip := ss.InitializeParams()
+	return ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil
+}
+
+// answer sends card c to the client and answers it with the client's reply.
+func (h *handler) answer(ctx context.Context, ss *mcp.ServerSession, port *questions.Port, c questions.Card) {
+	params, err := ElicitParams(c)
+	if err != nil {
+		h.opts.Logger.Warn("mcp: card not sent as elicitation", "run", h.run.ID(), "card", c.N, "err", err)
+		return
+	}
+	res, err := ss.Elicit(ctx, params)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.opts.Logger.Warn("mcp: elicitation failed; the card stays open on the event stream", "run", h.run.ID(), "card", c.N, "err", err)
+		}
+		return
+	}
+	a, err := AnswerOf(c, res)
+	if err == nil {
+		err = port.Answer(c.N, a)
+	}
+	if err != nil && !errors.Is(err, questions.ErrNoCard) {
+		h.opts.Logger.Warn("mcp: the client's elicitation answer was refused; the card stays open", "run", h.run.ID(), "card", c.N, "err", err)
+	}
+}
+
+// Field names of the elicitation forms.
+const (
+	FieldChoice   = "choice"
+	FieldText     = "text"
+	FieldDecision = "decision"
+)
+
+// ElicitParams is card c as an elicitation/create form.
+func ElicitParams(c questions.Card) (*mcp.ElicitParams, error) {
+	props := map[string]any{}
+	var required []string
+	var msg strings.Builder
+	switch c.Kind {
+	case questions.KindQuestion:
+		msg.WriteString(c.Question)
+		if c.Context != "" {
+			msg.WriteString("\n\n" + c.Context)
+		}
+		if len(c.Options) > 0 {
+			labels := make([]string, len(c.Options))
+			var desc strings.Builder
+			for i, o := range c.Options {
+				labels[i] = o.Label
+				if o.Description != "" {
+					fmt.Fprintf(&desc, "%s: %s\n", o.Label, o.Description)
+				}
+			}
+			choice := map[string]any{"type": "string", "enum": labels, "title": "Choice"}
+			if c.MultiSelect {
+				choice = map[string]any{"type": "array", "items": map[string]any{"type": "string", "enum": labels}, "title": "Choices"}
+			}
+			if d := strings.TrimSpace(desc.String()); d != "" {
+				choice["description"] = d
+			}
+			props[FieldChoice] = choice
+			if !c.AllowFreeText {
+				required = append(required, FieldChoice)
+			}
+		}
+		if c.AllowFreeText {
+			props[FieldText] = map[string]any{"type": "string", "title": "Answer", "description": "a typed answer"}
+			if len(c.Options) == 0 {
+				required = append(required, FieldText)
+			}
+		}
+	case questions.KindPermission:
+		fmt.Fprintf(&msg, "May %s run (level %s, surface %s)? %s", c.Tool, c.Level, c.Surface, c.Summary)
+		if c.Detail != "" {
+			msg.WriteString("\n\n" + c.Detail)
+		}
+		decisions := []string{string(questions.Approve), string(questions.Deny), string(questions.AllowRun)}
+		if c.TooLarge {
+			decisions = []string{string(questions.Deny)}
+		}
+		props[FieldDecision] = map[string]any{"type": "string", "enum": decisions, "title": "Decision"}
+		required = append(required, FieldDecision)
+	default:
+		return nil, fmt.Errorf("mcpserver: card %d is of kind %q, which has no form", c.N, c.Kind)
+	}
+	schema := map[string]any{"type": "object", "properties": props}
+	if len(required) > 0 {
+		schema["required"] = required
+	}
+	return &mcp.ElicitParams{Mode: "form", Message: fmt.Sprintf("[card %d] %s", c.N, msg.String()), RequestedSchema: schema}, nil
+}
+
+// AnswerOf is the card answer an elicitation result means: accept with the
+// form's values; decline or cancel skips a question and denies a
+// permission request.
+func AnswerOf(c questions.Card, res *mcp.ElicitResult) (questions.Answer, error) {
+	if res.Action != "accept" {
+		if c.Kind == questions.KindPermission {
+			return questions.Answer{Decision: questions.Deny}, nil
+		}
+		return questions.Answer{Skip: true}, nil
+	}
+	if c.Kind == questions.KindPermission {
+		d, _ := res.Content[FieldDecision].(string)
+		return questions.Answer{Decision: questions.Decision(d)}, nil
+	}
+	var a questions.Answer
+	switch v := res.Content[FieldChoice].(type) {
+	case string:
+		if v != "" {
+			a.Choice = []string{v}
+		}
+	case []any:
+		for _, x := range v {
+			if s, ok := x.(string); ok {
+				a.Choice = append(a.Choice, s)
+			}
+		}
+	}
+	a.Text, _ = res.Content[FieldText].(string)
+	if len(a.Choice) == 0 && a.Text == "" {
+		return questions.Answer{}, fmt.Errorf("mcpserver: the accepted form for card %d has neither a choice nor a text", c.N)
+	}
+	return a, nil
+}
+
+// Classify is the default [Classifier]: the codes of the call errors
+// [controller.Run.Call] returns, as the HTTP API names them.
+func Classify(err error) (int, string) {
+	var in *tools.InputError
+	switch {
+	case errors.Is(err, tools.ErrUnknownTool):
+		return http.StatusNotFound, "unknown_tool"
+	case errors.Is(err, tools.ErrDenied):
+		return http.StatusForbidden, "denied"
+	case errors.As(err, &in):
+		return http.StatusBadRequest, "bad_request"
+	case errors.Is(err, controller.ErrUnknownRun):
+		return http.StatusNotFound, "unknown_run"
+	case errors.Is(err, controller.ErrTooMany):
+		return http.StatusTooManyRequests, "too_many"
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, "timeout"
+	case errors.Is(err, context.Canceled):
+		return 499, "cancelled"
+	}
+	return http.StatusInternalServerError, "internal"
+}

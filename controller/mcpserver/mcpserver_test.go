@@ -1,0 +1,135 @@
+package mcpserver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"berth.dev/berth/questions"
+	"berth.dev/berth/tools"
+)
+
+// TestCardForms: each card becomes the form the issue names, and each
+// reply the answer it means; every answer fits the card (questions.Check).
+func TestCardForms(t *testing.T) {
+	opts := []questions.Option{{Label: "red"}, {Label: "blue", Description: "the sea"}}
+	for _, tc := range []struct {
+		name     string
+		card     questions.Card
+		reply    *mcp.ElicitResult
+		schema   string // the requested schema's properties, as JSON
+		required []string
+		want     questions.Answer
+	}{
+		{"options", questions.Card{Kind: questions.KindQuestion, Question: "Which?", Options: opts},
+			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"choice": "blue"}},
+			`{"choice":{"description":"blue: the sea","enum":["red","blue"],"title":"Choice","type":"string"}}`, []string{"choice"},
+			questions.Answer{Choice: []string{"blue"}}},
+		{"multi", questions.Card{Kind: questions.KindQuestion, Question: "Which?", Options: opts, MultiSelect: true},
+			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"choice": []any{"red", "blue"}}},
+			`{"choice":{"description":"blue: the sea","items":{"enum":["red","blue"],"type":"string"},"title":"Choices","type":"array"}}`, []string{"choice"},
+			questions.Answer{Choice: []string{"red", "blue"}}},
+		{"free text", questions.Card{Kind: questions.KindQuestion, Question: "Name?", AllowFreeText: true},
+			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"text": "berth"}},
+			`{"text":{"description":"a typed answer","title":"Answer","type":"string"}}`, []string{"text"},
+			questions.Answer{Text: "berth"}},
+		{"options or text", questions.Card{Kind: questions.KindQuestion, Question: "Which?", Options: opts, AllowFreeText: true},
+			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"text": "green"}},
+			`{"choice":{"description":"blue: the sea","enum":["red","blue"],"title":"Choice","type":"string"},"text":{"description":"a typed answer","title":"Answer","type":"string"}}`, nil,
+			questions.Answer{Text: "green"}},
+		{"decline skips", questions.Card{Kind: questions.KindQuestion, Question: "Name?", AllowFreeText: true},
+			&mcp.ElicitResult{Action: "decline"},
+			`{"text":{"description":"a typed answer","title":"Answer","type":"string"}}`, []string{"text"},
+			questions.Answer{Skip: true}},
+		{"cancel skips", questions.Card{Kind: questions.KindQuestion, Question: "Which?", Options: opts},
+			&mcp.ElicitResult{Action: "cancel"},
+			`{"choice":{"description":"blue: the sea","enum":["red","blue"],"title":"Choice","type":"string"}}`, []string{"choice"},
+			questions.Answer{Skip: true}},
+		{"permission approve", questions.Card{Kind: questions.KindPermission, Tool: "write", Level: "write"},
+			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}},
+			`{"decision":{"enum":["approve","deny","allow_run"],"title":"Decision","type":"string"}}`, []string{"decision"},
+			questions.Answer{Decision: questions.Approve}},
+		{"permission decline denies", questions.Card{Kind: questions.KindPermission, Tool: "write", Level: "write"},
+			&mcp.ElicitResult{Action: "decline"},
+			`{"decision":{"enum":["approve","deny","allow_run"],"title":"Decision","type":"string"}}`, []string{"decision"},
+			questions.Answer{Decision: questions.Deny}},
+		{"too large takes only deny", questions.Card{Kind: questions.KindPermission, Tool: "write", TooLarge: true},
+			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "deny"}},
+			`{"decision":{"enum":["deny"],"title":"Decision","type":"string"}}`, []string{"decision"},
+			questions.Answer{Decision: questions.Deny}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ElicitParams(tc.card)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := p.RequestedSchema.(map[string]any)
+			if got, _ := json.Marshal(s["properties"]); string(got) != tc.schema {
+				t.Errorf("properties:\n got %s\nwant %s", got, tc.schema)
+			}
+			req, _ := s["required"].([]string)
+			if !reflect.DeepEqual(req, tc.required) {
+				t.Errorf("required %v, want %v", req, tc.required)
+			}
+			a, err := AnswerOf(tc.card, tc.reply)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(a, tc.want) {
+				t.Errorf("answer %+v, want %+v", a, tc.want)
+			}
+			if err := questions.Check(tc.card, a); err != nil {
+				t.Errorf("the answer does not fit the card: %v", err)
+			}
+		})
+	}
+	if _, err := AnswerOf(questions.Card{Kind: questions.KindQuestion}, &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}); err == nil {
+		t.Error("an empty accepted form was taken as an answer")
+	}
+}
+
+// TestResult: text, images and structuredContent keep their shape.
+func TestResult(t *testing.T) {
+	res := Result(&tools.Result{
+		Content:           []tools.Content{{Type: "text", Text: "hi"}, {Type: "image", MimeType: "image/png", Data: []byte{1, 2}}},
+		IsError:           true,
+		StructuredContent: map[string]any{"n": 1},
+	})
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"content":[{"type":"text","text":"hi"},{"type":"image","mimeType":"image/png","data":"AQI="}],"structuredContent":{"n":1},"isError":true}`
+	if string(b) != want {
+		t.Errorf("got  %s\nwant %s", b, want)
+	}
+}
+
+// TestClassify: call errors keep the HTTP API's codes, wrapped or not.
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{fmt.Errorf("x: %w", tools.ErrDenied), 403, "denied"},
+		{fmt.Errorf("x: %w", tools.ErrUnknownTool), 404, "unknown_tool"},
+		{&tools.InputError{Tool: "read", Msg: "bad"}, 400, "bad_request"},
+		{errors.New("boom"), 500, "internal"},
+	} {
+		st, code := Classify(tc.err)
+		if st != tc.status || code != tc.code {
+			t.Errorf("%v: %d %s, want %d %s", tc.err, st, code, tc.status, tc.code)
+		}
+	}
+	h := &handler{opts: Options{Classify: Classify}}
+	err := h.callError("write", fmt.Errorf("refused: %w", tools.ErrDenied))
+	if !strings.Contains(fmt.Sprint(err), "refused") {
+		t.Errorf("the message is lost: %v", err)
+	}
+}
