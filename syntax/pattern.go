@@ -38,7 +38,8 @@ type Pattern struct {
 	context string
 	literal string
 	lits    []string
-	seq     bool // root's children are a sequence of sibling nodes (Context.Sequence)
+	partial []string // PartialTokens
+	seq     bool     // root's children are a sequence of sibling nodes (Context.Sequence)
 	vars    []patVar
 	inert   []InertVar
 }
@@ -305,6 +306,7 @@ func compileIn(lang *Language, cx Context, frag string, sigil rune, quoted map[s
 	}
 	p := &Pattern{lang: lang, root: root, context: cx.Name}
 	p.setLiterals()
+	p.setPartial()
 	p.setVars(sigil)
 	return p, ""
 }
