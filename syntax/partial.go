@@ -57,6 +57,9 @@ const partialMaxShare = 75
 // [start, end), starting at column 0 of row.
 type chunk struct {
 	start, end, row uint32
+	// body marks a class header whose body statements follow as sub
+	// chunks (Python); plan parses the header with the ones it chooses.
+	body, sub bool
 }
 
 // splitter splits a source into chunks, or reports false when it cannot
@@ -65,12 +68,16 @@ type splitter func(src []byte, buf []chunk) ([]chunk, bool)
 
 // splitters are the languages with a declaration scanner, by id, and the
 // kind of their tree's root (a pattern of that kind spans declarations).
+// containers are the kinds of a node that spans a class header and its
+// body statements: a pattern of one of these kinds takes a split class
+// whole.
 var splitters = map[string]struct {
-	split splitter
-	root  string
+	split      splitter
+	root       string
+	containers []string
 }{
-	"go":     {splitGo, "source_file"},
-	"python": {splitPython, "module"},
+	"go":     {splitGo, "source_file", nil},
+	"python": {splitPython, "module", []string{"class_definition", "decorated_definition", "block"}},
 }
 
 // PartialTokens returns the texts that every match of p contains and that
@@ -92,6 +99,7 @@ func (p *Pattern) setPartial() {
 	if p.lang.kindName(p.root.kind) == sp.root {
 		return
 	}
+	p.container = slices.Contains(sp.containers, p.lang.kindName(p.root.kind))
 	toks := slices.Clone(p.lits)
 	add := func(n *pnode) {
 		if n.named || n.kind == errorKind || !isOperator(n.text) || p.lang.kindName(n.kind) != n.text {
@@ -191,16 +199,45 @@ func (p *Parser) plan(pat *Pattern, src []byte) ([]parseRange, ParseMode) {
 	}
 	ranges := p.ranges[:0]
 	total := 0
-	for _, c := range chunks {
-		if !containsAllStr(src[c.start:c.end], toks) {
-			continue
-		}
+	add := func(c chunk) {
 		total += int(c.end - c.start)
 		if n := len(ranges); n > 0 && ranges[n-1].endByte == c.start {
 			ranges[n-1].endByte = c.end
-			continue
+			return
 		}
 		ranges = append(ranges, parseRange{startRow: c.row, startByte: c.start, endByte: c.end})
+	}
+	for k := 0; k < len(chunks); k++ {
+		c := chunks[k]
+		if !c.body {
+			if containsAllStr(src[c.start:c.end], toks) {
+				add(c)
+			}
+			continue
+		}
+		// A split class: its header, then its body statements.
+		j := k + 1
+		for j < len(chunks) && chunks[j].sub {
+			j++
+		}
+		whole := chunk{start: c.start, end: chunks[j-1].end, row: c.row}
+		switch {
+		case !containsAllStr(src[whole.start:whole.end], toks):
+		case pat.container || containsAllStr(src[c.start:c.end], toks):
+			add(whole)
+		default:
+			header := false
+			for _, b := range chunks[k+1 : j] {
+				if containsAllStr(src[b.start:b.end], toks) {
+					if !header {
+						add(c)
+						header = true
+					}
+					add(b)
+				}
+			}
+		}
+		k = j - 1
 	}
 	p.ranges = ranges[:0]
 	switch {
@@ -380,23 +417,68 @@ func goEnds(c byte) bool {
 // the statement before) and not right after a decorator line. Strings
 // (single, triple, with any prefix) and comments are skipped; an unbalanced
 // bracket or an unterminated string makes the file unsplittable.
+//
+// A top-level class is split further, the same way, at the statements of
+// its body (the lines at the indentation of its first body line): the
+// class's chunk becomes its header (body set: from its first line to its
+// first body statement) followed by one chunk per body statement (sub
+// set). A class body with a line indented less than its first one, or
+// differently, stays whole.
 func splitPython(src []byte, out []chunk) ([]chunk, bool) {
 	out = append(out, chunk{})
 	depth := 0
 	row := uint32(0)
 	cont := false      // the line before ended in a backslash continuation
 	decorated := false // the last top-level line was a decorator
+	// The class being split: its header chunk's index (-1: none), the
+	// indentation of its body, whether its body may be split, and whether
+	// its last body statement was a decorator.
+	class, classOK, subDecorated := -1, false, false
+	var indent []byte
+	endClass := func() {
+		if class >= 0 && !classOK && len(out) > class+1 {
+			out[class].end = out[len(out)-1].end
+			out[class].body = false
+			out = out[:class+1]
+		}
+		class = -1
+	}
 	n := len(src)
 	for i := 0; i < n; {
 		if (i == 0 || src[i-1] == '\n') && depth == 0 && !cont {
-			c := src[i]
-			if c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '#' && c != '\f' {
-				follows := hasWord(src, i, "else") || hasWord(src, i, "elif") || hasWord(src, i, "except") || hasWord(src, i, "finally")
-				if i > 0 && !follows && !decorated {
-					out[len(out)-1].end = uint32(i)
-					out = append(out, chunk{start: uint32(i), row: row})
+			ws := i
+			for ws < n && (src[ws] == ' ' || src[ws] == '\t') {
+				ws++
+			}
+			if ws < n && src[ws] != '\n' && src[ws] != '\r' && src[ws] != '#' && src[ws] != '\f' {
+				c := src[ws]
+				follows := hasWord(src, ws, "else") || hasWord(src, ws, "elif") || hasWord(src, ws, "except") || hasWord(src, ws, "finally")
+				switch {
+				case ws == i:
+					isClass := hasWord(src, i, "class")
+					if i > 0 && !follows && !decorated {
+						out[len(out)-1].end = uint32(i)
+						endClass()
+						out = append(out, chunk{start: uint32(i), row: row})
+					}
+					if isClass && !follows {
+						class, classOK, subDecorated, indent = len(out)-1, true, false, nil
+					} else if !decorated {
+						endClass()
+					}
+					decorated = c == '@'
+				case class < 0 || !classOK:
+				case indent == nil || bytes.Equal(src[i:ws], indent):
+					indent = src[i:ws]
+					if !follows && !subDecorated {
+						out[len(out)-1].end = uint32(i)
+						out[class].body = true
+						out = append(out, chunk{start: uint32(i), row: row, sub: true})
+					}
+					subDecorated = c == '@'
+				case ws-i <= len(indent) || !bytes.HasPrefix(src[i:ws], indent):
+					classOK = false
 				}
-				decorated = c == '@'
 			}
 		}
 		if i > 0 && src[i-1] == '\n' {
@@ -469,5 +551,6 @@ func splitPython(src []byte, out []chunk) ([]chunk, bool) {
 		}
 	}
 	out[len(out)-1].end = uint32(n)
+	endClass()
 	return out, depth == 0
 }
