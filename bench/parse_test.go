@@ -27,8 +27,8 @@ import (
 var everyFile = map[string][]pattern{
 	"go": {
 		{text: "$A == $A"},
-		{text: "$X($$$)"},
-		{text: "$X.$Y($$$)", differs: "ladder: the CLI parses the fragment as a method expression conversion and finds nothing; berth finds the calls"},
+		{text: "$X($$$)", differs: "comments: berth skips a comment between a callee and its arguments (f /* ERROR … */ (x), 273 calls in go/types testdata) and finds those calls; the CLI does not. Not from partial parsing: berth's output is byte-identical with it off"},
+		{text: "$X.$Y($$$)", differs: "ladder: the CLI finds nothing for this Go fragment (it does not take it as a call expression, as with gh #646); berth's context ladder finds the calls"},
 		{text: "$A != nil"},
 		{text: "$X[$I] = $V"},
 	},
