@@ -31,6 +31,9 @@ extern void ts_set_allocator(void *(*)(size_t), void *(*)(size_t, size_t), void 
 extern TSParser *ts_parser_new(void);
 extern void ts_parser_delete(TSParser *);
 extern bool ts_parser_set_language(TSParser *, const TSLanguage *);
+typedef struct { TSPoint start_point; TSPoint end_point; uint32_t start_byte; uint32_t end_byte; } TSRange;
+extern bool ts_parser_set_included_ranges(TSParser *, const TSRange *, uint32_t);
+_Static_assert(sizeof(TSRange) == sizeof(berth_range), "berth_range must match TSRange");
 extern void ts_parser_reset(TSParser *);
 extern TSTree *ts_parser_parse_with_options(TSParser *, const TSTree *, TSInput, TSParseOptions);
 extern void ts_tree_delete(TSTree *);
@@ -270,12 +273,19 @@ int64_t berth_now_ns(void) {
 }
 
 // berth_parse parses with a parser made for this parse, in region r when
-// it is not NULL; j->stopped is 3 when the grammar is incompatible.
+// it is not NULL; j->stopped is 3 when the grammar is incompatible, 4 when
+// tree-sitter refused j's included ranges.
 TSTree *berth_parse(berth_region *r, const TSLanguage *lang, berth_job *j) {
 	berth_cur = r;
 	TSParser *p = ts_parser_new();
 	TSTree *t = NULL;
 	if (ts_parser_set_language(p, lang)) {
+		if (j->nranges > 0 && !ts_parser_set_included_ranges(p, (const TSRange *)j->ranges, j->nranges)) {
+			j->stopped = 4;
+			ts_parser_delete(p);
+			berth_cur = NULL;
+			return NULL;
+		}
 		TSInput in = { j, berth_read, 0, NULL };
 		TSParseOptions opt = { j, berth_progress };
 		t = ts_parser_parse_with_options(p, NULL, in, opt);

@@ -217,6 +217,25 @@ func parseReference(ctx context.Context, lang *Language, src []byte) (*tree, err
 // parseInto parses src with cp (nil: one from the pool) and flattens the
 // tree into buf when it is large enough, else into a new buffer.
 func parseInto(ctx context.Context, cp *cparser, lang *Language, src []byte, budget time.Duration, buf []node, cursor bool) (*tree, error) {
+	return parseRanges(ctx, cp, lang, src, budget, buf, cursor, nil)
+}
+
+// parseRange is one included range of a partial parse (layout shared with
+// berth_range and tree-sitter's TSRange).
+type parseRange struct {
+	startRow, startCol, endRow, endCol uint32
+	startByte, endByte                 uint32
+}
+
+var (
+	_ [unsafe.Sizeof(parseRange{}) - C.sizeof_berth_range]struct{}
+	_ [C.sizeof_berth_range - unsafe.Sizeof(parseRange{})]struct{}
+)
+
+// parseRanges is parseInto reading only ranges of src when ranges is not
+// empty (tree-sitter's included ranges: the nodes keep their offsets in
+// src, and the bytes between ranges are skipped as if absent).
+func parseRanges(ctx context.Context, cp *cparser, lang *Language, src []byte, budget time.Duration, buf []node, cursor bool, ranges []parseRange) (*tree, error) {
 	if len(src) > MaxSourceBytes {
 		return nil, fmt.Errorf("%w: %d bytes is over the %d-byte limit; narrow the search or skip this file", ErrTooLarge, len(src), MaxSourceBytes)
 	}
@@ -251,6 +270,11 @@ func parseInto(ctx context.Context, cp *cparser, lang *Language, src []byte, bud
 		defer C.free(unsafe.Pointer(job.buf))
 	}
 	job.len = C.uint32_t(len(src))
+	if len(ranges) > 0 {
+		pinner.Pin(&ranges[0])
+		job.ranges = unsafe.Pointer(&ranges[0])
+		job.nranges = C.uint32_t(len(ranges))
+	}
 	job.cancel = cp.cancel
 	job.deadline_ns = C.berth_now_ns() + C.int64_t(budget.Nanoseconds())
 	t := C.berth_parse(cp.region, (*C.TSLanguage)(lang.ptr), job)
@@ -258,6 +282,9 @@ func parseInto(ctx context.Context, cp *cparser, lang *Language, src []byte, bud
 	if t == nil {
 		if job.stopped == 3 {
 			return nil, fmt.Errorf("syntax: the %s grammar is incompatible with the tree-sitter runtime (ABI %d); rebuild the grammar", lang.ID, lang.Grammar.AbiVersion())
+		}
+		if job.stopped == 4 {
+			return nil, fmt.Errorf("syntax: internal error: tree-sitter refused %d included ranges", len(ranges))
 		}
 		if job.stopped == 1 {
 			return nil, fmt.Errorf("syntax: parse: %w", context.Cause(ctx))

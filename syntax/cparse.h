@@ -38,7 +38,17 @@ typedef struct {
 	int64_t deadline_ns; // CLOCK_MONOTONIC, 0 = none
 	volatile int32_t *cancel;
 	int32_t stopped; // 1 = cancelled, 2 = timed out, 3 = incompatible grammar
+	// ranges, when nranges > 0, are the TSRanges (berth_range) the parse
+	// reads; the rest of buf is skipped (tree-sitter's included ranges).
+	const void *ranges;
+	uint32_t nranges;
 } berth_job;
+
+// berth_range must match TSRange and the Go type parseRange.
+typedef struct {
+	uint32_t start_row, start_col, end_row, end_col;
+	uint32_t start_byte, end_byte;
+} berth_range;
 
 void berth_init(void);
 void berth_prefault(int k, size_t n);

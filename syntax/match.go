@@ -53,6 +53,9 @@ type Parser struct {
 	last  *tree
 	nodes []node   // the last tree's nodes, reused by the next parse
 	lines []uint32 // the last tree's line table, likewise
+	// chunks and ranges are ParseFor's buffers.
+	chunks []chunk
+	ranges []parseRange
 }
 
 // Close gives p's tree-sitter parser back to the package's pool; p may be

@@ -38,9 +38,13 @@ type Pattern struct {
 	context string
 	literal string
 	lits    []string
-	seq     bool // root's children are a sequence of sibling nodes (Context.Sequence)
-	vars    []patVar
-	inert   []InertVar
+	partial []string // PartialTokens
+	// container: the root's kind may span a class header and its body
+	// (see splitters).
+	container bool
+	seq       bool // root's children are a sequence of sibling nodes (Context.Sequence)
+	vars      []patVar
+	inert     []InertVar
 }
 
 // patVar is a variable the pattern binds.
@@ -305,6 +309,7 @@ func compileIn(lang *Language, cx Context, frag string, sigil rune, quoted map[s
 	}
 	p := &Pattern{lang: lang, root: root, context: cx.Name}
 	p.setLiterals()
+	p.setPartial()
 	p.setVars(sigil)
 	return p, ""
 }

@@ -458,9 +458,15 @@ func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, sets [
 		pctx, cancel := context.WithTimeout(ctx, e.opts.ParseBudget)
 		var tree *syntax.Tree
 		var err error
-		if w.ps != nil {
+		mode := syntax.ParsedWhole
+		switch {
+		case w.ps != nil && t.prefilter == nil && t.pat.PartialTokens() != nil:
+			// No cache, so no later search reuses the tree: parse only
+			// the declarations that may hold a match.
+			tree, mode, err = w.ps.ParseFor(pctx, t.pat, c.src)
+		case w.ps != nil:
 			tree, err = w.ps.Parse(pctx, t.lang, c.src)
-		} else {
+		default:
 			tree, err = syntax.Parse(pctx, t.lang, c.src)
 		}
 		cancel()
@@ -474,6 +480,15 @@ func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, sets [
 		default: // ErrParseBudget, or the per-file deadline
 			f.skip = SkipParseBudget
 			return nil
+		}
+		switch mode {
+		case syntax.ParsedNone:
+			e.noDecl.Add(1)
+			return nil
+		case syntax.ParsedPartial:
+			e.partial.Add(1)
+		case syntax.ParsedFallback:
+			e.fallbacks.Add(1)
 		}
 		e.parses.Add(1)
 		switch {

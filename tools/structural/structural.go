@@ -95,6 +95,7 @@ type Engine struct {
 	written map[string][]writeStep
 
 	parses, cacheHits, prefiltered, reads atomic.Int64
+	partial, noDecl, fallbacks            atomic.Int64
 }
 
 // NewEngine returns an Engine with opts.
@@ -129,6 +130,17 @@ type Stats struct {
 	// Prefiltered is how many files were skipped without parsing because
 	// they lack the pattern's literal text.
 	Prefiltered int64
+	// PartialParses is how many of Parses read only the top-level
+	// declarations that hold the pattern's tokens (syntax.ParseFor; only
+	// without a parse cache).
+	PartialParses int64
+	// NoDeclaration is how many files passed the prefilter but were not
+	// parsed, because none of their top-level declarations holds all of
+	// the pattern's tokens.
+	NoDeclaration int64
+	// Fallbacks is how many partial parses had an error node, so the whole
+	// file was parsed instead.
+	Fallbacks int64
 	// Reads is how many files were read; a file whose size and
 	// modification time match its cache entry (and are not racily clean)
 	// is not read again.
@@ -142,12 +154,15 @@ type Stats struct {
 func (e *Engine) Stats() Stats {
 	n, b := e.cache.size()
 	return Stats{
-		Parses:      e.parses.Load(),
-		CacheHits:   e.cacheHits.Load(),
-		Prefiltered: e.prefiltered.Load(),
-		Reads:       e.reads.Load(),
-		CachedTrees: n,
-		CachedBytes: b,
+		Parses:        e.parses.Load(),
+		CacheHits:     e.cacheHits.Load(),
+		Prefiltered:   e.prefiltered.Load(),
+		Reads:         e.reads.Load(),
+		PartialParses: e.partial.Load(),
+		NoDeclaration: e.noDecl.Load(),
+		Fallbacks:     e.fallbacks.Load(),
+		CachedTrees:   n,
+		CachedBytes:   b,
 	}
 }
 

@@ -1,0 +1,260 @@
+package syntax
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// partialSample is how many files of each corpus the differential test
+// parses (evenly spread over the sorted file list), which keeps it well
+// under a minute on two cores.
+const partialSample = 1000
+
+// TestPartialParseMatchesWhole is the differential test of partial parsing:
+// over a sample of Go's source tree (on every machine with Go) and of
+// Debian's Python standard library (/usr/lib/python3.*), every match of
+// each pattern on a ParseFor tree — file, byte range, points, text,
+// captures, enclosing symbol — must equal the match on the whole file's
+// tree. It also checks that partial parses, skipped files and fallbacks
+// all happened, so that it compares something.
+func TestPartialParseMatchesWhole(t *testing.T) {
+	corpora := []struct {
+		lang, root, ext string
+		patterns        []string
+		wholeOnly       []string // patterns that must never parse partially
+	}{
+		{lang: "go", root: goRoot(t), ext: ".go", patterns: []string{
+			"$A == $A", "$X($$$)", "$X.$Y($$$)", "$A != nil", "if err != nil { return $$$ }",
+			"for $K, $V := range $X { $$$ }", "errors.New($MSG)", "package $P", "func $F($$$) error { $$$ }",
+			"$A && $B", "type $T struct { $$$ }", "fmt.Sprintf($$$)", "$X[$I]",
+		}, wholeOnly: []string{"$X", "$_"}},
+		{lang: "python", root: pythonLib(t), ext: ".py", patterns: []string{
+			"$A == $A", "$X($$$)", "$X.$Y($$$)", "self.$A = $B", "raise $E($$$)", "return $X",
+			"def $F(self): $$$", "import $M", "class $C($B): $$$", "$A if $B else $C", "@property\ndef $F(self): $$$", "$X[$I]", "lambda $$$: $B",
+		}, wholeOnly: []string{"$X"}},
+	}
+	for _, c := range corpora {
+		t.Run(c.lang, func(t *testing.T) {
+			if c.root == "" {
+				t.Skipf("no %s corpus on this machine", c.lang)
+			}
+			lang := mustLang(t, c.lang)
+			files := sampleFiles(t, c.root, c.ext, partialSample)
+			var pats []*Pattern
+			for _, src := range c.patterns {
+				p, err := Compile(lang, src)
+				if err != nil {
+					t.Fatalf("%s: %v", src, err)
+				}
+				if p.PartialTokens() == nil {
+					t.Errorf("%q has no partial tokens; it should parse partially", src)
+				}
+				pats = append(pats, p)
+			}
+			for _, src := range c.wholeOnly {
+				p, err := Compile(lang, src)
+				if err != nil {
+					t.Fatalf("%s: %v", src, err)
+				}
+				if toks := p.PartialTokens(); toks != nil {
+					t.Errorf("%q has partial tokens %q; it may match across declarations and must parse whole", src, toks)
+				}
+			}
+			var (
+				mu    sync.Mutex
+				modes = map[ParseMode]int{}
+				diffs int
+				total int
+			)
+			work := make(chan string)
+			var wg sync.WaitGroup
+			for range runtime.GOMAXPROCS(0) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ps := new(Parser)
+					defer ps.Close()
+					for path := range work {
+						src, err := os.ReadFile(path)
+						if err != nil || len(src) > MaxSourceBytes {
+							continue
+						}
+						whole, err := Parse(context.Background(), lang, src)
+						if err != nil {
+							continue // over the parse budget: the search skips it either way
+						}
+						for _, p := range pats {
+							want := describe(t, p, whole)
+							tr, mode, err := ps.ParseFor(context.Background(), p, src)
+							if err != nil {
+								t.Errorf("%s: %q: %v", path, p.String(), err)
+								continue
+							}
+							var got []string
+							if tr != nil {
+								got = describe(t, p, tr)
+							} else if mode != ParsedNone {
+								t.Errorf("%s: %q: nil tree in mode %v", path, p.String(), mode)
+							}
+							mu.Lock()
+							modes[mode]++
+							total += len(want)
+							if !slices.Equal(got, want) && diffs < 10 {
+								diffs++
+								t.Errorf("%s: %q (%v): partial parse found\n%s\nwhole parse found\n%s", path, p.String(), mode,
+									strings.Join(got, "\n"), strings.Join(want, "\n"))
+							}
+							mu.Unlock()
+						}
+					}
+				}()
+			}
+			for _, f := range files {
+				work <- f
+			}
+			close(work)
+			wg.Wait()
+			t.Logf("%d files, %d patterns, %d matches; modes: whole %d, partial %d, none %d, fallback %d",
+				len(files), len(pats), total, modes[ParsedWhole], modes[ParsedPartial], modes[ParsedNone], modes[ParsedFallback])
+			if modes[ParsedPartial] == 0 || modes[ParsedNone] == 0 || modes[ParsedWhole] == 0 {
+				t.Errorf("every mode should occur on this corpus (whole, partial, none): %v", modes)
+			}
+			if total == 0 {
+				t.Error("no matches at all: the comparison compared nothing")
+			}
+		})
+	}
+}
+
+// describe renders every match of p in tr with its range, captures and
+// enclosing symbol, sorted.
+func describe(t *testing.T, p *Pattern, tr *Tree) []string {
+	ms, err := p.Match(context.Background(), tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d-%d %d:%d-%d:%d %q in %q", m.StartByte, m.EndByte, m.Start.Line, m.Start.Column, m.End.Line, m.End.Column,
+			m.Text, tr.Enclosing(m.StartByte, m.EndByte))
+		names := make([]string, 0, len(m.Captures))
+		for k := range m.Captures {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			c := m.Captures[k]
+			fmt.Fprintf(&b, " $%s=%q@%d-%d", k, c.Text, c.Range.StartByte, c.Range.EndByte)
+		}
+		out = append(out, b.String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sampleFiles returns up to n files under root ending in ext, spread evenly
+// over their sorted list.
+func sampleFiles(t *testing.T, root, ext string, n int) []string {
+	var all []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.Type().IsRegular() && strings.HasSuffix(p, ext) {
+			all = append(all, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(all)
+	if len(all) <= n {
+		return all
+	}
+	out := make([]string, 0, n)
+	for i := range n {
+		out = append(out, all[i*len(all)/n])
+	}
+	return out
+}
+
+// goRoot is $(go env GOROOT)/src, or "" without a go command.
+func goRoot(t *testing.T) string {
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Logf("go env GOROOT: %v", err)
+		return ""
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "src")
+}
+
+// pythonLib is the newest /usr/lib/python3.* directory, or "".
+func pythonLib(t *testing.T) string {
+	ms, _ := filepath.Glob("/usr/lib/python3.*")
+	sort.Strings(ms)
+	for i := len(ms) - 1; i >= 0; i-- {
+		if fi, err := os.Stat(filepath.Join(ms[i], "os.py")); err == nil && fi.Mode().IsRegular() {
+			return ms[i]
+		}
+	}
+	return ""
+}
+
+// TestSplit checks the declaration scanners on the cases they must refuse
+// or must not split.
+func TestSplit(t *testing.T) {
+	cases := []struct {
+		lang, src string
+		starts    []uint32 // nil: unsplittable
+	}{
+		{"go", "package p\n\nfunc a() {}\n\nfunc b() {}\n", []uint32{0, 11, 24}},
+		{"go", "package p\nvar s = `\nfunc x() {}\n`\nfunc b() {}\n", []uint32{0, 10, 34}},
+		{"go", "package p\n/*\nfunc x() {}\n*/\nfunc b() {}\n", []uint32{0, 28}},
+		{"go", "package p\nvar x = a +\nfunc() int { return 1 }()\n", []uint32{0, 10}},
+		{"go", "package p\nfunc a() {\n", nil},
+		{"go", "package p\nvar s = `open\n", nil},
+		{"go", "package p\nvar s = \"open\n\"\n", nil},
+		{"go", "package p\nvar r = '\\''\nfunc b() {}\n", []uint32{0, 10, 23}},
+		{"python", "import os\n\ndef f():\n    pass\n", []uint32{0, 11}},
+		{"python", "@dec\n@dec2(1)\ndef f():\n    pass\nclass C:\n    pass\n", []uint32{0, 32, 41}},
+		{"python", "class C:\n    x = 1\n\n    def f(self):\n        pass\n    @d\n    def g(self):\n        pass\ny = 2\n", []uint32{0, 9, 20, 50, 87}},
+		{"python", "@d\nclass C(\n  B):\n    '''doc'''\n    if x:\n        a\n    else:\n        b\n", []uint32{0, 18, 32}},
+		{"python", "class C:\n    x = 1\n  y = 2\nz = 3\n", []uint32{0, 27}},
+		{"python", "class C: pass\nz = 3\n", []uint32{0, 14}},
+		{"python", "if x:\n    pass\nelse:\n    pass\ntry:\n    a\nexcept E:\n    b\nfinally:\n    c\n", []uint32{0, 30}},
+		{"python", "s = '''\ndef f():\n'''\nx = (1,\n2)\ny = 1 + \\\n2\nz = 3\n", []uint32{0, 21, 32, 44}},
+		{"python", "x = (1,\n", nil},
+		{"python", "s = '''never closed\n", nil},
+		{"python", "# comment\nx = 1\n", []uint32{0, 10}},
+	}
+	for _, c := range cases {
+		chunks, ok := splitters[c.lang].split([]byte(c.src), nil)
+		var starts []uint32
+		if ok {
+			for i, ch := range chunks {
+				starts = append(starts, ch.start)
+				if i > 0 && chunks[i-1].end != ch.start {
+					t.Errorf("%s %q: chunks not contiguous: %v", c.lang, c.src, chunks)
+				}
+			}
+			if chunks[len(chunks)-1].end != uint32(len(c.src)) {
+				t.Errorf("%s %q: last chunk ends at %d, not at the end", c.lang, c.src, chunks[len(chunks)-1].end)
+			}
+		}
+		if !slices.Equal(starts, c.starts) {
+			t.Errorf("%s %q: starts %v (ok %v), want %v", c.lang, c.src, starts, ok, c.starts)
+		}
+	}
+}
