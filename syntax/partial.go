@@ -109,32 +109,9 @@ func (p *Pattern) setPartial() {
 			toks = append(toks, n.text)
 		}
 	}
-	// The same walk as setLiterals: a token right after a $$$ may be
+	// The same leaves as setLiterals: a token right after a $$$ may be
 	// skipped by the matcher, so it is not required.
-	var walk func(n *pnode)
-	walk = func(n *pnode) {
-		switch {
-		case n.meta != metaNone:
-		case n.leaf:
-			add(n)
-		default:
-			afterMulti := false
-			for _, c := range n.children {
-				switch {
-				case c.meta == metaMulti:
-					afterMulti = true
-				case c.trivial():
-					if !afterMulti {
-						add(c)
-					}
-				default:
-					afterMulti = false
-					walk(c)
-				}
-			}
-		}
-	}
-	walk(p.root)
+	eachRequiredLeaf(p.root, func(n *pnode, _ bool) { add(n) })
 	if len(toks) == 0 {
 		return
 	}

@@ -505,37 +505,44 @@ func (p *Pattern) setLiterals() {
 			add(n.text)
 		}
 	}
-	var walk func(n *pnode)
-	walk = func(n *pnode) {
-		switch {
-		case n.meta != metaNone:
-		case n.leaf:
-			if n.named {
-				add(n.text)
-			} else {
-				keyword(n)
-			}
-		default:
-			afterMulti := false
-			for _, c := range n.children {
-				switch {
-				case c.meta == metaMulti:
-					afterMulti = true
-				case c.trivial():
-					if !afterMulti {
-						keyword(c)
-					}
-				default:
-					afterMulti = false
-					walk(c)
-				}
-			}
+	eachRequiredLeaf(p.root, func(n *pnode, trivial bool) {
+		if !trivial && n.named {
+			add(n.text)
+		} else {
+			keyword(n)
 		}
-	}
-	walk(p.root)
+	})
 	slices.SortStableFunc(p.lits, func(a, b string) int { return len(b) - len(a) })
 	if len(p.lits) > 0 {
 		p.literal = p.lits[0]
+	}
+}
+
+// eachRequiredLeaf calls fn for every leaf of the pattern under n that
+// every match contains: a leaf that is not a metavariable (trivial false)
+// and a trivial child (trivial true) unless it follows a $$$, which the
+// matcher may skip (see matchChildren). setLiterals and setPartial read
+// the pattern's required texts through it.
+func eachRequiredLeaf(n *pnode, fn func(n *pnode, trivial bool)) {
+	switch {
+	case n.meta != metaNone:
+	case n.leaf:
+		fn(n, false)
+	default:
+		afterMulti := false
+		for _, c := range n.children {
+			switch {
+			case c.meta == metaMulti:
+				afterMulti = true
+			case c.trivial():
+				if !afterMulti {
+					fn(c, true)
+				}
+			default:
+				afterMulti = false
+				eachRequiredLeaf(c, fn)
+			}
+		}
 	}
 }
 
