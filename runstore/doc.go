@@ -1,0 +1,74 @@
+// Package runstore keeps the records berth needs to adopt its runs after
+// a restart: for each run its sandbox, workspace and mode, the replica
+// that serves it, its resident supervisor's directory and secret, and
+// each resource's state (kernels, debug sessions, staged edits, cards).
+//
+// [Store] is the interface the controller uses; [Dir], opened with
+// [Open], keeps the records in a state directory on one machine, the
+// default for berth serve.
+//
+// # The state directory
+//
+// It holds two files:
+//
+//   - runs.db ([DBFile]), a bbolt database: one record per run, as JSON,
+//     keyed by run id, plus the store's format version. Mode 0600.
+//   - berth.lock ([LockFile]), which the berth using the directory holds
+//     (flock) and in which it writes its pid, host and start time.
+//
+// Open creates the directory (mode 0700) when it is missing. It refuses
+// a directory that is writable by its group or others or owned by
+// another user, and a runs.db that its group or others may read or
+// write, or that another user owns: the records hold the secrets that
+// authenticate berth to each run's resident supervisor.
+//
+// # One berth per directory
+//
+// A second berth (or a second Open in the same process) on a directory
+// that is in use fails after [DefaultLockWait] with an error wrapping
+// [ErrLocked] that names the directory and the holder's pid and host,
+// and says what to do: stop the other berth, or give this one its own
+// --state-dir. The kernel drops the lock when its holder exits, however
+// it exits (kill -9 included), so a lock is never stale.
+//
+// # Durability
+//
+// Put and Delete return once the change is committed and fsynced; a
+// crash of berth or of the machine keeps every change that returned and
+// loses none half-written (bbolt writes pages copy-on-write and switches
+// between two checksummed meta pages). A record's JSON is at most
+// [MaxRecord] bytes (64 MiB; [ErrTooLarge] past it); records of several
+// MB, staged edits with their files' contents, are fine.
+//
+// # Damage
+//
+// A damaged runs.db does not stop berth from starting. Open checks the
+// file (its meta pages, its size against its own index, every record's
+// pages, bbolt's consistency check); when it is unusable Open renames it
+// to runs.db.corrupt-<UTC time, 20060102T150405Z>, starts an empty
+// store, and says so in its [Report]: why the file was unusable, where
+// it went, and the records it could still read from it (first through
+// the file's own index, then by scanning its bytes), which are not put
+// in the new store. A missing or empty runs.db is an empty store. A
+// runs.db written by a newer berth (a newer format) is refused, not
+// moved. A single record that does not decode is not damage: List
+// returns it as [Unreadable], with its id.
+//
+// # Why bbolt
+//
+// One berth writes a state directory, its records are few and small
+// (but for staged edits), and it reads them all at start: a key-value
+// file fits, and SQL would add nothing. bbolt (go.etcd.io/bbolt, the
+// store under etcd and containerd's metadata) is pure Go (no cgo, so
+// berth stays one static binary), a single file, crash-safe with an
+// fsync on every commit, serves concurrent readers beside one writer,
+// and locks its file itself. A pure-Go SQLite (modernc.org/sqlite) is
+// a far larger dependency for the same guarantees.
+//
+// # Secrets
+//
+// A [Record]'s JSON encoding is its stored form, secret included. The
+// package never logs, and printing a [Record] or [Resident] with fmt or
+// log/slog redacts the secret and shows only the names and sizes of a
+// record's State entries.
+package runstore
