@@ -282,12 +282,17 @@ func salvage(path string) ([]Record, string) {
 		return sorted(found), fmt.Sprintf("%d runs read through the file's own index", indexed)
 	}
 	scanned, serr := salvageRaw(path, found)
-	note := fmt.Sprintf("%d runs read through the file's own index before it failed (%v), %d more found by scanning its bytes", indexed, ierr, scanned)
+	var note string
+	if indexed == 0 {
+		note = fmt.Sprintf("its index could not be read (%v); %d found by scanning its bytes", ierr, scanned)
+	} else {
+		note = fmt.Sprintf("%d read through its index before that failed (%v), %d more found by scanning its bytes", indexed, ierr, scanned)
+	}
 	if scanned > 0 {
-		note += " (those may be runs closed before the damage, or an older version of a run's record)"
+		note += " (a scanned record may be of a run closed before the damage, or an older version of a run's record)"
 	}
 	if serr != nil {
-		note += fmt.Sprintf("; the scan stopped: %v", serr)
+		note += fmt.Sprintf("; the scan failed: %v", serr)
 	}
 	if len(found) == 0 {
 		note = "no run could be read from it: " + note

@@ -15,9 +15,13 @@ import (
 //
 // Its JSON encoding is the stored form and includes the resident's
 // secret: never send it anywhere but a [Store]. Printing a Record with
-// the fmt package, or logging it with log/slog, shows neither the secret
-// nor the contents of State (which may hold other credentials, such as
-// a kernel's connection key), only the names and sizes of its entries.
+// the fmt package (any verb, also inside slices, maps and structs), or
+// logging it with log/slog, shows neither the secret nor the contents of
+// State (which may hold other credentials, such as a kernel's connection
+// key), only the names and sizes of its entries. Log a Record itself,
+// not a slice or struct holding one: slog resolves LogValue only on the
+// value logged, and its JSON handler marshals the rest, stored form
+// included.
 type Record struct {
 	ID           string                     `json:"id"`
 	Tenant       string                     `json:"tenant,omitempty"`
