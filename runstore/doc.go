@@ -49,7 +49,9 @@
 // store, and says so in its [Report]: why the file was unusable, where
 // it went, and the records it could still read from it (first through
 // the file's own index, then by scanning its bytes), which are not put
-// in the new store. A missing or empty runs.db is an empty store. A
+// in the new store. The moved file is kept (mode 0600) for whoever wants
+// to look at it; nothing removes it. A missing or empty runs.db is an
+// empty store. A
 // runs.db written by a newer berth (a newer format) is refused, not
 // moved. A single record that does not decode is not damage: List
 // returns it as [Unreadable], with its id.
@@ -68,7 +70,9 @@
 // # Secrets
 //
 // A [Record]'s JSON encoding is its stored form, secret included. The
-// package never logs, and printing a [Record] or [Resident] with fmt or
-// log/slog redacts the secret and shows only the names and sizes of a
-// record's State entries.
+// package never logs, and printing a [Record], [Resident] or [Report]
+// with fmt (any verb) or log/slog redacts the secret and shows only the
+// names and sizes of a record's State entries. slog's JSON handler
+// marshals a slice or struct that holds a Record, stored form and all:
+// log the Record itself.
 package runstore
