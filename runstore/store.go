@@ -122,6 +122,9 @@ func Open(dir string, opts Options) (*Dir, Report, error) {
 	if wait <= 0 {
 		wait = DefaultLockWait
 	}
+	if dir == "" {
+		return nil, Report{}, errors.New("runstore: no state directory given; pass berth a --state-dir")
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, Report{}, fmt.Errorf("runstore: state directory %q: %w", dir, err)

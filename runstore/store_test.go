@@ -449,6 +449,64 @@ func TestConcurrent(t *testing.T) {
 	}
 }
 
+// TestCloseUnderLoad closes the store while writers run: each operation
+// either happens or fails with ErrClosed.
+func TestCloseUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	d, _ := open(t, dir)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		stored []string // ids whose Put returned nil
+	)
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(stored) }
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				err := d.Put(ctx, rec(id, epoch))
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				stored = append(stored, id)
+				mu.Unlock()
+			}
+		}()
+	}
+	for deadline := time.Now().Add(30 * time.Second); count() < 20; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d Puts in 30s", count())
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	d, report := open(t, dir)
+	if report.Runs != len(stored) {
+		t.Errorf("%d runs stored, %d Puts returned nil", report.Runs, len(stored))
+	}
+	for _, id := range stored {
+		if _, err := d.Get(ctx, id); err != nil {
+			t.Errorf("Put(%s) returned nil, but: %v", id, err)
+		}
+	}
+}
+
+func TestOpenNoDir(t *testing.T) {
+	if _, _, err := Open("", Options{}); err == nil || !strings.Contains(err.Error(), "--state-dir") {
+		t.Fatalf("Open(\"\") = %v, want a refusal", err)
+	}
+}
+
 // TestFiles checks what Open leaves in a new state directory.
 func TestFiles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "state")
