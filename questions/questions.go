@@ -12,6 +12,10 @@
 // Other parts of a run (vibe workers, bridges) add their own event types
 // with [Port.Publish].
 //
+// A port's state survives a berth restart through [Port.Snapshot] and
+// [Port.Restore] (see there for what an answer to a card asked before the
+// restart does).
+//
 // The port fails closed: with no subscriber connected, Ask fails at once
 // with [ErrNoSubscriber] instead of waiting for nobody, and when the last
 // subscriber leaves while cards are open and none returns within
@@ -24,6 +28,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 )
@@ -123,6 +129,10 @@ type Card struct {
 	// TooLarge says the call was too large to show whole in Detail, so the
 	// card takes only a deny ([Check]).
 	TooLarge bool `json:"too_large,omitempty"`
+
+	// Restored says the card was asked before berth restarted: the call
+	// that asked it ended with the old berth process (see [Port.Restore]).
+	Restored bool `json:"restored,omitempty"`
 }
 
 // Answer answers a card: Choice, Text or Skip for a question, Decision for
@@ -144,6 +154,9 @@ const (
 	Cancelled Outcome = "cancelled" // the waiting call went away
 	RunClosed Outcome = "closed"    // the port closed with its run
 	Abandoned Outcome = "abandoned" // every subscriber left and none came back within ListenerGrace
+	// Expired: the card was open when berth restarted and the call it
+	// guarded ended with the old berth process (permission cards).
+	Expired Outcome = "expired"
 )
 
 // Closed is the data of an [EventCardClosed] event.
@@ -152,6 +165,8 @@ type Closed struct {
 	Kind    Kind    `json:"kind"`
 	Outcome Outcome `json:"outcome"`
 	Answer  *Answer `json:"answer,omitempty"`
+	// Note says more when the card was asked before berth restarted.
+	Note string `json:"note,omitempty"`
 }
 
 // Event is one entry of a run's event stream.
@@ -171,17 +186,42 @@ type Port struct {
 	log     []Event // the last events, oldest first: at most MaxEvents, and MaxEventBytes of data but for the newest
 	logSize int     // bytes of data in log
 	lastID  uint64
+	// dropped is the highest event id no longer kept (0: none dropped).
+	// Ids are increasing but not contiguous across a restore.
+	dropped uint64
 	changed chan struct{} // closed and replaced on every event
 	subs    int
 	// orphaned runs abandon when the last subscriber left with cards open;
 	// a new subscriber or Close stops it.
 	orphaned *time.Timer
+	// gen counts changes Snapshot reflects (Generation).
+	gen uint64
+	// unclaimed are answers to restored cards that no call has taken yet,
+	// oldest first, at most MaxUnclaimed.
+	unclaimed []Unclaimed
+	// lostFrom ≤ n < lostTo are the card numbers skipped at the last
+	// restore (RestoreCardSkip).
+	lostFrom, lostTo int
 }
 
 type waiter struct {
 	card Card
 	ans  chan Answer   // buffered 1; sent under mu when answered
 	gone chan struct{} // closed under mu when the card is abandoned
+	// restored: the card came from a snapshot and its call ended with the
+	// old berth process; adopted: a call asking the same question waits
+	// on it now (see Port.Ask). expire closes a restored card that no
+	// call adopted at its deadline.
+	restored, adopted bool
+	expire            *time.Timer
+}
+
+// stopExpire stops w's restore deadline timer. p.mu must be held.
+func (w *waiter) stopExpire() {
+	if w.expire != nil {
+		w.expire.Stop()
+		w.expire = nil
+	}
 }
 
 // New returns an open port with no cards and no subscribers.
@@ -216,6 +256,7 @@ func (p *Port) Publish(typ string, data any) error {
 
 func (p *Port) publishLocked(typ string, data json.RawMessage) {
 	p.lastID++
+	p.gen++
 	p.log = append(p.log, Event{ID: p.lastID, Type: typ, Data: data})
 	p.logSize += len(data)
 	drop := 0
@@ -224,6 +265,7 @@ func (p *Port) publishLocked(typ string, data json.RawMessage) {
 		drop++
 	}
 	if drop > 0 {
+		p.dropped = p.log[drop-1].ID
 		n := copy(p.log, p.log[drop:])
 		clear(p.log[n:])
 		p.log = p.log[:n]
@@ -258,6 +300,13 @@ func (p *Port) Cards() []Card {
 // (ctx's deadline passed) or cancelled, and Ask returns ctx's error. With
 // no subscriber connected Ask fails at once with ErrNoSubscriber; a
 // question card with invalid options fails with ErrBadAnswer.
+//
+// A question asked before berth restarted (a restored card, [Card.Restored])
+// is not asked twice: when c asks the same question (same question,
+// context, options and flags) as a restored card answered since the
+// restore, Ask returns that card and its answer at once, subscriber or not;
+// when it asks the same question as a restored card still open, Ask waits
+// on that card (same number) instead of opening a new one.
 func (p *Port) Ask(ctx context.Context, c Card) (Card, Answer, error) {
 	if c.Kind == KindQuestion {
 		if err := CheckOptions(c.Options); err != nil {
@@ -268,23 +317,32 @@ func (p *Port) Ask(ctx context.Context, c Card) (Card, Answer, error) {
 		c.Deadline = dl
 	}
 	p.mu.Lock()
-	switch {
-	case p.closed:
+	if p.closed {
 		p.mu.Unlock()
 		return c, Answer{}, fmt.Errorf("questions: %w: the run is closing", ErrClosed)
-	case p.subs == 0:
+	}
+	if u, ok := p.claimLocked(c); ok {
+		p.mu.Unlock()
+		return u.Card, u.Answer, nil
+	}
+	if p.subs == 0 {
 		p.mu.Unlock()
 		return c, Answer{}, fmt.Errorf("questions: %w: nobody is subscribed to the run's events (GET /v1/runs/{id}/events), so no one would see the card", ErrNoSubscriber)
-	case len(p.open) >= MaxOpenCards:
-		p.mu.Unlock()
-		return c, Answer{}, fmt.Errorf("questions: %d cards are already open: wait for answers before asking more", MaxOpenCards)
 	}
-	c.N = p.nextN
-	p.nextN++
-	c.Opened = time.Now()
-	w := &waiter{card: c, ans: make(chan Answer, 1), gone: make(chan struct{})}
-	p.open[c.N] = w
-	p.publishLocked(EventCardOpened, mustJSON(c))
+	w := p.adoptLocked(c)
+	if w == nil {
+		if len(p.open) >= MaxOpenCards {
+			p.mu.Unlock()
+			return c, Answer{}, fmt.Errorf("questions: %d cards are already open: wait for answers before asking more", MaxOpenCards)
+		}
+		c.N = p.nextN
+		p.nextN++
+		c.Opened = time.Now()
+		w = &waiter{card: c, ans: make(chan Answer, 1), gone: make(chan struct{})}
+		p.open[c.N] = w
+		p.publishLocked(EventCardOpened, mustJSON(c))
+	}
+	c = w.card
 	p.mu.Unlock()
 
 	select {
@@ -325,6 +383,9 @@ func (p *Port) Answer(n int, a Answer) error {
 	}
 	w, ok := p.open[n]
 	if !ok {
+		if p.lostFrom <= n && n < p.lostTo {
+			return fmt.Errorf("questions: card %d: %w: berth restarted, and card %d, if it was asked just before the restart, was not saved and is gone; list the open cards with GET /v1/runs/{id}/cards", n, ErrNoCard, n)
+		}
 		return fmt.Errorf("questions: card %d: %w: it was never opened, or was already answered, skipped, timed out or cancelled; list the open cards with GET /v1/runs/{id}/cards", n, ErrNoCard)
 	}
 	if err := Check(w.card, a); err != nil {
@@ -335,8 +396,20 @@ func (p *Port) Answer(n int, a Answer) error {
 	if a.Skip {
 		out = Skipped
 	}
-	w.ans <- a
-	p.publishLocked(EventCardClosed, mustJSON(Closed{N: n, Kind: w.card.Kind, Outcome: out, Answer: &a}))
+	cl := Closed{N: n, Kind: w.card.Kind, Outcome: out, Answer: &a}
+	if w.restored && !w.adopted {
+		// The call that asked it ended with the old berth process: keep
+		// the answer for the call that asks again, or the next one.
+		w.stopExpire()
+		p.unclaimed = append(p.unclaimed, Unclaimed{Card: w.card, Answer: a})
+		if len(p.unclaimed) > MaxUnclaimed {
+			p.unclaimed = slices.Delete(p.unclaimed, 0, len(p.unclaimed)-MaxUnclaimed)
+		}
+		cl.Note = fmt.Sprintf("card %d was asked before berth restarted and the call that asked it ended with the old berth process; the answer is kept: a retry of the same question gets it as its answer, and the next ask_user call reports it", n)
+	} else {
+		w.ans <- a
+	}
+	p.publishLocked(EventCardClosed, mustJSON(cl))
 	return nil
 }
 
@@ -351,10 +424,12 @@ func (p *Port) Close() error {
 		return nil
 	}
 	for n, w := range p.open {
+		w.stopExpire()
 		p.publishLocked(EventCardClosed, mustJSON(Closed{N: n, Kind: w.card.Kind, Outcome: RunClosed}))
 	}
 	p.stopOrphanedLocked()
 	p.closed = true
+	p.gen++
 	close(p.changed)
 	p.changed = make(chan struct{})
 	return nil
@@ -390,19 +465,21 @@ func (s *Subscription) Next(ctx context.Context) ([]Event, error) {
 	for {
 		s.p.mu.Lock()
 		var out []Event
-		if len(s.p.log) > 0 {
-			oldest := s.p.log[0].ID
-			if s.after+1 < oldest {
-				if s.after > 0 { // a fresh subscriber lost nothing it had seen
-					out = append(out, Event{Type: EventLost, Data: mustJSON(map[string]uint64{"after": s.after, "next": oldest})})
+		log := s.p.log
+		if s.after < s.p.dropped {
+			if s.after > 0 { // a fresh subscriber lost nothing it had seen
+				next := s.p.lastID + 1
+				if len(log) > 0 {
+					next = log[0].ID
 				}
-				s.after = oldest - 1
+				out = append(out, Event{Type: EventLost, Data: mustJSON(map[string]uint64{"after": s.after, "next": next})})
 			}
-			if s.after < s.p.lastID {
-				i := len(s.p.log) - int(s.p.lastID-s.after)
-				out = append(out, s.p.log[i:]...)
-				s.after = s.p.lastID
-			}
+			s.after = s.p.dropped
+		}
+		// Ids increase but jump at a restore: find the first one after.
+		if i := sort.Search(len(log), func(i int) bool { return log[i].ID > s.after }); i < len(log) {
+			out = append(out, log[i:]...)
+			s.after = log[len(log)-1].ID
 		}
 		closed, changed := s.p.closed, s.p.changed
 		s.p.mu.Unlock()
@@ -456,6 +533,7 @@ func (p *Port) abandon() {
 			continue
 		}
 		delete(p.open, n)
+		w.stopExpire()
 		close(w.gone)
 		p.publishLocked(EventCardClosed, mustJSON(Closed{N: n, Kind: w.card.Kind, Outcome: Abandoned}))
 	}

@@ -3,6 +3,12 @@
 // run's question port and blocks until someone answers, skips, or the
 // question times out.
 //
+// A question asked before berth restarted (its card restored by the port,
+// its call gone with the old berth process) is not lost: a retry of the
+// same question gets the card's answer, or waits on the same card, and
+// answers no call took are reported by the next ask_user result
+// (questions.Port.Restore, Port.TakeUnclaimed).
+//
 // ASK-1: a skip is a success whose text tells the model to proceed on a
 // stated assumption and not ask again; a timeout is an error carrying the
 // same instruction. ASK-3: the controller registers it only when the run
@@ -83,6 +89,15 @@ func ask(ctx context.Context, port *questions.Port, timeout time.Duration, in In
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	res, err := answer(ctx, wctx, port, timeout, in)
+	if res != nil {
+		reportUnclaimed(res, port.TakeUnclaimed())
+	}
+	return res, err
+}
+
+// answer asks in's question through port and words the outcome.
+func answer(ctx, wctx context.Context, port *questions.Port, timeout time.Duration, in Input) (*tools.Result, error) {
 	card, a, err := port.Ask(wctx, questions.Card{
 		Kind:          questions.KindQuestion,
 		Question:      in.Question,
@@ -102,24 +117,24 @@ func ask(ctx context.Context, port *questions.Port, timeout time.Duration, in In
 		return tools.Errorf("ask_user: card %d timed out: no answer within %v. %s", card.N, timeout.Round(time.Second), assumption), nil
 	case err != nil:
 		return tools.Errorf("ask_user: the question could not be asked: %v. %s", err, assumption), nil
-	case a.Skip:
+	}
+	restored := ""
+	if card.Restored {
+		restored = " (asked before berth restarted)"
+	}
+	if a.Skip {
+		sc := map[string]any{"card": card.N, "skipped": true}
+		if card.Restored {
+			sc["restored"] = true
+		}
 		return &tools.Result{
-			Content:           []tools.Content{{Type: "text", Text: fmt.Sprintf("The operator skipped card %d without answering. %s", card.N, assumption)}},
-			StructuredContent: map[string]any{"card": card.N, "skipped": true},
+			Content:           []tools.Content{{Type: "text", Text: fmt.Sprintf("The operator skipped card %d%s without answering. %s", card.N, restored, assumption)}},
+			StructuredContent: sc,
 		}, nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "The operator answered card %d.", card.N)
-	if len(a.Choice) > 0 {
-		q := make([]string, len(a.Choice))
-		for i, c := range a.Choice {
-			q[i] = fmt.Sprintf("%q", c)
-		}
-		fmt.Fprintf(&b, "\nChose: %s", strings.Join(q, ", "))
-	}
-	if a.Text != "" {
-		fmt.Fprintf(&b, "\nWrote: %s", a.Text)
-	}
+	fmt.Fprintf(&b, "The operator answered card %d%s.", card.N, restored)
+	writeAnswer(&b, a)
 	sc := map[string]any{"card": card.N, "choice": a.Choice}
 	if a.Choice == nil {
 		sc["choice"] = []string{}
@@ -127,5 +142,85 @@ func ask(ctx context.Context, port *questions.Port, timeout time.Duration, in In
 	if a.Text != "" {
 		sc["text"] = a.Text
 	}
+	if card.Restored {
+		sc["restored"] = true
+	}
 	return &tools.Result{Content: []tools.Content{{Type: "text", Text: b.String()}}, StructuredContent: sc}, nil
+}
+
+// writeAnswer writes an answer's choices and text, each on its own line.
+func writeAnswer(b *strings.Builder, a questions.Answer) {
+	if len(a.Choice) > 0 {
+		q := make([]string, len(a.Choice))
+		for i, c := range a.Choice {
+			q[i] = fmt.Sprintf("%q", c)
+		}
+		fmt.Fprintf(b, "\nChose: %s", strings.Join(q, ", "))
+	}
+	if a.Text != "" {
+		fmt.Fprintf(b, "\nWrote: %s", a.Text)
+	}
+}
+
+// EarlierAnswer is an answer reported in structuredContent's
+// earlier_answers: to a card asked before berth restarted, given after the
+// call that asked it had ended.
+type EarlierAnswer struct {
+	Card     int      `json:"card"`
+	Question string   `json:"question"`
+	Choice   []string `json:"choice,omitempty"`
+	Text     string   `json:"text,omitempty"`
+	Skipped  bool     `json:"skipped,omitempty"`
+}
+
+// reportUnclaimed adds to res the answers to cards asked before berth
+// restarted that no call took, so that the model learns them.
+func reportUnclaimed(res *tools.Result, us []questions.Unclaimed) {
+	if len(us) == 0 {
+		return
+	}
+	var b strings.Builder
+	b.WriteString("\n\nAnswers to questions you asked before berth restarted, given after those ask_user calls had ended:")
+	earlier := make([]EarlierAnswer, len(us))
+	for i, u := range us {
+		fmt.Fprintf(&b, "\n- card %d, %q:", u.Card.N, cutQuestion(u.Card.Question))
+		earlier[i] = EarlierAnswer{Card: u.Card.N, Question: u.Card.Question, Choice: u.Answer.Choice, Text: u.Answer.Text, Skipped: u.Answer.Skip}
+		if u.Answer.Skip {
+			b.WriteString(" skipped; proceed on your stated assumption.")
+			continue
+		}
+		var ab strings.Builder
+		writeAnswer(&ab, u.Answer)
+		b.WriteString(strings.ReplaceAll(ab.String(), "\n", "\n  "))
+	}
+	b.WriteString("\nTake them into account; where you already went on an assumption they contradict, say so and correct course.")
+	text := b.String()
+	if len(res.Content) > 0 && res.Content[len(res.Content)-1].Type == "text" {
+		res.Content[len(res.Content)-1].Text += text
+	} else {
+		res.Content = append(res.Content, tools.Content{Type: "text", Text: strings.TrimPrefix(text, "\n\n")})
+	}
+	sc, ok := res.StructuredContent.(map[string]any)
+	if !ok {
+		if res.StructuredContent != nil {
+			return
+		}
+		sc = map[string]any{}
+		res.StructuredContent = sc
+	}
+	sc["earlier_answers"] = earlier
+}
+
+// maxQuoted bounds a question quoted in a report of earlier answers.
+const maxQuoted = 200
+
+func cutQuestion(q string) string {
+	if len(q) <= maxQuoted {
+		return q
+	}
+	i := maxQuoted
+	for i > 0 && q[i]&0xC0 == 0x80 {
+		i--
+	}
+	return q[:i] + "…"
 }

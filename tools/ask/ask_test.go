@@ -107,3 +107,108 @@ func TestAskAbandoned(t *testing.T) {
 		}
 	})
 }
+
+// TestAskAfterRestart: a question asked before berth restarted is not lost
+// when the operator answers it after the restart: a retry of the same
+// call gets the answer of the same card, and an answer no retry takes is
+// reported by the next ask_user result.
+func TestAskAfterRestart(t *testing.T) {
+	args := json.RawMessage(`{"question":"Which database?","options":[{"label":"postgres"},{"label":"sqlite"}]}`)
+	other := json.RawMessage(`{"question":"Go on?","allow_free_text":true}`)
+	tests := []struct {
+		name   string
+		before bool // answer card 1 before the next call (else while it waits)
+		next   json.RawMessage
+		want   []string
+		n      int // the card the next call's own answer came from
+	}{
+		{"answered, then retried", true, args, []string{"The operator answered card 1 (asked before berth restarted).\nChose: \"sqlite\""}, 1},
+		{"retried, then answered", false, args, []string{"The operator answered card 1 (asked before berth restarted).\nChose: \"sqlite\""}, 1},
+		{"answered, another question asked", true, other, []string{
+			"The operator answered card 102.\nWrote: yes", // 2 + questions.RestoreCardSkip
+			"Answers to questions you asked before berth restarted, given after those ask_user calls had ended:\n- card 1, \"Which database?\":\n  Chose: \"sqlite\"",
+		}, 2 + questions.RestoreCardSkip},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The old berth: ask_user waits on card 1 when berth stops.
+			old := questions.New()
+			reg := tools.NewRegistry()
+			ask.Register(reg, old, ask.Options{Timeout: time.Hour})
+			sub := old.Subscribe(0)
+			ctx, cancel := context.WithCancel(t.Context())
+			go reg.Call(ctx, tools.SurfaceDefault, "ask_user", args)
+			for len(old.Cards()) == 0 {
+				sub.Next(ctx)
+			}
+			data, err := old.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			sub.Close()
+			old.Close()
+
+			// The new berth.
+			port := questions.New()
+			defer port.Close()
+			if err := port.Restore(data); err != nil {
+				t.Fatal(err)
+			}
+			reg = tools.NewRegistry()
+			ask.Register(reg, port, ask.Options{Timeout: time.Minute})
+			if tt.before {
+				if err := port.Answer(1, questions.Answer{Choice: []string{"sqlite"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := port.Subscribe(0)
+			defer s.Close()
+			g := port.Generation()
+			done := make(chan *tools.Result, 1)
+			go func() {
+				res, err := reg.Call(t.Context(), tools.SurfaceDefault, "ask_user", tt.next)
+				if err != nil {
+					t.Error(err)
+				}
+				done <- res
+			}()
+			if !tt.before {
+				for port.Generation() == g { // the retry takes card 1
+					time.Sleep(time.Millisecond)
+				}
+				if err := port.Answer(1, questions.Answer{Choice: []string{"sqlite"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.n != 1 {
+				for {
+					if c := port.Cards(); len(c) > 0 {
+						if err := port.Answer(c[0].N, questions.Answer{Text: "yes"}); err != nil {
+							t.Fatal(err)
+						}
+						break
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			res := <-done
+			if res == nil || res.IsError {
+				t.Fatalf("result %+v", res)
+			}
+			text := res.AllText()
+			for _, w := range tt.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("result %q\nlacks %q", text, w)
+				}
+			}
+			sc := res.StructuredContent.(map[string]any)
+			if sc["card"] != tt.n {
+				t.Errorf("structured card %v, want %d", sc["card"], tt.n)
+			}
+			if _, ok := sc["earlier_answers"]; ok != (tt.n != 1) {
+				t.Errorf("earlier_answers %v", sc["earlier_answers"])
+			}
+		})
+	}
+}
