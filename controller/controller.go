@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"berth.dev/berth/questions"
+	"berth.dev/berth/runstore"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/lsp"
@@ -93,10 +94,26 @@ type Env struct {
 	// Nil when the run has none.
 	Workers Workers
 
-	closers   *[]func() error
+	closers   *[]ender
 	reporters *[]tools.Reporter
 	claims    *claims
+	durable   *durable                   // nil without Config.Store
+	adopted   map[string]json.RawMessage // an adopted run's stored state, per resource
+	problems  *[]string                  // what could not be adopted; nil outside open
 }
+
+// Problem reports something of an adopted run's resources that could not
+// be taken over (the run serves on without it); Controller.Adopt's report
+// lists it.
+func (e *Env) Problem(msg string) {
+	if e.problems != nil {
+		*e.problems = append(*e.problems, msg)
+	}
+}
+
+// ender ends one binder's resources: close when the run closes, detach
+// when berth shuts down and the run lives on (Controller.Detach).
+type ender struct{ close, detach func() error }
 
 // Claim takes the conversation-wide resource kind ("debug": one debug
 // session per conversation, DBG-3) for this run, or fails with an error
@@ -115,7 +132,15 @@ func (e *Env) Claim(kind string) (release func(), err error) {
 // concurrently (each binder's resources are its own), so closing a run
 // takes as long as its slowest closer, not the sum of them; the run's
 // question port closes after all of them.
-func (e *Env) OnClose(fn func() error) { *e.closers = append(*e.closers, fn) }
+func (e *Env) OnClose(fn func() error) { *e.closers = append(*e.closers, ender{fn, fn}) }
+
+// OnCloseOrDetach is OnClose for a resource that can outlive berth: close
+// runs when the run closes, detach instead when berth shuts down and the
+// run lives on in the store for the next berth to adopt (Env.Persist,
+// Env.Adopted).
+func (e *Env) OnCloseOrDetach(close, detach func() error) {
+	*e.closers = append(*e.closers, ender{close, detach})
+}
 
 // AddResources registers fn to report the live resources a binder started
 // for the run (language servers, kernels, …), shown by GET
@@ -220,6 +245,20 @@ type Config struct {
 	// DefaultIdleExpiry, negative never. Its id then answers
 	// ErrRunExpired.
 	IdleExpiry time.Duration
+
+	// Store keeps what a restarted berth needs to adopt the runs (the run
+	// table, each run's resident supervisor, its resources' state); with
+	// it a run outlives the berth process that serves it: Detach leaves
+	// the runs running, Adopt takes them over. Nil keeps runs in memory
+	// only: they end with berth. The controller does not close it.
+	Store runstore.Store
+	// Instance names this berth in the store's records (the replica that
+	// serves a run); empty means none.
+	Instance string
+	// ResidentGrace is how long a run's resident supervisor keeps its
+	// processes while no berth is attached; zero means
+	// sandbox.DefaultResidentGrace.
+	ResidentGrace time.Duration
 }
 
 // RunSpec says where and how to open a run.
@@ -282,6 +321,8 @@ type Controller struct {
 
 	stopJanitor chan struct{} // closed by Close; nil without expiry
 	janitorDone chan struct{}
+	stopPersist chan struct{} // closed by Close; nil without a store
+	persistDone chan struct{}
 
 	hostRoots []string // Config.HostRoots resolved; nil: anywhere
 
@@ -348,6 +389,10 @@ func New(cfg Config) (*Controller, error) {
 		c.stopJanitor, c.janitorDone = make(chan struct{}), make(chan struct{})
 		go c.janitor(c.stopJanitor, c.janitorDone)
 	}
+	if cfg.Store != nil {
+		c.stopPersist, c.persistDone = make(chan struct{}), make(chan struct{})
+		go c.persister(c.stopPersist, c.persistDone)
+	}
 	return c, nil
 }
 
@@ -377,23 +422,53 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
+	reserved = false // open takes the slot over
+	r, _, err := c.open(ctx, spec, sb, placement, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	r.log.Info("run opened", "workspace", r.info.Workspace, "conversation", spec.ConversationID, "placement", placement)
+	return r, nil
+}
+
+// open opens the workspace of sb, wires the run's tools and registers the
+// run. It owns sb (closed on failure) and the tenant's run slot, which it
+// reserves for an adopted run (rec set, with the resident res when the run
+// had one) and takes over from Open otherwise. It returns what could not be
+// adopted of an adopted run's resources.
+func (c *Controller) open(ctx context.Context, spec RunSpec, sb sandbox.Sandbox, placement string, rec *runstore.Record, res sandbox.Resident) (*Run, []string, error) {
+	if rec != nil {
+		if err := c.reserveRun(spec.Tenant); err != nil {
+			sb.Close()
+			return nil, nil, err
+		}
+	}
+	reserved := true
+	defer func() {
+		if reserved {
+			c.releaseRun(spec.Tenant)
+		}
+	}()
 	ref := sb.Ref()
 	ws, err := c.workspace(spec.Workspace, ref)
 	if err != nil {
 		sb.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	spec.Workspace = ws
 	fsys, err := sb.FS(ctx, ws)
 	if err != nil {
 		sb.Close()
-		return nil, fmt.Errorf("controller: open workspace %s in %s: %w", ws, ref, err)
+		return nil, nil, fmt.Errorf("controller: open workspace %s in %s: %w", ws, ref, err)
 	}
 
-	id, err := newID()
-	if err != nil {
+	var id string
+	opened := time.Now()
+	if rec != nil {
+		id, opened = rec.ID, rec.Opened
+	} else if id, err = newID(); err != nil {
 		sb.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	r := &Run{
@@ -406,20 +481,40 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 		log:    c.log.With("run", id, "sandbox", ref),
 		info: RunInfo{
 			ID: id, Sandbox: ref, Workspace: ws, ConversationID: spec.ConversationID,
-			Mode: spec.Mode, Vibe: spec.Vibe, Tenant: spec.Tenant, Opened: time.Now(), Placement: placement,
+			Mode: spec.Mode, Vibe: spec.Vibe, Tenant: spec.Tenant, Opened: opened, Placement: placement,
 		},
 	}
-	r.lastUsed = r.info.Opened
-	env := &Env{RunID: id, Spec: spec, Sandbox: sb, Workspace: fsys, Context: runCtx, Logger: r.log, closers: &r.closers, reporters: &r.reporters, claims: &c.claims}
+	r.lastUsed = time.Now()
+	base := runstore.Record{ID: id, Tenant: spec.Tenant, Conversation: spec.ConversationID, Sandbox: ref, Workspace: ws,
+		Mode: string(spec.Mode), Vibe: spec.Vibe, Placement: placement, Opened: opened}
+	if rec != nil {
+		base.Resident = rec.Resident
+	}
+	r.durable = c.newDurable(base)
+	if r.durable != nil && res != nil {
+		r.durable.res = res
+	}
+	env := &Env{RunID: id, Spec: spec, Sandbox: sb, Workspace: fsys, Context: runCtx, Logger: r.log, closers: &r.closers, reporters: &r.reporters, claims: &c.claims, durable: r.durable}
+	if rec != nil {
+		env.adopted = rec.State
+	}
+	var problems []string
 	if !c.cfg.NoQuestions {
 		r.questions = questions.New()
+		if b := env.Adopted("questions"); b != nil {
+			if err := r.questions.Restore(b); err != nil {
+				problems = append(problems, fmt.Sprintf("run %s: its cards and events could not be restored: %v", id, err))
+			}
+		}
 		env.Questions = r.questions
+		env.Persist("questions", r.questions)
 	}
 	env.Gate = permission.New(*c.cfg.Permissions, r.questions, permission.Options{Timeout: c.cfg.PermissionTimeout})
+	env.problems = &problems
 	for _, bind := range c.cfg.Tools {
 		if err := bind(ctx, r.reg, env); err != nil {
 			r.closeResources()
-			return nil, fmt.Errorf("controller: wire tools for run in %s: %w", ref, err)
+			return nil, problems, fmt.Errorf("controller: wire tools for run in %s: %w", ref, err)
 		}
 	}
 	r.reg.Use(env.Gate.Wrap) // outermost: before diagnostics on write and the rest
@@ -428,16 +523,21 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		if rec != nil {
+			// Shutting down while adopting: leave the run for the next berth.
+			r.detach()
+			return nil, problems, fmt.Errorf("controller: %w: berth is shutting down", ErrClosed)
+		}
 		r.closeResources()
-		return nil, fmt.Errorf("controller: %w: berth is shutting down", ErrClosed)
+		return nil, problems, fmt.Errorf("controller: %w: berth is shutting down", ErrClosed)
 	}
 	c.runs[id] = r
 	reserved = false
 	c.mu.Unlock()
+	r.persist(ctx)
 	c.m.runsOpen.Inc()
 	c.m.runsOpened.WithLabelValues(scheme(ref)).Inc()
-	r.log.Info("run opened", "workspace", ws, "conversation", spec.ConversationID, "placement", placement)
-	return r, nil
+	return r, problems, nil
 }
 
 // place resolves spec.Sandbox to an open sandbox and says how it chose.
@@ -576,23 +676,8 @@ func (c *Controller) List() []RunInfo { return c.ListFor(AllTenants) }
 // Close closes every run and refuses new ones. It returns the errors of
 // the runs that did not close cleanly.
 func (c *Controller) Close() error {
-	c.mu.Lock()
-	stop := c.stopJanitor
-	if c.closed {
-		stop = nil // already stopped
-	}
-	c.closed = true
-	c.mu.Unlock()
-	if stop != nil {
-		close(stop)
-		<-c.janitorDone
-	}
-	c.mu.Lock()
-	runs := make([]*Run, 0, len(c.runs))
-	for _, r := range c.runs {
-		runs = append(runs, r)
-	}
-	c.mu.Unlock()
+	c.stopBackground()
+	runs := c.openRuns()
 	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
 	for i, r := range runs {
@@ -600,6 +685,26 @@ func (c *Controller) Close() error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// stopBackground refuses new runs and stops the janitor and the
+// persister, once.
+func (c *Controller) stopBackground() {
+	c.mu.Lock()
+	first := !c.closed
+	c.closed = true
+	c.mu.Unlock()
+	if !first {
+		return
+	}
+	if c.stopJanitor != nil {
+		close(c.stopJanitor)
+		<-c.janitorDone
+	}
+	if c.stopPersist != nil {
+		close(c.stopPersist)
+		<-c.persistDone
+	}
 }
 
 func (c *Controller) remove(id string) {
@@ -641,13 +746,15 @@ type Run struct {
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
 
-	closers   []func() error   // written only during Open
+	closers   []ender          // written only during Open
+	durable   *durable         // nil without Config.Store
 	reporters []tools.Reporter // written only during Open
 
 	calls sync.WaitGroup // in-flight calls
 
 	mu      sync.Mutex
-	closing bool  // Close has begun: new calls are refused
+	closing   bool // Close has begun: new calls are refused
+	detaching bool // berth is shutting down and the run lives on
 	gone    error // set once the sandbox was found gone
 	// unavailable is set while the sandbox is paused or its engine does not
 	// answer (sandbox.ErrUnavailable): calls fail fast until retryAt, then
@@ -768,10 +875,13 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 	r.mu.Lock()
 	for {
 		if r.closing {
-			expired := r.expired
+			expired, detaching := r.expired, r.detaching
 			r.mu.Unlock()
 			if expired > 0 {
 				return nil, expiredError(r.id, expired)
+			}
+			if detaching {
+				return nil, fmt.Errorf("controller: run %s: this berth is shutting down (%w); the run lives on: retry the call in a few seconds, when the next berth serves it", r.id, ErrClosed)
 			}
 			return nil, fmt.Errorf("controller: run %s is closed: %w; open a new run", r.id, ErrUnknownRun)
 		}
@@ -841,6 +951,7 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		res, err = a.res, a.err
 	}
 	unwatch()
+	r.persist(ctx) // what the call changed is stored before it answers
 	if r.ctx.Err() != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("controller: run %s was closed during the %s call: %w", r.id, name, ErrUnknownRun)
 	}
@@ -1034,18 +1145,30 @@ func (r *Run) Close() error {
 // closes within the slowest closer's grace, not the sum of them.
 func (r *Run) closeResources() error {
 	r.cancel()
-	errs := make([]error, len(r.closers))
-	var wg sync.WaitGroup
-	for i, closeFn := range r.closers {
-		wg.Go(func() { errs[i] = closeFn() })
-	}
-	wg.Wait()
+	errs := r.runEnders(false)
 	if r.questions != nil {
 		errs = append(errs, r.questions.Close())
 	}
 	r.c.claims.releaseRun(r.id) // what the closers did not give back
+	errs = append(errs, r.forget())
 	if err := r.sb.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("controller: close sandbox %s: %w", r.info.Sandbox, err))
 	}
 	return errors.Join(errs...)
+}
+
+// runEnders runs every binder's closer (or, with detach, its detacher),
+// all at once, and returns their errors.
+func (r *Run) runEnders(detach bool) []error {
+	errs := make([]error, len(r.closers))
+	var wg sync.WaitGroup
+	for i, e := range r.closers {
+		fn := e.close
+		if detach {
+			fn = e.detach
+		}
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	return errs
 }

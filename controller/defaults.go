@@ -62,8 +62,17 @@ func EvalTools(ctx context.Context, r *tools.Registry, env *Env) error {
 func EvalToolsWith(opts eval.Options) Binder {
 	return func(ctx context.Context, r *tools.Registry, env *Env) error {
 		opts.Host = opts.Host || env.Sandbox.Ref() == "host" // no workspace interpreter runs on the host
+		opts.Resident = env.Resident
 		sup := eval.Register(r, env.Sandbox, env.Workspace, env.Context, opts)
-		env.OnClose(sup.Close)
+		if b := env.Adopted("eval"); b != nil && env.durable != nil {
+			if res := env.durable.held(); res != nil {
+				if err := sup.Adopt(ctx, res, b); err != nil {
+					env.Problem(fmt.Sprintf("run %s: eval: %v", env.RunID, err))
+				}
+			}
+		}
+		env.Persist("eval", sup)
+		env.OnCloseOrDetach(sup.Close, sup.Detach)
 		env.AddResources(sup.Resources)
 		return nil
 	}

@@ -28,6 +28,7 @@ const (
 type expiredRun struct {
 	tenant string
 	idle   time.Duration
+	gone   error // set instead of idle for a run found gone at adoption
 }
 
 func expiredError(id string, idle time.Duration) error {
@@ -124,4 +125,13 @@ func (c *Controller) rememberExpired(id, tenant string, idle time.Duration) {
 		c.expiredNext = (c.expiredNext + 1) % MaxExpiredRemembered
 	}
 	c.expired[id] = expiredRun{tenant: tenant, idle: idle}
+}
+
+// rememberGone records a stored run that could not be adopted because its
+// sandbox is gone: its id answers err (sandbox_gone) from then on.
+func (c *Controller) rememberGone(id, tenant string, err error) {
+	c.rememberExpired(id, tenant, 0)
+	c.mu.Lock()
+	c.expired[id] = expiredRun{tenant: tenant, gone: err}
+	c.mu.Unlock()
 }

@@ -134,6 +134,9 @@ func (c *Controller) Lookup(tenant, id string) (*Run, error) {
 		return r, nil
 	}
 	if !ok && wasExpired && (tenant == AllTenants || exp.tenant == tenant) {
+		if exp.gone != nil {
+			return nil, exp.gone
+		}
 		return nil, expiredError(id, exp.idle)
 	}
 	return nil, unknownRun(id)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/httpapi"
+	"berth.dev/berth/runstore"
+	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools/permission"
 )
 
@@ -44,6 +47,9 @@ type serveFlags struct {
 	maxRunsPerTenant  int
 	maxCallsPerTenant int
 	runIdleExpiry     time.Duration
+	stateDir          string
+	closeOnExit       bool
+	residentGrace     time.Duration
 }
 
 // serveConfig is what berth serve is configured with beyond the
@@ -54,6 +60,12 @@ type serveConfig struct {
 	operator string               // the operator token of the one-tenant shorthand
 	limits   httpapi.Limits
 	tune     func(*controller.Config)
+	// stateDir is the run store's directory (--state-dir); empty keeps
+	// runs in memory only, and they end with berth.
+	stateDir string
+	// closeOnExit closes every run at shutdown even with a store
+	// (--close-runs-on-exit).
+	closeOnExit bool
 }
 
 // serveOption sets part of a serveConfig.
@@ -78,8 +90,15 @@ run answers 404 on every route.
 hosted, where the operator's token comes from --operator-token-file or
 else $BERTH_OPERATOR_TOKEN (tenant *). Without any token berth listens
 only on a loopback address (and then checks that the Host header is a
-loopback name). SIGINT or SIGTERM closes every run, which kills what the
-runs started, and exits.
+loopback name).
+
+Runs outlive berth: their state is kept in --state-dir (one berth per
+directory), their kernels run under a resident supervisor in the sandbox,
+and SIGINT or SIGTERM detaches from them: a berth started again on the same
+directory adopts them, kernels with their variables. A resident supervisor
+no berth attaches to for --resident-grace ends what it kept. With
+--close-runs-on-exit, or --state-dir "", SIGINT or SIGTERM closes every run,
+which kills what the runs started, and exits.
 
 --mode hosted (the default) makes write and exec tools ask the operator
 first: a permission card on GET /v1/runs/{id}/events, answered with POST
@@ -127,7 +146,9 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 				c.limits = httpapi.Limits{ReadTimeout: f.readTimeout, MaxConns: f.maxConns}
 				c.tune = func(cfg *controller.Config) {
 					cfg.MaxRunsPerTenant, cfg.MaxCallsPerTenant, cfg.IdleExpiry = f.maxRunsPerTenant, f.maxCallsPerTenant, f.runIdleExpiry
+					cfg.ResidentGrace = f.residentGrace
 				}
+				c.stateDir, c.closeOnExit = f.stateDir, f.closeOnExit
 			})
 		},
 	}
@@ -140,6 +161,9 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 	cmd.Flags().IntVar(&f.maxRunsPerTenant, "max-runs-per-tenant", controller.DefaultMaxRunsPerTenant, "most runs one tenant may have open (negative: unlimited)")
 	cmd.Flags().IntVar(&f.maxCallsPerTenant, "max-calls-per-tenant", controller.DefaultMaxCallsPerTenant, "most tool calls one tenant may have in flight (negative: unlimited)")
 	cmd.Flags().DurationVar(&f.runIdleExpiry, "run-idle-expiry", controller.DefaultIdleExpiry, "close a run nobody used for this long (negative: never)")
+	cmd.Flags().StringVar(&f.stateDir, "state-dir", defaultStateDir(), "directory of the run store (runs outlive berth's restarts); \"\" keeps runs in memory only")
+	cmd.Flags().BoolVar(&f.closeOnExit, "close-runs-on-exit", false, "close every run at shutdown (kill what it started) instead of leaving it for the next berth")
+	cmd.Flags().DurationVar(&f.residentGrace, "resident-grace", sandbox.DefaultResidentGrace, "how long a run's resident supervisor keeps its kernels while no berth is attached")
 	cmd.Flags().StringVar(&g.serveMode, "mode", string(permission.ModeHosted), "permission mode: hosted (write and exec tools ask the operator through a permission card) or local (every tool runs)")
 	return cmd
 }
@@ -178,10 +202,37 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	if cfg.tune != nil {
 		tune = append(tune, cfg.tune)
 	}
+	var store *runstore.Dir
+	var salvaged []runstore.Record
+	if cfg.stateDir != "" {
+		st, rep, err := runstore.Open(cfg.stateDir, runstore.Options{})
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("berth: --state-dir: %w", err)
+		}
+		defer st.Close()
+		if rep.Damage != nil {
+			log.Warn("run store damaged: " + rep.String())
+		}
+		store, salvaged = st, rep.Salvaged
+		tune = append(tune, func(c *controller.Config) { c.Store = st })
+	}
 	c, err := newController(g, b, reg, log, "", mode, tune...)
 	if err != nil {
 		ln.Close()
 		return err
+	}
+	if store != nil {
+		rep, err := c.Adopt(ctx)
+		if err != nil {
+			ln.Close()
+			c.Close()
+			return fmt.Errorf("berth: adopt the runs of %s: %w", cfg.stateDir, err)
+		}
+		describeAdoption(stderr, log, cfg.stateDir, rep)
+		for id, err := range c.Retire(ctx, salvaged) {
+			log.Warn("run from the damaged store not adopted", "run", id, "why", err)
+		}
 	}
 	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits},
 		context.WithoutCancel(ctx))
@@ -197,13 +248,20 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	case <-ctx.Done():
 	}
 
-	fmt.Fprintln(stderr, "berth: shutting down: closing all runs")
+	end := c.Close
+	if store != nil && !cfg.closeOnExit {
+		fmt.Fprintf(stderr, "berth: shutting down: the runs live on in %s for the next berth\n", cfg.stateDir)
+		end = c.Detach
+	} else {
+		fmt.Fprintln(stderr, "berth: shutting down: closing all runs")
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(sctx) }()
-	// Closing the runs cancels their calls, so the requests in flight end.
-	cerr := c.Close()
+	// Closing the runs cancels their calls, so the requests in flight end;
+	// detaching gives them the close grace first.
+	cerr := end()
 	serr := <-shut
 	<-errc // Serve returned http.ErrServerClosed
 	if errors.Is(serr, context.DeadlineExceeded) {
@@ -211,6 +269,47 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		srv.Close()
 	}
 	return errors.Join(cerr, serr)
+}
+
+// EnvStateDir names the environment variable that overrides the default
+// --state-dir.
+const EnvStateDir = "BERTH_STATE_DIR"
+
+// defaultStateDir is --state-dir's default: $BERTH_STATE_DIR, else
+// $XDG_STATE_HOME/berth, else ~/.local/state/berth; /var/lib/berth for
+// root.
+func defaultStateDir() string {
+	if d := os.Getenv(EnvStateDir); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "berth")
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/berth"
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "berth")
+	}
+	return ""
+}
+
+// describeAdoption says at start which runs berth took over from the
+// store, which were gone and which it could not adopt.
+func describeAdoption(stderr io.Writer, log *slog.Logger, dir string, rep controller.AdoptReport) {
+	if n := len(rep.Adopted) + len(rep.Gone) + len(rep.Failed); n == 0 {
+		return
+	}
+	fmt.Fprintf(stderr, "berth: adopted %d run(s) from %s\n", len(rep.Adopted), dir)
+	for id, why := range rep.Gone {
+		log.Warn("run not adopted: its sandbox is gone", "run", id, "why", why)
+	}
+	for id, why := range rep.Failed {
+		log.Warn("run not adopted", "run", id, "why", why)
+	}
+	for _, p := range rep.Problems {
+		log.Warn("adopted run lost a resource", "problem", p)
+	}
 }
 
 // credentials are the credentials berth serve accepts: the tokens file's,

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,7 +88,9 @@ func Remove() {
 
 // Options say how to start berth serve.
 type Options struct {
-	// Args follow `serve --addr 127.0.0.1:0`.
+	// Args follow `serve --addr 127.0.0.1:0`. Without a --state-dir among
+	// them berth keeps its runs in memory (--state-dir=), so that stopping
+	// it ends them.
 	Args []string
 	// Env is added to the test's environment (KEY=VALUE).
 	Env []string
@@ -117,7 +120,13 @@ func Start(t testing.TB, o Options) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, o.Args...)...)
+	args := []string{"serve", "--addr", "127.0.0.1:0"}
+	if !slices.ContainsFunc(o.Args, func(a string) bool { return strings.HasPrefix(a, "--state-dir") }) {
+		// Runs in memory, as a test that closes berth expects; a test of
+		// runs that outlive berth names its own state directory.
+		args = append(args, "--state-dir=")
+	}
+	s.cmd = exec.Command(bin, append(args, o.Args...)...)
 	// GOTRACEBACK=all: on SIGQUIT (Dump) berth prints every goroutine.
 	s.cmd.Env = append(append(os.Environ(), "GOTRACEBACK=all"), o.Env...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
@@ -181,6 +190,14 @@ func (s *Server) Stop() error {
 		<-s.waited
 		return fmt.Errorf("did not exit within %s of SIGTERM; killed", stopTimeout)
 	}
+}
+
+// Kill ends berth with SIGKILL, as a crash or an OOM kill would, and
+// waits for it; the cleanup's Stop then reports nothing.
+func (s *Server) Kill() {
+	s.dumped = true
+	s.cmd.Process.Kill()
+	<-s.waited
 }
 
 // Dump stops berth with SIGQUIT, which makes the Go runtime print every

@@ -83,6 +83,7 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 		s.mu.Lock()
 		if s.kernels[lang] == k {
 			delete(s.kernels, lang)
+			s.gen++
 		}
 		s.mu.Unlock()
 		k.stop(ctx)
@@ -399,6 +400,7 @@ func (s *Supervisor) interrupted(ctx context.Context, k *kern, out *output, why 
 		s.mu.Lock()
 		if s.kernels[k.lang] == k {
 			delete(s.kernels, k.lang)
+			s.gen++
 		}
 		s.mu.Unlock()
 		k.stop(ctx)
@@ -432,6 +434,7 @@ func (s *Supervisor) abandon(k *kern) {
 		s.mu.Lock()
 		if s.kernels[k.lang] == k {
 			delete(s.kernels, k.lang)
+			s.gen++
 			s.notes[k.lang] = append(s.notes[k.lang], fmt.Sprintf("the %s kernel did not stop the cell abandoned by an earlier call and was restarted: its state was lost", k.lang))
 		}
 		s.mu.Unlock()

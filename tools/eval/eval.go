@@ -91,6 +91,12 @@ type Options struct {
 	InterruptWait time.Duration
 	// StartTimeout overrides DefaultStartTimeout.
 	StartTimeout time.Duration
+	// Resident, when set, returns the run's resident supervisor
+	// (sandbox.Residence), starting it on first use: kernels then run
+	// under it and outlive berth, so that a restarted berth adopts them
+	// (Adopt) with their state. It returns nil and no error when the run
+	// keeps nothing across restarts; kernels then run as any process.
+	Resident func(ctx context.Context) (sandbox.Resident, error)
 	// Host says the sandbox is the host (also implied by a sandbox whose
 	// Ref is "host"): no interpreter from the workspace runs there, not
 	// even to probe it. A project .venv/bin/python or venv/bin/python is
@@ -113,6 +119,8 @@ type Supervisor struct {
 	kernels map[string]*kern
 	notes   map[string][]string // per language, shown with the next result
 	closed  bool
+	gen     uint64 // bumped when the kernels change (Generation)
+	seq     int    // numbers the names of resident kernels
 }
 
 // New returns a supervisor whose tool() bridge calls into reg.
@@ -177,6 +185,11 @@ type kern struct {
 	settling chan struct{}
 	cells    int
 	sb       sandbox.Sandbox
+	// conn is the kernel's connection file; resident names the process
+	// under the run's resident supervisor ("" when it runs as a plain
+	// process and ends with berth).
+	conn     kernel.ConnectionInfo
+	resident string
 }
 
 // dead says why the kernel cannot be used, or "" when it can.
@@ -444,6 +457,7 @@ func (s *Supervisor) kernelFor(ctx context.Context, lang string, reset bool) (*k
 			return nil, nil, errors.New("the run is closed; open a new run")
 		}
 		s.kernels[lang] = k
+		s.gen++
 		s.mu.Unlock()
 	}
 	return k, notes, nil
@@ -524,8 +538,25 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 		cleanup()
 		return nil, fmt.Errorf("eval: unknown language %q: use python or javascript", lang)
 	}
+	k.conn = conn
 	pctx, cancel := context.WithCancel(s.runCtx)
-	kp, err := s.sb.Start(pctx, &sandbox.Cmd{Args: args, Dir: s.root, Stdout: k.stderr, Stderr: k.stderr, WaitDelay: 2 * time.Second})
+	kcmd := &sandbox.Cmd{Args: args, Dir: s.root, Stdout: k.stderr, Stderr: k.stderr, WaitDelay: 2 * time.Second}
+	var kp sandbox.Process
+	res, err := s.resident(ctx)
+	switch {
+	case err != nil:
+		// Said, not hidden: this kernel will not survive a restart.
+		k.notes = append(k.notes, fmt.Sprintf("this kernel will not survive a restart of berth: %v", err))
+		fallthrough
+	case res == nil:
+		kp, err = s.sb.Start(pctx, kcmd)
+	default:
+		s.mu.Lock()
+		s.seq++
+		k.resident = fmt.Sprintf("eval-%s-%d", lang, s.seq)
+		s.mu.Unlock()
+		kp, err = res.Start(pctx, k.resident, kcmd)
+	}
 	if err != nil {
 		cancel()
 		cleanup()
@@ -547,19 +578,7 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 		case <-cctx.Done():
 		}
 	}()
-	client, err := kernel.Connect(cctx, kernel.Config{
-		Conn: conn,
-		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
-			return s.sb.Dial(ctx, network, address)
-		},
-		// A paused sandbox freezes the kernel too: its silence is not
-		// death, and its state is kept for when the sandbox is back.
-		// CheckWithin: an engine that does not answer in time is an
-		// outage too, not the kernel's death.
-		Suspended: func(ctx context.Context) bool {
-			return errors.Is(sandbox.CheckWithin(ctx, s.sb), sandbox.ErrUnavailable)
-		},
-	})
+	client, err := s.connect(cctx, conn)
 	ccancel()
 	if err != nil {
 		cancel()
@@ -589,6 +608,32 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 	}
 	k.started = time.Now()
 	return k, nil
+}
+
+// connect connects a client to the kernel of conn through the sandbox.
+func (s *Supervisor) connect(ctx context.Context, conn kernel.ConnectionInfo) (*kernel.Client, error) {
+	return kernel.Connect(ctx, kernel.Config{
+		Conn: conn,
+		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+			return s.sb.Dial(ctx, network, address)
+		},
+		// A paused sandbox freezes the kernel too: its silence is not
+		// death, and its state is kept for when the sandbox is back.
+		// CheckWithin: an engine that does not answer in time is an
+		// outage too, not the kernel's death.
+		Suspended: func(ctx context.Context) bool {
+			return errors.Is(sandbox.CheckWithin(ctx, s.sb), sandbox.ErrUnavailable)
+		},
+	})
+}
+
+// resident returns the run's resident supervisor, or nil when kernels run
+// as plain processes.
+func (s *Supervisor) resident(ctx context.Context) (sandbox.Resident, error) {
+	if s.opts.Resident == nil {
+		return nil, nil
+	}
+	return s.opts.Resident(ctx)
 }
 
 // interruptKernel interrupts the running cell: SIGINT to the kernel's

@@ -1,0 +1,498 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"berth.dev/berth/runstore"
+	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
+)
+
+// Durable runs: with Config.Store set, a run outlives the berth process
+// that serves it. Its long-lived processes (kernels) run under a resident
+// supervisor in the sandbox (sandbox.Residence), which berth reaches by
+// its directory and secret; what a restarted berth needs — the run table,
+// the resident's handle, each resource's state (Env.Persist) — is written
+// to the store whenever it changes; Detach (berth's shutdown) leaves it all
+// running, and Adopt (berth's start) takes the runs over again.
+
+const (
+	// persistInterval is how often the controller writes the state of
+	// runs that changed outside a call (a card opened by a call still in
+	// flight, a card answered); a call's changes are written before it
+	// answers.
+	persistInterval = 200 * time.Millisecond
+	// residentDirPrefix names a run's resident directory in its sandbox:
+	// /tmp/berth-run-<run id>.
+	residentDirPrefix = "/tmp/berth-run-"
+	// adoptTimeout bounds adopting one run (its sandbox, its resident,
+	// its resources).
+	adoptTimeout = 60 * time.Second
+)
+
+// Persister is a run's resource whose state a restarted berth restores:
+// Snapshot is written to the store whenever Generation changes.
+type Persister interface {
+	Generation() uint64
+	Snapshot() ([]byte, error)
+}
+
+// durable is a run's side of the store; nil without Config.Store.
+type durable struct {
+	store  runstore.Store
+	grace  time.Duration   // the resident's grace (Config.ResidentGrace)
+	record runstore.Record // ID, the run table, Resident; State is rebuilt on each write
+
+	resMu sync.Mutex       // guards res and serialises its start
+	res   sandbox.Resident // the run's resident supervisor, once started or adopted
+
+	mu    sync.Mutex // guards the fields below and serialises writes
+	keys  []string
+	pers  map[string]Persister
+	gens  map[string]uint64
+	dirty bool  // the record changed outside the persisters (the resident)
+	err   error // the last write's failure, logged once
+}
+
+// Persist registers p as the resource key of the run ("eval",
+// "structural", …): its Snapshot goes to the store whenever its
+// Generation changes, and a restarted berth hands it back through
+// Adopted. Without a store it does nothing.
+func (e *Env) Persist(key string, p Persister) {
+	if e.durable == nil {
+		return
+	}
+	d := e.durable
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, dup := d.pers[key]; !dup {
+		d.keys = append(d.keys, key)
+	}
+	d.pers[key] = p
+	d.gens[key] = ^uint64(0) // written on the first pass
+}
+
+// Adopted returns the state the resource key persisted before berth
+// restarted, or nil for a new run (or a resource that saved nothing).
+func (e *Env) Adopted(key string) []byte {
+	if e.adopted == nil {
+		return nil
+	}
+	return e.adopted[key]
+}
+
+// Resident returns the run's resident supervisor, starting it in the
+// sandbox on first use. It returns nil and no error when the run keeps
+// nothing across berth's restarts (no store); an error when the sandbox
+// cannot have one, which the caller reports and works around by starting
+// its processes as plain ones.
+func (e *Env) Resident(ctx context.Context) (sandbox.Resident, error) {
+	if e.durable == nil {
+		return nil, nil
+	}
+	return e.durable.resident(ctx, e.Sandbox)
+}
+
+func (d *durable) resident(ctx context.Context, sb sandbox.Sandbox) (sandbox.Resident, error) {
+	d.resMu.Lock()
+	defer d.resMu.Unlock()
+	if d.res != nil {
+		return d.res, nil
+	}
+	rs, ok := sb.(sandbox.Residence)
+	if !ok {
+		return nil, fmt.Errorf("the sandbox %s cannot keep processes while berth restarts", sb.Ref())
+	}
+	secret := make([]byte, sandbox.MinResidentSecret)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	h := &runstore.Resident{Dir: residentDirPrefix + d.record.ID, Secret: secret}
+	// Written before the resident starts: a berth that dies in between
+	// leaves a record the next one adopts (or reports), not an orphan it
+	// cannot name.
+	d.mu.Lock()
+	d.record.Resident = h
+	d.mu.Unlock()
+	if err := d.write(ctx, true); err != nil {
+		return nil, fmt.Errorf("cannot record the run's resident supervisor: %w", err)
+	}
+	res, err := rs.Resident(ctx, sandbox.ResidentSpec{Dir: h.Dir, Secret: secret, Grace: d.grace})
+	if err != nil {
+		d.mu.Lock()
+		d.record.Resident = nil
+		d.dirty = true
+		d.mu.Unlock()
+		return nil, fmt.Errorf("cannot start the run's resident supervisor in %s: %w", sb.Ref(), err)
+	}
+	d.res = res
+	return res, nil
+}
+
+// held returns the resident, or nil when none was started or adopted.
+func (d *durable) held() sandbox.Resident {
+	d.resMu.Lock()
+	defer d.resMu.Unlock()
+	return d.res
+}
+
+// write writes the record when a persister's generation changed (or
+// always with force). Snapshots are taken outside the store's write.
+func (d *durable) write(ctx context.Context, force bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	changed := force || d.dirty
+	gens := make(map[string]uint64, len(d.keys))
+	for _, k := range d.keys {
+		g := d.pers[k].Generation()
+		gens[k] = g
+		if g != d.gens[k] {
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	state := make(map[string]json.RawMessage, len(d.keys))
+	for _, k := range d.keys {
+		b, err := d.pers[k].Snapshot()
+		if err != nil {
+			return fmt.Errorf("controller: snapshot %s of run %s: %w", k, d.record.ID, err)
+		}
+		state[k] = b
+	}
+	rec := d.record
+	rec.State = state
+	rec.Updated = time.Now().UTC()
+	if err := d.store.Put(ctx, rec); err != nil {
+		return fmt.Errorf("controller: store run %s: %w", d.record.ID, err)
+	}
+	d.gens = gens
+	d.dirty = false
+	return nil
+}
+
+// persist writes the run's record if anything changed, logging a failure
+// once until a write succeeds again.
+func (r *Run) persist(ctx context.Context) {
+	d := r.durable
+	if d == nil {
+		return
+	}
+	err := d.write(context.WithoutCancel(ctx), false)
+	d.mu.Lock()
+	first := err != nil && d.err == nil
+	d.err = err
+	d.mu.Unlock()
+	if first {
+		r.log.Error("cannot store the run's state; a restart of berth would lose what changed", "err", err)
+	}
+}
+
+// persister writes the state of every run that changed, every
+// persistInterval, until stop is closed.
+func (c *Controller) persister(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(persistInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		for _, r := range c.openRuns() {
+			r.persist(context.Background())
+		}
+	}
+}
+
+// openRuns returns the runs open now.
+func (c *Controller) openRuns() []*Run {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	runs := make([]*Run, 0, len(c.runs))
+	for _, r := range c.runs {
+		runs = append(runs, r)
+	}
+	return runs
+}
+
+// newDurable returns the store side of a new run, or of an adopted one
+// (rec from the store).
+func (c *Controller) newDurable(rec runstore.Record) *durable {
+	if c.cfg.Store == nil {
+		return nil
+	}
+	rec.Owner = c.cfg.Instance
+	return &durable{store: c.cfg.Store, grace: c.cfg.ResidentGrace, record: rec, pers: map[string]Persister{}, gens: map[string]uint64{}, dirty: true}
+}
+
+// AdoptReport says what Adopt did with each stored run.
+type AdoptReport struct {
+	// Adopted are the ids of the runs taken over, with every resource
+	// that could be.
+	Adopted []string
+	// Gone are runs whose sandbox (or resident supervisor) is gone; their
+	// ids answer sandbox_gone.
+	Gone map[string]string
+	// Failed are runs that could not be adopted for another reason (kept
+	// in the store for the next start), or whose stored record is
+	// unreadable (removed; a resident supervisor it named ends after its
+	// grace).
+	Failed map[string]string
+	// Problems are resources of adopted runs that could not be taken
+	// over (the run serves on; the next result of that tool says what was
+	// lost).
+	Problems []string
+}
+
+// Adopt takes over the runs in Config.Store that an earlier berth left:
+// for each it opens the sandbox again, reattaches to its resident
+// supervisor and hands each resource its stored state (Env.Adopted).
+// A run whose sandbox is gone, or whose resident supervisor is no longer
+// there (the container restarted, or berth was away longer than the
+// resident's grace), is removed from the store and its id answers
+// sandbox_gone. Call it once, after New and before serving.
+func (c *Controller) Adopt(ctx context.Context) (AdoptReport, error) {
+	rep := AdoptReport{Gone: map[string]string{}, Failed: map[string]string{}}
+	if c.cfg.Store == nil {
+		return rep, nil
+	}
+	recs, bad, err := c.cfg.Store.List(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("controller: read the run store: %w", err)
+	}
+	for _, u := range bad {
+		rep.Failed[u.ID] = "its stored record is unreadable: " + u.Err.Error()
+		c.cfg.Store.Delete(ctx, u.ID)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, rec := range recs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			actx, cancel := context.WithTimeout(ctx, adoptTimeout)
+			defer cancel()
+			problems, err := c.adopt(actx, rec)
+			mu.Lock()
+			defer mu.Unlock()
+			rep.Problems = append(rep.Problems, problems...)
+			switch {
+			case err == nil:
+				rep.Adopted = append(rep.Adopted, rec.ID)
+			case errors.Is(err, sandbox.ErrGone):
+				rep.Gone[rec.ID] = err.Error()
+				c.rememberGone(rec.ID, rec.Tenant, err)
+				c.cfg.Store.Delete(context.WithoutCancel(ctx), rec.ID)
+			default:
+				// Kept in the store: the next start tries again (an engine
+				// that does not answer now may answer then).
+				rep.Failed[rec.ID] = err.Error() + "; the run stays in the store and the next start of berth tries again"
+			}
+		})
+	}
+	wg.Wait()
+	return rep, nil
+}
+
+// adopt takes one stored run over.
+func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, error) {
+	mode, err := tools.ParseSurface(rec.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("controller: stored run %s has mode %q: %w", rec.ID, rec.Mode, err)
+	}
+	spec := RunSpec{ConversationID: rec.Conversation, Workspace: rec.Workspace, Sandbox: rec.Sandbox, Mode: mode, Vibe: rec.Vibe, Tenant: rec.Tenant}
+	sch, rest, err := splitRef(rec.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	p, ok := c.providers[sch]
+	if !ok {
+		return nil, fmt.Errorf("controller: run %s is in %s, and this berth has no %s provider (configured: %s)", rec.ID, rec.Sandbox, sch, c.schemeList())
+	}
+	sb, err := p.Open(ctx, rest)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrGone) {
+			return nil, fmt.Errorf("controller: run %s: its sandbox %s is gone (%w) while berth was down: %w; open a new run", rec.ID, rec.Sandbox, err, sandbox.ErrGone)
+		}
+		return nil, fmt.Errorf("controller: run %s: open its sandbox %s again: %w", rec.ID, rec.Sandbox, err)
+	}
+	var res sandbox.Resident
+	if rec.Resident != nil {
+		rs, ok := sb.(sandbox.Residence)
+		if !ok {
+			sb.Close()
+			return nil, fmt.Errorf("controller: run %s: its sandbox %s can no longer hold a resident supervisor", rec.ID, rec.Sandbox)
+		}
+		res, err = rs.Resident(ctx, sandbox.ResidentSpec{Dir: rec.Resident.Dir, Secret: rec.Resident.Secret, Grace: c.cfg.ResidentGrace, Adopt: true})
+		if err != nil {
+			sb.Close()
+			if errors.Is(err, sandbox.ErrNotFound) {
+				return nil, fmt.Errorf("controller: run %s: its resident supervisor no longer runs in %s (%v): the container restarted, or berth was away longer than the resident's grace, and the run's kernels and debug session ended with it: %w; open a new run",
+					rec.ID, rec.Sandbox, err, sandbox.ErrGone)
+			}
+			return nil, fmt.Errorf("controller: run %s: reattach to its resident supervisor: %w", rec.ID, err)
+		}
+	}
+	r, problems, err := c.open(ctx, spec, sb, rec.Placement, &rec, res)
+	if err != nil {
+		if res != nil {
+			res.Close()
+		}
+		return problems, err
+	}
+	r.log.Info("run adopted", "opened", rec.Opened, "problems", len(problems))
+	return problems, nil
+}
+
+// Detach lets go of every run without ending it, for a berth that shuts
+// down while its runs live on in the store: calls in flight get the close
+// grace to finish, each run's state is written, its resident supervisor
+// keeps its processes for the next berth's Adopt, and everything else the
+// run started (language servers, file servers) ends. Without a store it
+// is Close.
+func (c *Controller) Detach() error {
+	if c.cfg.Store == nil {
+		return c.Close()
+	}
+	c.stopBackground()
+	runs := c.openRuns()
+	errs := make([]error, len(runs))
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Go(func() { errs[i] = r.detach() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// detach is Close for a berth that leaves: the run stays in the store.
+func (r *Run) detach() error {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	if r.done {
+		return r.closeErr
+	}
+	r.mu.Lock()
+	r.closing = true
+	r.detaching = true
+	r.mu.Unlock()
+	r.c.remove(r.id)
+
+	waited := make(chan struct{})
+	go func() { r.calls.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(r.c.cfg.CloseGrace):
+		r.log.Warn("in-flight calls did not return before berth shut down; detaching under them", "grace", r.c.cfg.CloseGrace)
+	}
+	var errs []error
+	r.persist(context.Background())
+	d := r.durable
+	d.mu.Lock()
+	werr := d.err
+	d.mu.Unlock()
+	if werr != nil {
+		errs = append(errs, werr)
+	}
+	// The detachers first, while the run's context still lives, so that
+	// nothing under the resident is killed as the context ends.
+	errs = append(errs, r.runEnders(true)...)
+	if res := d.held(); res != nil {
+		errs = append(errs, res.Detach())
+	}
+	r.cancel()
+	if r.questions != nil {
+		errs = append(errs, r.questions.Close())
+	}
+	r.c.claims.releaseRun(r.id)
+	if err := r.sb.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("controller: close sandbox %s: %w", r.info.Sandbox, err))
+	}
+	r.closeErr = errors.Join(errs...)
+	r.done = true
+	r.log.Info("run detached: it lives on in the store for the next berth", "err", r.closeErr)
+	return r.closeErr
+}
+
+// forget ends the run's life in the store once it closed for good: its
+// resident supervisor ends (and with it what still ran under it), and its
+// record goes.
+func (r *Run) forget() error {
+	d := r.durable
+	if d == nil {
+		return nil
+	}
+	var errs []error
+	if res := d.held(); res != nil {
+		errs = append(errs, res.Close())
+	}
+	if err := d.store.Delete(context.Background(), r.id); err != nil {
+		errs = append(errs, fmt.Errorf("controller: remove run %s from the store: %w", r.id, err))
+	}
+	return errors.Join(errs...)
+}
+
+// Retire ends what the runs of recs left in their sandboxes — each one's
+// resident supervisor, with the kernels and adapters under it — without
+// adopting them: records salvaged from a damaged store, which berth does
+// not trust enough to serve again. It returns why each run was not
+// adopted, and what could not be ended.
+func (c *Controller) Retire(ctx context.Context, recs []runstore.Record) map[string]error {
+	out := map[string]error{}
+	for _, rec := range recs {
+		err := fmt.Errorf("controller: run %s was recorded in a damaged run store and is not adopted; open a new run: %w", rec.ID, sandbox.ErrGone)
+		c.rememberGone(rec.ID, rec.Tenant, err)
+		if rec.Resident == nil {
+			out[rec.ID] = err
+			continue
+		}
+		if rerr := c.retire(ctx, rec); rerr != nil {
+			err = fmt.Errorf("%w; its resident supervisor could not be ended (%v) and ends by itself after its grace", err, rerr)
+		} else {
+			err = fmt.Errorf("%w; its resident supervisor and what ran under it were ended", err)
+		}
+		out[rec.ID] = err
+	}
+	return out
+}
+
+// retire ends one run's resident supervisor.
+func (c *Controller) retire(ctx context.Context, rec runstore.Record) error {
+	ctx, cancel := context.WithTimeout(ctx, adoptTimeout)
+	defer cancel()
+	sch, rest, err := splitRef(rec.Sandbox)
+	if err != nil {
+		return err
+	}
+	p, ok := c.providers[sch]
+	if !ok {
+		return fmt.Errorf("no %s provider", sch)
+	}
+	sb, err := p.Open(ctx, rest)
+	if err != nil {
+		return err
+	}
+	defer sb.Close()
+	rs, ok := sb.(sandbox.Residence)
+	if !ok {
+		return fmt.Errorf("the sandbox %s has no resident supervisors", rec.Sandbox)
+	}
+	res, err := rs.Resident(ctx, sandbox.ResidentSpec{Dir: rec.Resident.Dir, Secret: rec.Resident.Secret, Adopt: true})
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil // nothing left to end
+	}
+	if err != nil {
+		return err
+	}
+	return res.Close()
+}
