@@ -752,10 +752,10 @@ type Run struct {
 
 	calls sync.WaitGroup // in-flight calls
 
-	mu      sync.Mutex
-	closing   bool // Close has begun: new calls are refused
-	detaching bool // berth is shutting down and the run lives on
-	gone    error // set once the sandbox was found gone
+	mu        sync.Mutex
+	closing   bool  // Close has begun: new calls are refused
+	detaching bool  // berth is shutting down and the run lives on
+	gone      error // set once the sandbox was found gone
 	// unavailable is set while the sandbox is paused or its engine does not
 	// answer (sandbox.ErrUnavailable): calls fail fast until retryAt, then
 	// one Check decides; backoff doubles up to UnavailableRetryMax.
