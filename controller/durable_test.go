@@ -1,0 +1,203 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"berth.dev/berth/runstore"
+	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
+)
+
+// counter is a Persister a test tool changes: its state is a number.
+type counter struct {
+	n   atomic.Int64
+	gen atomic.Uint64
+}
+
+func (c *counter) Generation() uint64        { return c.gen.Load() }
+func (c *counter) Snapshot() ([]byte, error) { return fmt.Appendf(nil, "%d", c.n.Load()), nil }
+
+// counterTools registers "bump" (adds one to the run's counter) and
+// "value" (says it), with the counter persisted as "counter"; an adopted
+// run starts from its stored value. adopted records what each run was
+// handed back.
+func counterTools(adopted map[string]string) Binder {
+	return func(ctx context.Context, r *tools.Registry, env *Env) error {
+		c := &counter{}
+		if b := env.Adopted("counter"); b != nil {
+			adopted[env.RunID] = string(b)
+			var n int64
+			fmt.Sscan(string(b), &n)
+			c.n.Store(n)
+		}
+		env.Persist("counter", c)
+		tools.Register(r, tools.Tool{Name: "bump", Description: "bump the counter", Level: tools.LevelRead},
+			func(ctx context.Context, in struct{}) (*tools.Result, error) {
+				c.n.Add(1)
+				c.gen.Add(1)
+				return tools.Text("bumped"), nil
+			})
+		tools.Register(r, tools.Tool{Name: "value", Description: "say the counter", Level: tools.LevelRead},
+			func(ctx context.Context, in struct{}) (*tools.Result, error) {
+				return tools.Textf("%d", c.n.Load()), nil
+			})
+		return nil
+	}
+}
+
+// durableController is a controller over prov with a store in dir.
+func durableController(t *testing.T, dir string, prov sandbox.Provider, adopted map[string]string) (*Controller, *runstore.Dir) {
+	t.Helper()
+	st, _, err := runstore.Open(dir, runstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{Providers: []sandbox.Provider{prov}, Tools: []Binder{counterTools(adopted)},
+		Registerer: prometheus.NewRegistry(), Store: st, AllowUnlabelled: true, NoQuestions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, st
+}
+
+func callText(t *testing.T, r *Run, tool string) string {
+	t.Helper()
+	res, err := r.Call(context.Background(), tools.SurfaceDefault, tool, []byte(`{}`))
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	return res.Content[0].Text
+}
+
+func TestRunOutlivesController(t *testing.T) {
+	dir := t.TempDir()
+	prov := &fakeProvider{scheme: "docker", containers: map[string]string{"c-1": "ctr1"}}
+	c1, st1 := durableController(t, dir, prov, map[string]string{})
+	r, err := c1.Open(context.Background(), RunSpec{ConversationID: "c-1", Workspace: "/w", Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	callText(t, r, "bump")
+	callText(t, r, "bump")
+	// Stored before the call answered: no wait for the persister.
+	rec, err := st1.Get(context.Background(), r.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(rec.State["counter"]); got != "2" || rec.Tenant != "acme" || rec.Sandbox != "docker://ctr1" {
+		t.Fatalf("stored record: state %q tenant %q sandbox %q; want 2, acme, docker://ctr1", got, rec.Tenant, rec.Sandbox)
+	}
+	if err := c1.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Call(context.Background(), tools.SurfaceDefault, "value", []byte(`{}`)); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "retry") {
+		t.Fatalf("a call on a detached run: %v; want ErrClosed saying to retry", err)
+	}
+	st1.Close()
+
+	adopted := map[string]string{}
+	c2, st2 := durableController(t, dir, prov, adopted)
+	defer st2.Close()
+	defer c2.Close()
+	rep, err := c2.Adopt(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Adopted) != 1 || rep.Adopted[0] != r.ID() {
+		t.Fatalf("adopted %v (gone %v, failed %v); want [%s]", rep.Adopted, rep.Gone, rep.Failed, r.ID())
+	}
+	if adopted[r.ID()] != "2" {
+		t.Fatalf("the binder was handed %q; want the stored state 2", adopted[r.ID()])
+	}
+	if _, err := c2.Lookup("other", r.ID()); !errors.Is(err, ErrUnknownRun) {
+		t.Fatalf("another tenant looked the adopted run up: %v", err)
+	}
+	r2, err := c2.Lookup("acme", r.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := callText(t, r2, "value"); got != "2" {
+		t.Fatalf("the adopted run's counter is %s; want 2", got)
+	}
+	if info := r2.Info(); info.Tenant != "acme" || info.ConversationID != "c-1" || !info.Opened.Equal(r.Info().Opened) {
+		t.Fatalf("adopted run info %+v; want tenant acme, conversation c-1, opened %v", info, r.Info().Opened)
+	}
+
+	// Closing for good removes it from the store.
+	if err := r2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st2.Get(context.Background(), r.ID()); !errors.Is(err, runstore.ErrNotFound) {
+		t.Fatalf("a closed run is still in the store: %v", err)
+	}
+}
+
+func TestAdoptGoneSandbox(t *testing.T) {
+	dir := t.TempDir()
+	prov := &fakeProvider{scheme: "docker", containers: map[string]string{"c-1": "ctr1"}}
+	c1, st1 := durableController(t, dir, prov, map[string]string{})
+	r, err := c1.Open(context.Background(), RunSpec{ConversationID: "c-1", Workspace: "/w", Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1.Detach()
+	st1.Close()
+
+	delete(prov.containers, "c-1") // the container was removed while berth was down
+	c2, st2 := durableController(t, dir, prov, map[string]string{})
+	defer st2.Close()
+	defer c2.Close()
+	rep, err := c2.Adopt(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rep.Gone[r.ID()]; !ok || len(rep.Adopted) != 0 {
+		t.Fatalf("report %+v; want the run gone", rep)
+	}
+	if _, err := c2.Lookup("acme", r.ID()); !errors.Is(err, sandbox.ErrGone) {
+		t.Fatalf("the gone run's id answers %v; want sandbox.ErrGone", err)
+	}
+	if _, err := c2.Lookup("other", r.ID()); !errors.Is(err, ErrUnknownRun) {
+		t.Fatalf("another tenant learns of the gone run: %v", err)
+	}
+	if _, err := st2.Get(context.Background(), r.ID()); !errors.Is(err, runstore.ErrNotFound) {
+		t.Fatalf("the gone run is still in the store: %v", err)
+	}
+}
+
+func TestAdoptKeepsRunWhenEngineFails(t *testing.T) {
+	dir := t.TempDir()
+	prov := &fakeProvider{scheme: "docker", containers: map[string]string{"c-1": "ctr1"}}
+	c1, st1 := durableController(t, dir, prov, map[string]string{})
+	r, err := c1.Open(context.Background(), RunSpec{ConversationID: "c-1", Workspace: "/w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1.Detach()
+	st1.Close()
+
+	prov.openErr = errors.New("fake: permission denied on the engine's socket")
+	c2, st2 := durableController(t, dir, prov, map[string]string{})
+	rep, _ := c2.Adopt(context.Background())
+	c2.Close()
+	st2.Close()
+	if _, ok := rep.Failed[r.ID()]; !ok {
+		t.Fatalf("report %+v; want the run failed", rep)
+	}
+
+	prov.openErr = nil // the engine answers again at the next start
+	c3, st3 := durableController(t, dir, prov, map[string]string{})
+	defer st3.Close()
+	defer c3.Close()
+	rep, _ = c3.Adopt(context.Background())
+	if len(rep.Adopted) != 1 {
+		t.Fatalf("report %+v; want the run adopted at the next start", rep)
+	}
+}
