@@ -18,9 +18,10 @@ import (
 // Caps and skips of an Engine's snapshot.
 const (
 	// MaxSnapshotBytes bounds the staged edits a snapshot keeps, as
-	// encoded (an edit holds every file's content as staged): the newest
-	// edits that fit. An edit left out is resolved after a restart as
-	// dropped, with a message saying to stage it again.
+	// encoded (an edit holds every file's content as staged, base64):
+	// the newest edits that fit, then what accepts wrote to their files.
+	// An edit left out is resolved after a restart as dropped, with a
+	// message saying to stage it again.
 	MaxSnapshotBytes = 32 << 20
 	// RestoreIDSkip is how far edit ids jump at a restore, so that no id
 	// the old berth process gave out after its last snapshot is given to
@@ -125,15 +126,12 @@ func (e *Engine) Snapshot() ([]byte, error) {
 		}
 	}
 	sort.Slice(props, func(i, j int) bool { return editNumber(props[i].ID) > editNumber(props[j].ID) }) // newest first
-	paths := map[string]bool{}
+	written := map[string][]writeStep{}
 	for _, p := range props {
 		for _, f := range p.Files {
-			paths[f.Path] = true
-		}
-	}
-	for path := range paths {
-		if steps := e.written[path]; len(steps) > 0 {
-			st.Written = append(st.Written, writtenFile{Path: path, Steps: encodeSteps(steps)})
+			if steps := e.written[f.Path]; len(steps) > 0 {
+				written[f.Path] = slices.Clone(steps)
+			}
 		}
 	}
 	done := make([]string, 0, len(e.done))
@@ -145,12 +143,15 @@ func (e *Engine) Snapshot() ([]byte, error) {
 	}
 	e.mu.Unlock()
 
-	sort.Slice(st.Written, func(i, j int) bool { return st.Written[i].Path < st.Written[j].Path })
 	sort.Slice(done, func(i, j int) bool { return editNumber(done[i]) > editNumber(done[j]) })
 	for _, id := range done[min(len(done), maxDoneKept):] {
 		delete(st.Done, id)
 	}
+	// The newest edits first, then what was written to their files: an
+	// edit whose file's record is left out is refused after a restart
+	// when an accept changed the file, instead of carried over it.
 	size := 0
+	var paths []string
 	for _, p := range props {
 		b, err := json.Marshal(encodeProposal(p))
 		if err != nil {
@@ -162,8 +163,26 @@ func (e *Engine) Snapshot() ([]byte, error) {
 		}
 		size += len(b)
 		st.Pending = append(st.Pending, b)
+		for _, f := range p.Files {
+			if written[f.Path] != nil && !slices.Contains(paths, f.Path) {
+				paths = append(paths, f.Path)
+			}
+		}
 	}
 	slices.Reverse(st.Pending) // oldest first
+	slices.Sort(paths)
+	for _, path := range paths {
+		wf := writtenFile{Path: path, Steps: encodeSteps(written[path])}
+		b, err := json.Marshal(wf)
+		if err != nil {
+			return nil, fmt.Errorf("structural: snapshot of %s: %w", path, err)
+		}
+		if size+len(b) > snapshotBytes {
+			continue
+		}
+		size += len(b)
+		st.Written = append(st.Written, wf)
+	}
 	state, err := json.Marshal(st)
 	if err != nil {
 		return nil, fmt.Errorf("structural: snapshot: %w", err)
