@@ -168,6 +168,7 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 	e.nextID++
 	p.ID = "edit_" + strconv.Itoa(e.nextID)
 	e.pending[p.ID] = p
+	e.gen++
 	e.mu.Unlock()
 	return p, nil
 }
@@ -355,16 +356,22 @@ func (e *Engine) take(id string) (*Proposal, error) {
 		if state, ok := e.done[id]; ok {
 			return nil, tools.Fail("edit_id %q was already %s; %s", id, state, e.pendingHint())
 		}
+		if n, err := strconv.Atoi(strings.TrimPrefix(id, "edit_")); err == nil && e.lostFrom <= n && n <= e.lostTo {
+			return nil, tools.Fail("unknown edit_id %q: berth restarted, and an edit staged just before the restart was not saved; stage it again with ast_edit; %s", id, e.pendingHint())
+		}
 		return nil, tools.Fail("unknown edit_id %q; %s", id, e.pendingHint())
 	}
 	delete(e.pending, id)
+	e.resolving[id] = p
 	e.done[id] = "being resolved"
 	return p, nil
 }
 
 func (e *Engine) finish(id, state string) {
 	e.mu.Lock()
+	delete(e.resolving, id)
 	e.done[id] = state
+	e.gen++
 	e.mu.Unlock()
 }
 
@@ -395,6 +402,7 @@ func (e *Engine) Resolve(ctx context.Context, fsys sandbox.FS, id, action string
 			// Nothing refused the edit: the caller gave up. Keep it pending.
 			e.mu.Lock()
 			delete(e.done, id)
+			delete(e.resolving, id)
 			e.pending[id] = p
 			e.mu.Unlock()
 			return nil, err
@@ -454,6 +462,8 @@ func (e *Engine) apply(ctx context.Context, fsys sandbox.FS, p *Proposal) (*Appl
 			changed = append(changed, fmt.Sprintf("%s was changed by %s, accepted since this edit was staged, at line %d, where this edit changes line %d",
 				f.Path, strings.Join(ids, " and "), lineOf(f.Old, ce.Over.StartByte), lineOf(f.Old, ce.Edit.StartByte)))
 			redo = append(redo, e.restageDiff(ctx, p, f.Path, now))
+		case bytes.Equal(now, f.New):
+			changed = append(changed, fmt.Sprintf("%s changed after staging: it already holds what this edit writes (was the edit accepted just before berth restarted?)", f.Path))
 		default:
 			changed = append(changed, fmt.Sprintf("%s changed after staging", f.Path))
 		}
@@ -511,7 +521,10 @@ func (e *Engine) apply(ctx context.Context, fsys sandbox.FS, p *Proposal) (*Appl
 			continue
 		}
 		steps := append(e.written[f.Path], writeStep{id: p.ID, from: f.OldHash, to: sha256.Sum256(f.New), edits: f.Edits})
+		e.mu.Lock()
 		e.written[f.Path] = steps[max(0, len(steps)-maxWriteSteps):]
+		e.gen++
+		e.mu.Unlock()
 	}
 	return a, nil
 }
@@ -562,6 +575,9 @@ func (e *Engine) rebaseLocked(f FileEdit, now []byte) (FileEdit, []string, error
 // restageDiff is the diff p's rules would stage for path over its content
 // now, for a refusal: bounded, or a sentence when they would change nothing.
 func (e *Engine) restageDiff(ctx context.Context, p *Proposal, path string, now []byte) string {
+	if p.rulesErr != nil {
+		return fmt.Sprintf("(%s: the diff cannot be shown: %v)\n", path, p.rulesErr)
+	}
 	fe, err := e.rewriteFile(ctx, p.lang, p.rules, now, nil, nil)
 	switch {
 	case err != nil:

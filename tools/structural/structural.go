@@ -7,7 +7,8 @@
 // (path, size, modification time, SHA-256 of the content) and the staged
 // edits. [Engine.Search], [Engine.Stage] and [Engine.Resolve] are the API the
 // tools (and the berth ast-grep / ast-edit commands) are built on; [Register]
-// binds the tools to a run's workspace.
+// binds the tools to a run's workspace. [Engine.Snapshot] and
+// [Engine.Restore] carry the staged edits across a berth restart.
 //
 // A search walks the workspace through the sandbox FS, honours .gitignore
 // files (nested, with negation), skips .git, symbolic links, binary files,
@@ -89,9 +90,19 @@ type Engine struct {
 	mu      sync.Mutex
 	nextID  int
 	pending map[string]*Proposal
-	done    map[string]string // id → "accepted", "discarded", "being resolved"
+	// resolving are the edits being resolved, out of pending; a snapshot
+	// keeps them as pending (a restored accept checks them again).
+	resolving map[string]*Proposal
+	done      map[string]string // id → "accepted", "discarded", "being resolved"
+	// gen counts the changes Snapshot reflects (Generation).
+	gen uint64
+	// lostFrom ≤ n ≤ lostTo are the edit numbers skipped at a restore
+	// (RestoreIDSkip).
+	lostFrom, lostTo int
 
 	applyMu sync.Mutex // one accept at a time, so two accepts never interleave
+	// written is read under applyMu and changed under applyMu and mu, so
+	// that Snapshot reads it under mu alone.
 	written map[string][]writeStep
 
 	parses, cacheHits, prefiltered, reads atomic.Int64
@@ -113,11 +124,12 @@ func NewEngine(opts Options) *Engine {
 		opts.ParseBudget = DefaultParseBudget
 	}
 	return &Engine{
-		opts:    opts,
-		cache:   newParseCache(opts.CacheBytes),
-		pending: map[string]*Proposal{},
-		done:    map[string]string{},
-		written: map[string][]writeStep{},
+		opts:      opts,
+		cache:     newParseCache(opts.CacheBytes),
+		pending:   map[string]*Proposal{},
+		resolving: map[string]*Proposal{},
+		done:      map[string]string{},
+		written:   map[string][]writeStep{},
 	}
 }
 
@@ -287,6 +299,9 @@ type Proposal struct {
 
 	lang  *syntax.Language
 	rules []*rule // compiled, to say what the edit would do to changed files
+	// rulesErr says why rules are nil: they did not compile again when
+	// the edit was restored.
+	rulesErr error
 }
 
 // Actions of Resolve.
