@@ -108,9 +108,17 @@ func FileTools(ctx context.Context, r *tools.Registry, env *Env) error {
 
 // StructuralTools registers ast_grep, ast_edit and resolve over the run's
 // workspace, with one structural engine (parse cache and staged edits) per
-// run. The engine holds only memory; it goes with the run.
+// run. The engine holds memory only; its staged edits are persisted with
+// the run (Env.Persist), so a restarted berth can still accept them.
 func StructuralTools(ctx context.Context, r *tools.Registry, env *Env) error {
-	structural.Register(r, env.Workspace, structural.NewEngine(structural.Options{}))
+	eng := structural.NewEngine(structural.Options{})
+	if b := env.Adopted("structural"); b != nil {
+		if err := eng.Restore(b); err != nil {
+			env.Problem(fmt.Sprintf("run %s: staged edits: %v", env.RunID, err))
+		}
+	}
+	env.Persist("structural", eng)
+	structural.Register(r, env.Workspace, eng)
 	return nil
 }
 
