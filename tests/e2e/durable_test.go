@@ -1,0 +1,311 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"berth.dev/berth/tests/berthtest"
+)
+
+// Runs that outlive berth (docs/design.md, "Durable runs"): the test
+// plays the platform, starts the real `berth serve` on a state directory,
+// kills it (SIGKILL, as a crash or an OOM kill; SIGTERM, as a rollout) and
+// starts it again on the same directory; the run's kernel keeps its
+// variables and nothing runs twice in the container.
+
+// durableToken is the bearer token of the berth serve these tests start.
+const durableToken = "durable-e2e-token"
+
+// durableBerth starts berth serve in local mode on stateDir with extra
+// flags.
+func durableBerth(t *testing.T, stateDir string, flags ...string) (*berthtest.Server, *berthtest.Client) {
+	t.Helper()
+	args := append([]string{"--mode", "local", "--state-dir", stateDir, "--label-key", labelKey}, flags...)
+	s := berthtest.Start(t, berthtest.Options{Args: args, Env: []string{"BERTH_TOKEN=" + durableToken}})
+	return s, &berthtest.Client{URL: s.URL, Token: durableToken}
+}
+
+// evalText runs a Python cell and returns its text, failing on an error.
+func evalText(t *testing.T, c *berthtest.Client, run, code string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	res, err := c.Call(ctx, run, "eval", map[string]any{"code": code, "description": "compute a value for the durable run test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError {
+		t.Fatalf("eval %q: %s", code, res.Text())
+	}
+	return res.Text()
+}
+
+// berthProcs lists the container's processes of berth's making: its
+// agent (resident supervisor, keepers, relays) and the kernels.
+func berthProcs(t *testing.T, ctr *container) (residents, kernels []string) {
+	t.Helper()
+	for _, p := range ctr.procTable(t) {
+		switch {
+		case strings.Contains(p.args, " resident "):
+			residents = append(residents, p.String())
+		case strings.Contains(p.args, "ipykernel_launcher"):
+			kernels = append(kernels, p.String())
+		}
+	}
+	return residents, kernels
+}
+
+// oneOfEach fails unless exactly one resident supervisor and one kernel
+// run in the container.
+func oneOfEach(t *testing.T, ctr *container, when string) {
+	t.Helper()
+	res, kern := berthProcs(t, ctr)
+	if len(res) != 1 || len(kern) != 1 {
+		t.Fatalf("%s: want one resident supervisor and one kernel in the container, got residents %q, kernels %q; all: %v", when, res, kern, ctr.procTable(t))
+	}
+}
+
+func TestRunSurvivesBerthRestart(t *testing.T) {
+	const image = "berth-test-python"
+	needImage(t, image, false)
+	dockerOnly(t, "it restarts berth serve, which reaches the container through Docker")
+	ctr := startContainer(t, image)
+	state := t.TempDir()
+
+	s1, c1 := durableBerth(t, state)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	info, err := c1.OpenRun(ctx, map[string]any{"conversation_id": ctr.conv, "workspace": workspace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evalText(t, c1, info.ID, "x = 41")
+	oneOfEach(t, ctr, "before the restart")
+	editID := stageEdit(t, c1, info.ID)
+	card := openCard(t, c1, info.ID)
+
+	// A crash: nothing is flushed, nothing detaches.
+	s1.Kill()
+	s2, c2 := durableBerth(t, state)
+	got := evalText(t, c2, info.ID, "x + 1")
+	if !strings.Contains(got, "42") {
+		t.Fatalf("after berth was killed and started again, x + 1 = %q; want 42 (the kernel kept)", got)
+	}
+	if !strings.Contains(got, "berth restarted") {
+		t.Errorf("the first result after the restart does not say the kernel was kept: %q", got)
+	}
+	oneOfEach(t, ctr, "after a SIGKILL restart")
+	// The staged edit is still there to accept.
+	res, err := c2.Call(ctx, info.ID, "resolve", map[string]any{"edit_id": editID, "action": "accept"})
+	if err != nil || res.IsError {
+		t.Fatalf("resolve accept of the edit staged before the restart: %v %s", err, res.Text())
+	}
+	if got := ctr.cat(t, workspace+"/dup.py"); got != "x = 2\nx = 2\n" {
+		t.Fatalf("dup.py after accepting the staged edit: %q", got)
+	}
+	answerRestoredCard(t, c2, info.ID, card)
+
+	// A rollout: SIGTERM detaches, the next berth adopts.
+	if err := s2.Stop(); err != nil {
+		t.Fatalf("berth did not exit cleanly on SIGTERM: %v", err)
+	}
+	_, c3 := durableBerth(t, state)
+	if got := evalText(t, c3, info.ID, "x + 2"); !strings.Contains(got, "43") {
+		t.Fatalf("after a SIGTERM restart, x + 2 = %q; want 43", got)
+	}
+	oneOfEach(t, ctr, "after a SIGTERM restart")
+
+	// The run's close ends everything of it in the container.
+	if err := c3.CloseRun(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the run's resident supervisor and kernel to end after DELETE", func() bool {
+		res, kern := berthProcs(t, ctr)
+		return len(res) == 0 && len(kern) == 0
+	})
+	if out := ctr.sh(t, "ls -d /tmp/berth-run-* 2>/dev/null || true"); strings.TrimSpace(out) != "" {
+		t.Errorf("the run's resident directory is left after DELETE: %s", out)
+	}
+	noZombies(t, ctr)
+}
+
+func TestResidentGraceEndsEverything(t *testing.T) {
+	const image = "berth-test-python"
+	needImage(t, image, false)
+	dockerOnly(t, "it kills berth serve, which reaches the container through Docker")
+	ctr := startContainer(t, image)
+	state := t.TempDir()
+	s1, c1 := durableBerth(t, state, "--resident-grace", "3s")
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	info, err := c1.OpenRun(ctx, map[string]any{"conversation_id": ctr.conv, "workspace": workspace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evalText(t, c1, info.ID, "x = 41")
+	oneOfEach(t, ctr, "before berth went away")
+	s1.Kill()
+	waitFor(t, 30*time.Second, "the resident supervisor to end its kernel and itself after its grace", func() bool {
+		res, kern := berthProcs(t, ctr)
+		return len(res) == 0 && len(kern) == 0
+	})
+	if out := ctr.sh(t, "ls -d /tmp/berth-run-* 2>/dev/null || true"); strings.TrimSpace(out) != "" {
+		t.Errorf("the resident directory is left after the grace: %s", out)
+	}
+	noZombies(t, ctr)
+
+	// The next berth finds the run's resident gone: the run is reported
+	// gone, not half alive.
+	_, c2 := durableBerth(t, state)
+	st, body, err := c2.Do(ctx, "POST", "/v1/runs/"+info.ID+"/tools/eval", map[string]any{"args": map[string]any{"code": "x", "description": "read x after the grace passed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != http.StatusGone || !strings.Contains(string(body), "sandbox_gone") {
+		t.Fatalf("a call to a run whose resident ended answered %d %s; want 410 sandbox_gone", st, body)
+	}
+}
+
+func TestContainerRestartedWhileBerthWasDown(t *testing.T) {
+	const image = "berth-test-python"
+	needImage(t, image, false)
+	dockerOnly(t, "it restarts a Docker container")
+	ctr := startContainer(t, image)
+	state := t.TempDir()
+	s1, c1 := durableBerth(t, state)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	info, err := c1.OpenRun(ctx, map[string]any{"conversation_id": ctr.conv, "workspace": workspace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evalText(t, c1, info.ID, "x = 41")
+	s1.Kill()
+	mustDocker(t, "restart", "-t", "1", ctr.id)
+	_, c2 := durableBerth(t, state)
+	st, body, err := c2.Do(ctx, "POST", "/v1/runs/"+info.ID+"/tools/eval", map[string]any{"args": map[string]any{"code": "x", "description": "read x after the container restarted"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != http.StatusGone || !strings.Contains(string(body), "sandbox_gone") {
+		t.Fatalf("a call to a run whose container restarted answered %d %s; want 410 sandbox_gone", st, body)
+	}
+}
+
+func TestSecondBerthOnOneStateDirRefused(t *testing.T) {
+	state := t.TempDir()
+	durableBerth(t, state)
+	bin := berthtest.Build(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "serve", "--addr", "127.0.0.1:0", "--mode", "local", "--state-dir", state)
+	cmd.Env = append(os.Environ(), "BERTH_TOKEN="+durableToken)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("a second berth on the same state directory started: %s", out)
+	}
+	if !strings.Contains(string(out), filepath.Base(state)) || !strings.Contains(string(out), "--state-dir") {
+		t.Fatalf("the second berth's refusal does not name the directory and say what to do: %s", out)
+	}
+}
+
+// stageEdit stages an ast_edit of dup.py ("x = 1" twice → "x = 2") and
+// returns its id.
+func stageEdit(t *testing.T, c *berthtest.Client, run string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	res, err := c.Call(ctx, run, "ast_edit", map[string]any{"pattern": "x = 1", "rewrite": "x = 2", "path": "dup.py"})
+	if err != nil || res.IsError {
+		t.Fatalf("ast_edit: %v %s", err, res.Text())
+	}
+	id := regexp.MustCompile(`edit_\d+`).FindString(res.Text())
+	if id == "" {
+		t.Fatalf("ast_edit's result names no edit id: %s", res.Text())
+	}
+	return id
+}
+
+// askArgs is the question the card test asks, before and after the restart.
+var askArgs = map[string]any{"question": "Which database should the service use?",
+	"options": []map[string]any{{"label": "sqlite"}, {"label": "postgres"}}}
+
+// openCard asks a question with an event subscriber connected, as a
+// harness does, and returns the card's number once it is open; the call
+// stays blocked on it until berth dies.
+func openCard(t *testing.T, c *berthtest.Client, run string) int {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "GET", c.URL+"/v1/runs/"+run+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { // ends when berth dies or the test ends
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}()
+	go c.Do(ctx, "POST", "/v1/runs/"+run+"/tools/ask_user", map[string]any{"args": askArgs}) // blocked until berth dies
+	var n int
+	waitFor(t, 30*time.Second, "the question card to open", func() bool {
+		_, b, err := c.Do(ctx, "GET", "/v1/runs/"+run+"/cards", nil)
+		var cards struct{ Cards []struct{ N int } }
+		if err == nil && json.Unmarshal(b, &cards) == nil && len(cards.Cards) > 0 {
+			n = cards.Cards[0].N
+		}
+		return n > 0
+	})
+	// The persister writes a card opened while its call is in flight
+	// within its interval (200 ms); give it that and room.
+	time.Sleep(time.Second)
+	return n
+}
+
+// answerRestoredCard answers, on the restarted berth, the card opened
+// before the restart, and retries the question as the harness whose call
+// died does: the retry gets the answer without a new card.
+func answerRestoredCard(t *testing.T, c *berthtest.Client, run string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	st, b, err := c.Do(ctx, "POST", fmt.Sprintf("/v1/runs/%s/cards/%d", run, n), map[string]any{"choice": []string{"sqlite"}})
+	if err != nil || st != http.StatusOK {
+		t.Fatalf("answering card %d after the restart: %d %s %v", n, st, b, err)
+	}
+	res, err := c.Call(ctx, run, "ask_user", askArgs)
+	if err != nil || res.IsError {
+		t.Fatalf("the retried ask_user: %v %s", err, res.Text())
+	}
+	if !strings.Contains(res.Text(), "sqlite") || !strings.Contains(res.Text(), "before berth restarted") {
+		t.Fatalf("the retried question did not get the answer given to the card asked before the restart: %s", res.Text())
+	}
+}
+
+// waitFor polls cond until it holds or within passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", within, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
