@@ -56,9 +56,9 @@ func berthProcs(t *testing.T, ctr *container) (residents, kernels []string) {
 	t.Helper()
 	for _, p := range ctr.procTable(t) {
 		switch {
-		case strings.Contains(p.args, " resident "):
+		case strings.Contains(p.args, " resident "): // the keeper of the run's resident supervisor
 			residents = append(residents, p.String())
-		case strings.Contains(p.args, "ipykernel_launcher"):
+		case p.comm != "berth-shim" && strings.Contains(p.args, "ipykernel_launcher"):
 			kernels = append(kernels, p.String())
 		}
 	}
