@@ -31,8 +31,31 @@ const durableToken = "durable-e2e-token"
 func durableBerth(t *testing.T, stateDir string, flags ...string) (*berthtest.Server, *berthtest.Client) {
 	t.Helper()
 	args := append([]string{"--mode", "local", "--state-dir", stateDir, "--label-key", labelKey}, flags...)
+	if backend() == backendContainerd {
+		// dockerd's labels are not in containerd: runs name their container.
+		args = append(args, "--containerd-address", dockerContainerd, "--allow-unlabelled")
+	}
 	s := berthtest.Start(t, berthtest.Options{Args: args, Env: []string{"BERTH_TOKEN=" + durableToken}})
 	return s, &berthtest.Client{URL: s.URL, Token: durableToken}
+}
+
+// durableSpec is the run of ctr: found by its label on Docker, named by
+// its containerd reference through containerd.
+func durableSpec(ctr *container) map[string]any {
+	spec := map[string]any{"conversation_id": ctr.conv, "workspace": workspace}
+	if backend() == backendContainerd {
+		spec["sandbox"] = ctr.ref
+	}
+	return spec
+}
+
+// durableBackend skips on a cluster: these tests start berth serve
+// themselves, beside dockerd.
+func durableBackend(t *testing.T) {
+	t.Helper()
+	if onKube() {
+		t.Skip("it starts berth serve beside dockerd; the cluster's replicas are tested in tests/kube")
+	}
 }
 
 // evalText runs a Python cell and returns its text, failing on an error.
@@ -78,14 +101,14 @@ func oneOfEach(t *testing.T, ctr *container, when string) {
 func TestRunSurvivesBerthRestart(t *testing.T) {
 	const image = "berth-test-python"
 	needImage(t, image, false)
-	dockerOnly(t, "it restarts berth serve, which reaches the container through Docker")
+	durableBackend(t)
 	ctr := startContainer(t, image)
 	state := t.TempDir()
 
 	s1, c1 := durableBerth(t, state)
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	info, err := c1.OpenRun(ctx, map[string]any{"conversation_id": ctr.conv, "workspace": workspace})
+	info, err := c1.OpenRun(ctx, durableSpec(ctr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +155,7 @@ func TestRunSurvivesBerthRestart(t *testing.T) {
 	waitFor(t, 15*time.Second, "the run's resident supervisor and kernel to end after DELETE", func() bool {
 		res, kern := berthProcs(t, ctr)
 		return len(res) == 0 && len(kern) == 0
-	})
+	}, func() string { return fmt.Sprint(ctr.procTable(t)) })
 	if out := ctr.sh(t, "ls -d /tmp/berth-run-* 2>/dev/null || true"); strings.TrimSpace(out) != "" {
 		t.Errorf("the run's resident directory is left after DELETE: %s", out)
 	}
@@ -142,13 +165,13 @@ func TestRunSurvivesBerthRestart(t *testing.T) {
 func TestResidentGraceEndsEverything(t *testing.T) {
 	const image = "berth-test-python"
 	needImage(t, image, false)
-	dockerOnly(t, "it kills berth serve, which reaches the container through Docker")
+	durableBackend(t)
 	ctr := startContainer(t, image)
 	state := t.TempDir()
 	s1, c1 := durableBerth(t, state, "--resident-grace", "3s")
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	info, err := c1.OpenRun(ctx, map[string]any{"conversation_id": ctr.conv, "workspace": workspace})
+	info, err := c1.OpenRun(ctx, durableSpec(ctr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +181,7 @@ func TestResidentGraceEndsEverything(t *testing.T) {
 	waitFor(t, 30*time.Second, "the resident supervisor to end its kernel and itself after its grace", func() bool {
 		res, kern := berthProcs(t, ctr)
 		return len(res) == 0 && len(kern) == 0
-	})
+	}, func() string { return fmt.Sprint(ctr.procTable(t)) })
 	if out := ctr.sh(t, "ls -d /tmp/berth-run-* 2>/dev/null || true"); strings.TrimSpace(out) != "" {
 		t.Errorf("the resident directory is left after the grace: %s", out)
 	}
@@ -179,13 +202,13 @@ func TestResidentGraceEndsEverything(t *testing.T) {
 func TestContainerRestartedWhileBerthWasDown(t *testing.T) {
 	const image = "berth-test-python"
 	needImage(t, image, false)
-	dockerOnly(t, "it restarts a Docker container")
+	durableBackend(t)
 	ctr := startContainer(t, image)
 	state := t.TempDir()
 	s1, c1 := durableBerth(t, state)
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	info, err := c1.OpenRun(ctx, map[string]any{"conversation_id": ctr.conv, "workspace": workspace})
+	info, err := c1.OpenRun(ctx, durableSpec(ctr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +292,7 @@ func openCard(t *testing.T, c *berthtest.Client, run string) int {
 			n = cards.Cards[0].N
 		}
 		return n > 0
-	})
+	}, nil)
 	// The persister writes a card opened while its call is in flight
 	// within its interval (200 ms); give it that and room.
 	time.Sleep(time.Second)
@@ -296,15 +319,20 @@ func answerRestoredCard(t *testing.T, c *berthtest.Client, run string, n int) {
 	}
 }
 
-// waitFor polls cond until it holds or within passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+// waitFor polls cond until it holds or within passes; then it fails
+// with what state (when not nil) says.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool, state func() string) {
 	t.Helper()
 	for deadline := time.Now().Add(within); ; {
 		if cond() {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", within, what)
+			msg := ""
+			if state != nil {
+				msg = ": " + state()
+			}
+			t.Fatalf("waited %s for %s%s", within, what, msg)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
