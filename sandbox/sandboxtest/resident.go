@@ -25,10 +25,7 @@ import (
 // closes it. Each subtest skips when the backend's sandbox is no
 // Residence.
 func RunResident(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config)) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, e *env)
-	}{
+	tests := []subtest{
 		{"ReattachAfterRestart", testResidentReattach},
 		{"OverflowNote", testResidentOverflow},
 		{"StdinOutlivesBerth", testResidentStdin},
@@ -37,18 +34,11 @@ func RunResident(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, C
 		{"Refusals", testResidentRefusals},
 		{"SecretNowhere", testResidentSecretNowhere},
 		{"UnprivilegedLockedOut", testResidentUnprivileged},
+		{"SameUserLockedOut", testResidentSameUser},
 		{"ResidentKilled", testResidentKilled},
 		{"NotFound", testResidentNotFound},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			sb, cfg := newSandbox(t)
-			t.Cleanup(func() { sb.Close() })
-			e := &env{sb: sb, cfg: cfg, newSandbox: newSandbox}
-			e.dir = path.Join(cfg.Scratch, safeName(t.Name()))
-			tc.fn(t, e)
-		})
-	}
+	runTests(t, newSandbox, tests)
 }
 
 // residentOf returns sb as a Residence, skipping the test when it is none.
@@ -461,6 +451,34 @@ cat /proc/$r/environ >/dev/null 2>&1 && echo environ-READ || echo environ-denied
 	want := "uid 65534\nsock-denied\nenviron-denied\nmem-denied\n"
 	if out.String() != want {
 		t.Errorf("an unprivileged process under the resident reports %q, want %q", out.String(), want)
+	}
+}
+
+// testResidentSameUser: a process under the resident running as the
+// resident's own user, without CAP_SYS_PTRACE (a container's root by
+// default), cannot read the resident's memory or environment either: the
+// resident is not dumpable.
+func testResidentSameUser(t *testing.T, e *env) {
+	res, _ := e.startResident(t, time.Minute)
+	script := `s=$PPID; r=$(cut -d' ' -f4 /proc/$s/stat)
+[ "$(stat -c %u /proc/$r)" = "$(id -u)" ] || echo "other-user"
+cap=$(grep CapEff /proc/self/status | cut -f2)
+[ $(( 0x$cap >> 19 & 1 )) = 1 ] && echo ptrace-capable
+cat /proc/$r/environ >/dev/null 2>&1 && echo environ-READ || echo environ-denied
+(exec 3</proc/$r/mem) 2>/dev/null && echo mem-OPENED || echo mem-denied`
+	var out syncBuffer
+	p, err := res.Start(ctxT(t), "same", &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := waitT(t, p); err != nil || !st.Success() {
+		t.Fatalf("Wait = %v, %v (%s)", st, err, out.String())
+	}
+	if strings.Contains(out.String(), "ptrace-capable") || strings.Contains(out.String(), "other-user") {
+		t.Skipf("the process may trace any process of its user (CAP_SYS_PTRACE), or runs as another user: %q", out.String())
+	}
+	if want := "environ-denied\nmem-denied\n"; out.String() != want {
+		t.Errorf("a process of the resident's own user reports %q, want %q: the resident is dumpable", out.String(), want)
 	}
 }
 

@@ -341,21 +341,37 @@ func (r *resident) Processes(ctx context.Context) ([]sandbox.ResidentProcess, er
 	return out, nil
 }
 
-// Detach closes every connection to the resident without ending anything.
-func (r *resident) Detach() error {
+// mark sets flag (detached or closed) and returns the attached processes
+// and whether it was unset before.
+func (r *resident) mark(flag *bool) ([]*process, bool) {
 	r.mu.Lock()
-	if r.detached {
-		r.mu.Unlock()
-		return nil
+	defer r.mu.Unlock()
+	if *flag {
+		return nil, false
 	}
-	r.detached = true
-	procs := keys(r.procs)
+	*flag = true
+	return keys(r.procs), true
+}
+
+// letGo closes the hold connection and forgets the resident in its
+// sandbox.
+func (r *resident) letGo() {
+	r.mu.Lock()
 	hold := r.hold
 	r.mu.Unlock()
-	untrack(r.s, r.s.residents, r)
 	if hold != nil {
 		hold.Close()
 	}
+	untrack(r.s, r.s.residents, r)
+}
+
+// Detach closes every connection to the resident without ending anything.
+func (r *resident) Detach() error {
+	procs, first := r.mark(&r.detached)
+	if !first {
+		return nil
+	}
+	r.letGo()
 	for _, p := range procs {
 		p.stream.Close()
 	}
@@ -368,14 +384,10 @@ func (r *resident) Detach() error {
 // Close ends the resident and everything it owns, and waits (bounded) for
 // its end.
 func (r *resident) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	procs, first := r.mark(&r.closed)
+	if !first {
 		return nil
 	}
-	r.closed = true
-	procs := keys(r.procs)
-	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), residentCloseTimeout)
 	defer cancel()
 	c, _, _, err := r.call(ctx, agent.ResidentRequest{Op: agent.ResidentClose})
@@ -397,14 +409,8 @@ func (r *resident) Close() error {
 			<-p.done
 		}
 	}
-	r.mu.Lock()
-	r.detached = true
-	hold := r.hold
-	r.mu.Unlock()
-	if hold != nil {
-		hold.Close()
-	}
-	untrack(r.s, r.s.residents, r)
+	r.mark(&r.detached)
+	r.letGo()
 	if r.execDone != nil && err == nil {
 		select {
 		case <-r.execDone:

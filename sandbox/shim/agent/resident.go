@@ -319,28 +319,15 @@ func (r *resident) starter() {
 
 // reap collects the supervisors as they end.
 func (r *resident) reap() {
-	sigchld := make(chan os.Signal, 1)
-	signal.Notify(sigchld, syscall.SIGCHLD)
-	for {
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil || pid <= 0 {
-				break
-			}
-			r.reapMu.Lock()
-			p := r.bySup[pid]
-			delete(r.bySup, pid)
-			r.reapMu.Unlock()
-			if p != nil {
-				close(p.supDone)
-			}
+	reapLoop(func(pid int, _ syscall.WaitStatus) {
+		r.reapMu.Lock()
+		p := r.bySup[pid]
+		delete(r.bySup, pid)
+		r.reapMu.Unlock()
+		if p != nil {
+			close(p.supDone)
 		}
-		<-sigchld
-	}
+	})
 }
 
 // expire ends the resident when no connection opened during its grace.
@@ -689,11 +676,7 @@ func (p *resProc) launch(flags []string, req *ResidentRequest) (int, error) {
 	outR, outW, err2 := os.Pipe()
 	errR, errW, err3 := os.Pipe()
 	if err := errors.Join(err1, err2, err3); err != nil {
-		for _, f := range []*os.File{inR, inW, outR, outW, errR, errW} {
-			if f != nil {
-				f.Close()
-			}
-		}
+		closeFiles(inR, inW, outR, outW, errR, errW)
 		return 0, fmt.Errorf("create pipes: %v", err)
 	}
 	argv := append([]string{p.r.self, modeSupervise}, flags...)
@@ -721,13 +704,9 @@ func (p *resProc) launch(flags []string, req *ResidentRequest) (int, error) {
 		started <- nil
 	}
 	err := <-started
-	inR.Close()
-	outW.Close()
-	errW.Close()
+	closeFiles(inR, outW, errW) // the supervisor's ends
 	if err != nil {
-		inW.Close()
-		outR.Close()
-		errR.Close()
+		closeFiles(inW, outR, errR)
 		if req.Dir != "" {
 			if _, serr := os.Stat(req.Dir); serr != nil {
 				return 0, fmt.Errorf("working directory: %v", serr)
@@ -751,6 +730,15 @@ func (p *resProc) launch(flags []string, req *ResidentRequest) (int, error) {
 		return 0, res.err
 	}
 	return res.pid, nil
+}
+
+// closeFiles closes each file that is not nil.
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 type startResult struct {
