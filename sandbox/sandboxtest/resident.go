@@ -28,6 +28,8 @@ func RunResident(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, C
 	tests := []subtest{
 		{"ReattachAfterRestart", testResidentReattach},
 		{"OverflowNote", testResidentOverflow},
+		{"AttachTakesOver", testResidentTakeover},
+		{"ContextBoundsAttached", testResidentContext},
 		{"StdinOutlivesBerth", testResidentStdin},
 		{"GraceExpiry", testResidentGrace},
 		{"Close", testResidentClose},
@@ -191,6 +193,57 @@ read y; echo "then $y"; exit 7`, f)
 	}
 	if _, err := res2.Attach(ctxT(t), "prog", &sandbox.Cmd{}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Attach to a collected process = %v, want ErrNotFound", err)
+	}
+}
+
+// testResidentTakeover: an Attach from another berth while the first is
+// still attached takes the process over; the first one's Wait reports a
+// broken connection (not a detach), and the process runs on.
+func testResidentTakeover(t *testing.T, e *env) {
+	res, spec := e.startResident(t, time.Minute)
+	script := `while read l; do echo "line $l"; done`
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	out := newMarker("line a")
+	p, err := res.Start(context.Background(), "cat", &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdin: inR, Stdout: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(inW, "a\n")
+	out.await(t)
+	_, res2 := e.adopt(t, spec)
+	inR2, inW2 := io.Pipe()
+	out2 := newMarker("line b")
+	p2, err := res2.Attach(ctxT(t), "cat", &sandbox.Cmd{Stdin: inR2, Stdout: out2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitT(t, p); err == nil || errors.Is(err, sandbox.ErrDetached) {
+		t.Errorf("Wait of the taken-over process = %v, want a broken connection", err)
+	}
+	io.WriteString(inW2, "b\n")
+	out2.await(t)
+	inW2.Close()
+	if st, err := waitT(t, p2); err != nil || !st.Success() {
+		t.Fatalf("Wait = %v, %v", st, err)
+	}
+}
+
+// testResidentContext: while attached, the process's context bounds it as
+// with Sandbox.Start: SIGTERM when it is done.
+func testResidentContext(t *testing.T, e *env) {
+	res, _ := e.startResident(t, time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := newMarker("ready")
+	p, err := res.Start(ctx, "sleeper", &sandbox.Cmd{Args: []string{"sh", "-c", "trap 'exit 5' TERM; echo ready; while :; do sleep 0.1; done"}, Stdout: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.await(t)
+	cancel()
+	if st, err := waitT(t, p); err != nil || st.Code != 5 {
+		t.Errorf("Wait after the context ended = %v, %v; want exit 5 from the TERM trap", st, err)
 	}
 }
 
