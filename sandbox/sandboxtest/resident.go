@@ -289,8 +289,8 @@ head -c %[2]d /dev/zero | tr '\0' a; touch %[1]s/wrote; read x; echo end >&2`, f
 	}
 }
 
-// testResidentStdin: berth's going away (Detach, then the sandbox's
-// Close) does not close a resident process's stdin.
+// testResidentStdin: berth's going away (the sandbox's Close, which
+// detaches its residents) does not close a resident process's stdin.
 func testResidentStdin(t *testing.T, e *env) {
 	res, spec := e.startResident(t, time.Minute)
 	f := e.dir
@@ -304,8 +304,14 @@ func testResidentStdin(t *testing.T, e *env) {
 	}
 	io.WriteString(inW, "a\n")
 	out.await(t)
-	res.Detach()
+	// The sandbox's Close detaches the resident it holds, ending nothing.
 	e.sb.Close()
+	if _, err := waitT(t, p); !errors.Is(err, sandbox.ErrDetached) {
+		t.Errorf("Wait after the sandbox's Close = %v, want an error wrapping sandbox.ErrDetached", err)
+	}
+	if _, err := res.Processes(ctxT(t)); !errors.Is(err, sandbox.ErrDetached) {
+		t.Errorf("Processes after the sandbox's Close = %v, want an error wrapping sandbox.ErrDetached", err)
+	}
 	other, res2 := e.adopt(t, spec)
 	inR2, inW2 := io.Pipe()
 	out2 := newMarker("line b")
