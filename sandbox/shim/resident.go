@@ -29,6 +29,10 @@ const residentCloseTimeout = 2 * time.Minute
 // connection to it broke.
 const residentProbeTimeout = 10 * time.Second
 
+// maxSocketPath is the size of sun_path in a Linux sockaddr_un: a
+// socket's path must be shorter.
+const maxSocketPath = 108
+
 // residentExecWait bounds how long Close waits for the exec that started
 // the resident to end.
 const residentExecWait = 10 * time.Second
@@ -55,6 +59,9 @@ func (s *Sandbox) Resident(ctx context.Context, spec sandbox.ResidentSpec) (sand
 		procs:  make(map[*process]struct{}),
 	}
 	r.sock = path.Join(r.dir, agent.ResidentSocket)
+	if len(r.sock) >= maxSocketPath {
+		return nil, fmt.Errorf("shim: resident dir %q is too long: its socket path must stay below %d bytes; choose a shorter directory such as /tmp/berth-run-ID", spec.Dir, maxSocketPath)
+	}
 	if !spec.Adopt {
 		if err := r.launch(ctx, grace); err != nil {
 			return nil, err
