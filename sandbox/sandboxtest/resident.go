@@ -25,30 +25,22 @@ import (
 // closes it. Each subtest skips when the backend's sandbox is no
 // Residence.
 func RunResident(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config)) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, e *env)
-	}{
+	tests := []subtest{
 		{"ReattachAfterRestart", testResidentReattach},
 		{"OverflowNote", testResidentOverflow},
+		{"AttachTakesOver", testResidentTakeover},
+		{"ContextBoundsAttached", testResidentContext},
 		{"StdinOutlivesBerth", testResidentStdin},
 		{"GraceExpiry", testResidentGrace},
 		{"Close", testResidentClose},
 		{"Refusals", testResidentRefusals},
 		{"SecretNowhere", testResidentSecretNowhere},
 		{"UnprivilegedLockedOut", testResidentUnprivileged},
+		{"SameUserLockedOut", testResidentSameUser},
 		{"ResidentKilled", testResidentKilled},
 		{"NotFound", testResidentNotFound},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			sb, cfg := newSandbox(t)
-			t.Cleanup(func() { sb.Close() })
-			e := &env{sb: sb, cfg: cfg, newSandbox: newSandbox}
-			e.dir = path.Join(cfg.Scratch, safeName(t.Name()))
-			tc.fn(t, e)
-		})
-	}
+	runTests(t, newSandbox, tests)
 }
 
 // residentOf returns sb as a Residence, skipping the test when it is none.
@@ -204,6 +196,57 @@ read y; echo "then $y"; exit 7`, f)
 	}
 }
 
+// testResidentTakeover: an Attach from another berth while the first is
+// still attached takes the process over; the first one's Wait reports a
+// broken connection (not a detach), and the process runs on.
+func testResidentTakeover(t *testing.T, e *env) {
+	res, spec := e.startResident(t, time.Minute)
+	script := `while read l; do echo "line $l"; done`
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	out := newMarker("line a")
+	p, err := res.Start(context.Background(), "cat", &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdin: inR, Stdout: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(inW, "a\n")
+	out.await(t)
+	_, res2 := e.adopt(t, spec)
+	inR2, inW2 := io.Pipe()
+	out2 := newMarker("line b")
+	p2, err := res2.Attach(ctxT(t), "cat", &sandbox.Cmd{Stdin: inR2, Stdout: out2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitT(t, p); err == nil || errors.Is(err, sandbox.ErrDetached) {
+		t.Errorf("Wait of the taken-over process = %v, want a broken connection", err)
+	}
+	io.WriteString(inW2, "b\n")
+	out2.await(t)
+	inW2.Close()
+	if st, err := waitT(t, p2); err != nil || !st.Success() {
+		t.Fatalf("Wait = %v, %v", st, err)
+	}
+}
+
+// testResidentContext: while attached, the process's context bounds it as
+// with Sandbox.Start: SIGTERM when it is done.
+func testResidentContext(t *testing.T, e *env) {
+	res, _ := e.startResident(t, time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := newMarker("ready")
+	p, err := res.Start(ctx, "sleeper", &sandbox.Cmd{Args: []string{"sh", "-c", "trap 'exit 5' TERM; echo ready; while :; do sleep 0.1; done"}, Stdout: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.await(t)
+	cancel()
+	if st, err := waitT(t, p); err != nil || st.Code != 5 {
+		t.Errorf("Wait after the context ended = %v, %v; want exit 5 from the TERM trap", st, err)
+	}
+}
+
 // testResidentOverflow: a detached process writes more than
 // ResidentBuffer; the attach delivers the newest ResidentBuffer bytes and
 // one line on stderr says how many were dropped.
@@ -246,8 +289,8 @@ head -c %[2]d /dev/zero | tr '\0' a; touch %[1]s/wrote; read x; echo end >&2`, f
 	}
 }
 
-// testResidentStdin: berth's going away (Detach, then the sandbox's
-// Close) does not close a resident process's stdin.
+// testResidentStdin: berth's going away (the sandbox's Close, which
+// detaches its residents) does not close a resident process's stdin.
 func testResidentStdin(t *testing.T, e *env) {
 	res, spec := e.startResident(t, time.Minute)
 	f := e.dir
@@ -261,8 +304,14 @@ func testResidentStdin(t *testing.T, e *env) {
 	}
 	io.WriteString(inW, "a\n")
 	out.await(t)
-	res.Detach()
+	// The sandbox's Close detaches the resident it holds, ending nothing.
 	e.sb.Close()
+	if _, err := waitT(t, p); !errors.Is(err, sandbox.ErrDetached) {
+		t.Errorf("Wait after the sandbox's Close = %v, want an error wrapping sandbox.ErrDetached", err)
+	}
+	if _, err := res.Processes(ctxT(t)); !errors.Is(err, sandbox.ErrDetached) {
+		t.Errorf("Processes after the sandbox's Close = %v, want an error wrapping sandbox.ErrDetached", err)
+	}
 	other, res2 := e.adopt(t, spec)
 	inR2, inW2 := io.Pipe()
 	out2 := newMarker("line b")
@@ -461,6 +510,34 @@ cat /proc/$r/environ >/dev/null 2>&1 && echo environ-READ || echo environ-denied
 	want := "uid 65534\nsock-denied\nenviron-denied\nmem-denied\n"
 	if out.String() != want {
 		t.Errorf("an unprivileged process under the resident reports %q, want %q", out.String(), want)
+	}
+}
+
+// testResidentSameUser: a process under the resident running as the
+// resident's own user, without CAP_SYS_PTRACE (a container's root by
+// default), cannot read the resident's memory or environment either: the
+// resident is not dumpable.
+func testResidentSameUser(t *testing.T, e *env) {
+	res, _ := e.startResident(t, time.Minute)
+	script := `s=$PPID; r=$(cut -d' ' -f4 /proc/$s/stat)
+[ "$(stat -c %u /proc/$r)" = "$(id -u)" ] || echo "other-user"
+cap=$(grep CapEff /proc/self/status | cut -f2)
+[ $(( 0x$cap >> 19 & 1 )) = 1 ] && echo ptrace-capable
+cat /proc/$r/environ >/dev/null 2>&1 && echo environ-READ || echo environ-denied
+(exec 3</proc/$r/mem) 2>/dev/null && echo mem-OPENED || echo mem-denied`
+	var out syncBuffer
+	p, err := res.Start(ctxT(t), "same", &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := waitT(t, p); err != nil || !st.Success() {
+		t.Fatalf("Wait = %v, %v (%s)", st, err, out.String())
+	}
+	if strings.Contains(out.String(), "ptrace-capable") || strings.Contains(out.String(), "other-user") {
+		t.Skipf("the process may trace any process of its user (CAP_SYS_PTRACE), or runs as another user: %q", out.String())
+	}
+	if want := "environ-denied\nmem-denied\n"; out.String() != want {
+		t.Errorf("a process of the resident's own user reports %q, want %q: the resident is dumpable", out.String(), want)
 	}
 }
 

@@ -54,10 +54,7 @@ const shortFSReply = time.Second
 // Run runs the suite. newSandbox opens a sandbox for one subtest; the suite
 // closes it.
 func Run(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config)) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, e *env)
-	}{
+	tests := []subtest{
 		{"ExitCode", testExitCode},
 		{"StdoutStderrApart", testStdoutStderr},
 		{"StdinEOF", testStdinEOF},
@@ -86,6 +83,18 @@ func Run(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config)) 
 		{"NoZombiesLeft", testNoZombies},
 		{"SupervisorKilled", testSupervisorKilled},
 	}
+	runTests(t, newSandbox, tests)
+}
+
+// subtest is one check of the suite, run on a sandbox of its own.
+type subtest struct {
+	name string
+	fn   func(t *testing.T, e *env)
+}
+
+// runTests runs each test on a sandbox newSandbox opens for it, closed
+// at its end.
+func runTests(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config), tests []subtest) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			sb, cfg := newSandbox(t)

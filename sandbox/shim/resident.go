@@ -29,6 +29,10 @@ const residentCloseTimeout = 2 * time.Minute
 // connection to it broke.
 const residentProbeTimeout = 10 * time.Second
 
+// maxSocketPath is the size of sun_path in a Linux sockaddr_un: a
+// socket's path must be shorter.
+const maxSocketPath = 108
+
 // residentExecWait bounds how long Close waits for the exec that started
 // the resident to end.
 const residentExecWait = 10 * time.Second
@@ -55,6 +59,9 @@ func (s *Sandbox) Resident(ctx context.Context, spec sandbox.ResidentSpec) (sand
 		procs:  make(map[*process]struct{}),
 	}
 	r.sock = path.Join(r.dir, agent.ResidentSocket)
+	if len(r.sock) >= maxSocketPath {
+		return nil, fmt.Errorf("shim: resident dir %q is too long: its socket path must stay below %d bytes; choose a shorter directory such as /tmp/berth-run-ID", spec.Dir, maxSocketPath)
+	}
 	if !spec.Adopt {
 		if err := r.launch(ctx, grace); err != nil {
 			return nil, err
@@ -341,21 +348,37 @@ func (r *resident) Processes(ctx context.Context) ([]sandbox.ResidentProcess, er
 	return out, nil
 }
 
-// Detach closes every connection to the resident without ending anything.
-func (r *resident) Detach() error {
+// mark sets flag (detached or closed) and returns the attached processes
+// and whether it was unset before.
+func (r *resident) mark(flag *bool) ([]*process, bool) {
 	r.mu.Lock()
-	if r.detached {
-		r.mu.Unlock()
-		return nil
+	defer r.mu.Unlock()
+	if *flag {
+		return nil, false
 	}
-	r.detached = true
-	procs := keys(r.procs)
+	*flag = true
+	return keys(r.procs), true
+}
+
+// letGo closes the hold connection and forgets the resident in its
+// sandbox.
+func (r *resident) letGo() {
+	r.mu.Lock()
 	hold := r.hold
 	r.mu.Unlock()
-	untrack(r.s, r.s.residents, r)
 	if hold != nil {
 		hold.Close()
 	}
+	untrack(r.s, r.s.residents, r)
+}
+
+// Detach closes every connection to the resident without ending anything.
+func (r *resident) Detach() error {
+	procs, first := r.mark(&r.detached)
+	if !first {
+		return nil
+	}
+	r.letGo()
 	for _, p := range procs {
 		p.stream.Close()
 	}
@@ -368,14 +391,10 @@ func (r *resident) Detach() error {
 // Close ends the resident and everything it owns, and waits (bounded) for
 // its end.
 func (r *resident) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	procs, first := r.mark(&r.closed)
+	if !first {
 		return nil
 	}
-	r.closed = true
-	procs := keys(r.procs)
-	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), residentCloseTimeout)
 	defer cancel()
 	c, _, _, err := r.call(ctx, agent.ResidentRequest{Op: agent.ResidentClose})
@@ -397,14 +416,8 @@ func (r *resident) Close() error {
 			<-p.done
 		}
 	}
-	r.mu.Lock()
-	r.detached = true
-	hold := r.hold
-	r.mu.Unlock()
-	if hold != nil {
-		hold.Close()
-	}
-	untrack(r.s, r.s.residents, r)
+	r.mark(&r.detached)
+	r.letGo()
 	if r.execDone != nil && err == nil {
 		select {
 		case <-r.execDone:

@@ -77,6 +77,9 @@ const residentHelloTimeout = 5 * time.Second
 // its secret.
 const residentSecretTimeout = 30 * time.Second
 
+// acceptRetry is the pause after a failed accept.
+const acceptRetry = 50 * time.Millisecond
+
 // residentSupervisorWait bounds how long the resident waits for a program's
 // supervisor to end once its stdin closed, before it kills it.
 const residentSupervisorWait = 5 * time.Second
@@ -319,28 +322,15 @@ func (r *resident) starter() {
 
 // reap collects the supervisors as they end.
 func (r *resident) reap() {
-	sigchld := make(chan os.Signal, 1)
-	signal.Notify(sigchld, syscall.SIGCHLD)
-	for {
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil || pid <= 0 {
-				break
-			}
-			r.reapMu.Lock()
-			p := r.bySup[pid]
-			delete(r.bySup, pid)
-			r.reapMu.Unlock()
-			if p != nil {
-				close(p.supDone)
-			}
+	reapLoop(func(pid int, _ syscall.WaitStatus) {
+		r.reapMu.Lock()
+		p := r.bySup[pid]
+		delete(r.bySup, pid)
+		r.reapMu.Unlock()
+		if p != nil {
+			close(p.supDone)
 		}
-		<-sigchld
-	}
+	})
 }
 
 // expire ends the resident when no connection opened during its grace.
@@ -374,12 +364,13 @@ func (r *resident) touch(d int) {
 func (r *resident) accept(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
+		if errors.Is(err, net.ErrClosed) {
 			return
+		}
+		if err != nil {
+			// Out of descriptors, or an aborted connection: try again.
+			time.Sleep(acceptRetry)
+			continue
 		}
 		go r.serve(c) // ends with the connection
 	}
@@ -416,6 +407,9 @@ func (r *resident) serve(c net.Conn) {
 	if !ending {
 		r.open++
 		r.idle.Stop()
+		if req.Op == ResidentClose {
+			r.closers.Add(1) // before ending can be set: the end waits for it
+		}
 	}
 	r.mu.Unlock()
 	if ending {
@@ -435,7 +429,6 @@ func (r *resident) serve(c net.Conn) {
 	case ResidentList:
 		respond(ResidentResponse{Procs: r.list()})
 	case ResidentClose:
-		r.closers.Add(1)
 		defer r.closers.Done()
 		r.requestEnd()
 		<-r.ended
@@ -618,9 +611,7 @@ func (r *resident) endAll() {
 	for _, p := range procs {
 		p.closeSup()
 	}
-	for _, p := range procs {
-		p.awaitSup()
-	}
+	awaitSups(procs)
 	for _, p := range procs {
 		p.mu.Lock()
 		a := p.att
@@ -689,11 +680,7 @@ func (p *resProc) launch(flags []string, req *ResidentRequest) (int, error) {
 	outR, outW, err2 := os.Pipe()
 	errR, errW, err3 := os.Pipe()
 	if err := errors.Join(err1, err2, err3); err != nil {
-		for _, f := range []*os.File{inR, inW, outR, outW, errR, errW} {
-			if f != nil {
-				f.Close()
-			}
-		}
+		closeFiles(inR, inW, outR, outW, errR, errW)
 		return 0, fmt.Errorf("create pipes: %v", err)
 	}
 	argv := append([]string{p.r.self, modeSupervise}, flags...)
@@ -721,13 +708,9 @@ func (p *resProc) launch(flags []string, req *ResidentRequest) (int, error) {
 		started <- nil
 	}
 	err := <-started
-	inR.Close()
-	outW.Close()
-	errW.Close()
+	closeFiles(inR, outW, errW) // the supervisor's ends
 	if err != nil {
-		inW.Close()
-		outR.Close()
-		errR.Close()
+		closeFiles(inW, outR, errR)
 		if req.Dir != "" {
 			if _, serr := os.Stat(req.Dir); serr != nil {
 				return 0, fmt.Errorf("working directory: %v", serr)
@@ -747,10 +730,19 @@ func (p *resProc) launch(flags []string, req *ResidentRequest) (int, error) {
 	}
 	if res.err != nil {
 		p.closeSup()
-		p.awaitSup()
+		awaitSups([]*resProc{p})
 		return 0, res.err
 	}
 	return res.pid, nil
+}
+
+// closeFiles closes each file that is not nil.
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 type startResult struct {
@@ -865,21 +857,30 @@ func (p *resProc) closeSup() {
 	p.inMu.Unlock()
 }
 
-// awaitSup waits (bounded) until the supervisor was reaped, killing it
-// when it takes too long.
-func (p *resProc) awaitSup() {
-	if p.supPid == 0 {
-		return
-	}
-	select {
-	case <-p.supDone:
-		return
-	case <-time.After(residentSupervisorWait):
-	}
-	syscall.Kill(p.supPid, syscall.SIGKILL)
-	select {
-	case <-p.supDone:
-	case <-time.After(residentSupervisorWait):
+// awaitSups waits (bounded) until the supervisors were reaped, and kills
+// those that take too long: each step has one deadline for all of them.
+func awaitSups(procs []*resProc) {
+	for _, sig := range []syscall.Signal{0, syscall.SIGKILL} {
+		deadline := time.NewTimer(residentSupervisorWait)
+		for _, p := range procs {
+			if p.supPid == 0 {
+				continue
+			}
+			if sig != 0 {
+				select {
+				case <-p.supDone:
+					continue
+				default:
+					syscall.Kill(p.supPid, sig)
+				}
+			}
+			select {
+			case <-p.supDone:
+			case <-deadline.C:
+				deadline.Reset(0) // passed: the rest are not waited for
+			}
+		}
+		deadline.Stop()
 	}
 }
 

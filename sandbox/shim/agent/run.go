@@ -351,6 +351,16 @@ func startError(name string, err error) string {
 // one P, a thread blocked in a system call holds the P until the runtime
 // takes it back.
 func (s *supervisor) reap(exited chan<- syscall.WaitStatus) {
+	reapLoop(func(pid int, ws syscall.WaitStatus) {
+		if pid == s.pid && (ws.Exited() || ws.Signaled()) {
+			exited <- ws
+		}
+	})
+}
+
+// reapLoop collects every child that ends, for good, passing each to
+// reaped: on each SIGCHLD it collects without blocking.
+func reapLoop(reaped func(pid int, ws syscall.WaitStatus)) {
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	for {
@@ -364,9 +374,7 @@ func (s *supervisor) reap(exited chan<- syscall.WaitStatus) {
 			if err != nil || pid <= 0 {
 				break
 			}
-			if pid == s.pid && (ws.Exited() || ws.Signaled()) {
-				exited <- ws
-			}
+			reaped(pid, ws)
 		}
 		<-sigchld
 	}
