@@ -126,6 +126,9 @@ func Resume(ctx context.Context, rw io.ReadWriteCloser, opts Options, sopts Sess
 // threads answer is in.
 func (s *Session) check(ctx context.Context) error {
 	if _, err := s.Threads(ctx); err != nil {
+		if s.State().Ended() {
+			return nil // the program ended meanwhile; the state says how
+		}
 		return fmt.Errorf("dap: resuming the debug session: the adapter did not answer threads: %w", err)
 	}
 	st := s.State()

@@ -1,0 +1,130 @@
+package debug
+
+import (
+	"context"
+	"io"
+	"sync"
+
+	"berth.dev/berth/sandbox"
+)
+
+// residentStream is the stdio of an adapter that runs under the run's
+// resident supervisor ([sandbox.Resident]), as one stream: what
+// [sandbox.Pipe] is for a plain process, except that it can let go of the
+// adapter without ending it ([residentStream.detach]).
+type residentStream struct {
+	proc sandbox.Process
+	in   io.WriteCloser // the backend's direct stdin writer, or the io.Pipe to Cmd.Stdin
+	out  io.ReadCloser  // the backend's direct stdout reader, or the io.Pipe from Cmd.Stdout
+	done chan struct{}
+
+	status sandbox.ExitStatus // set before done is closed
+	err    error
+
+	mu       sync.Mutex
+	detached bool
+}
+
+// directIn and directOut are the Cmd.Stdin and Cmd.Stdout of a resident
+// adapter: a backend that implements [sandbox.DirectStdin] and
+// [sandbox.DirectStdout] hands over the process's stdin and stdout, so
+// that no goroutine of the backend reads or writes berth's side. That
+// matters for detaching: a backend reading Cmd.Stdin itself would close
+// the adapter's stdin at the end of it.
+type directIn struct {
+	*io.PipeReader
+	direct io.WriteCloser
+}
+
+func (in *directIn) SetStdin(w io.WriteCloser) { in.direct = w }
+
+type directOut struct {
+	*io.PipeWriter
+	direct io.ReadCloser
+}
+
+func (out *directOut) SetStdout(r io.ReadCloser) { out.direct = r }
+
+var (
+	_ sandbox.DirectStdin  = (*directIn)(nil)
+	_ sandbox.DirectStdout = (*directOut)(nil)
+)
+
+// startResident starts cmd under res as name, or with attach reattaches to
+// the process name (cmd's Args are then ignored). cmd.Stdin and
+// cmd.Stdout must be nil. ctx bounds the process's lifetime while berth is
+// attached, as for [sandbox.Resident.Start].
+func startResident(ctx context.Context, res sandbox.Resident, name string, attach bool, cmd *sandbox.Cmd) (*residentStream, error) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	in := &directIn{PipeReader: inR}
+	out := &directOut{PipeWriter: outW}
+	c := *cmd
+	c.Stdin, c.Stdout = in, out
+	var p sandbox.Process
+	var err error
+	if attach {
+		p, err = res.Attach(ctx, name, &c)
+	} else {
+		p, err = res.Start(ctx, name, &c)
+	}
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, err
+	}
+	rs := &residentStream{proc: p, in: inW, out: outR, done: make(chan struct{})}
+	if in.direct != nil {
+		rs.in = in.direct
+	}
+	if out.direct != nil {
+		rs.out = out.direct
+	}
+	go func() { // owned by the process: ends when it exits or berth detaches
+		rs.status, rs.err = p.Wait()
+		outW.Close()
+		inR.Close()
+		close(rs.done)
+	}()
+	return rs, nil
+}
+
+// Read reads the adapter's stdout; io.EOF once it exited and its output
+// was read.
+func (rs *residentStream) Read(p []byte) (int, error) {
+	n, err := rs.out.Read(p)
+	if err == io.EOF {
+		<-rs.done
+	}
+	return n, err
+}
+
+// Write writes to the adapter's stdin.
+func (rs *residentStream) Write(p []byte) (int, error) { return rs.in.Write(p) }
+
+// Close closes berth's side of the stream. Unless the stream was
+// detached, it also closes the adapter's stdin, which ends a stdio
+// adapter; the caller stops the process if it does not end.
+func (rs *residentStream) Close() error {
+	rs.mu.Lock()
+	detached := rs.detached
+	rs.mu.Unlock()
+	if !detached {
+		rs.in.Close()
+	}
+	return rs.out.Close()
+}
+
+// detach makes Close leave the adapter's stdin open: the adapter runs on
+// under the resident, which keeps its output for the next berth.
+func (rs *residentStream) detach() {
+	rs.mu.Lock()
+	rs.detached = true
+	rs.mu.Unlock()
+}
+
+// exitStatus returns the process's status once done is closed.
+func (rs *residentStream) exitStatus() (sandbox.ExitStatus, error) {
+	<-rs.done
+	return rs.status, rs.err
+}
