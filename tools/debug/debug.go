@@ -124,6 +124,8 @@ type Supervisor struct {
 	// generation.
 	gen    uint64
 	stored []byte
+	// left is the session as Detach let go of it, for Snapshot.
+	left *handle
 }
 
 // New returns a supervisor for a run: sb is its sandbox, ws the workspace FS,

@@ -78,9 +78,12 @@ func (s *Supervisor) Generation() uint64 {
 func (s *Supervisor) Snapshot() ([]byte, error) {
 	s.mu.Lock()
 	st := stored{NextID: s.nextID, Breakpoints: maps.Clone(s.bps), Notes: slices.Clone(s.notes)}
-	cur := s.cur
+	cur, left := s.cur, s.left
 	s.mu.Unlock()
-	if cur != nil && !cur.ds.State().Ended() {
+	switch {
+	case left != nil:
+		st.Session = left
+	case cur != nil && !cur.ds.State().Ended():
 		h := cur.handle()
 		st.Session = &h
 	}
@@ -317,9 +320,9 @@ func (s *Supervisor) note(n string) {
 // given back, and its time limit goes on counting. A session that cannot
 // outlive berth (delve, attach by port, a plain process) is ended as by
 // Close. Later calls are refused as after Close, while Snapshot still
-// records the session. The caller must not end the run's context (which
-// bounds the adapter while berth is attached) before it detached from the
-// resident.
+// records the session as it was. The caller must not end the run's
+// context (which bounds the adapter while berth is attached) before it
+// detached from the resident.
 func (s *Supervisor) Detach() error {
 	s.mu.Lock()
 	s.closed = true
@@ -327,6 +330,12 @@ func (s *Supervisor) Detach() error {
 	s.mu.Unlock()
 	if cur == nil {
 		return nil
+	}
+	if !cur.ds.State().Ended() {
+		h := cur.handle() // before the session is let go of or ended
+		s.mu.Lock()
+		s.left = &h
+		s.mu.Unlock()
 	}
 	if cur.resident == "" {
 		err := cur.stop(context.Background())

@@ -135,7 +135,8 @@ func TestLostSessionsAfterRestart(t *testing.T) {
 		first.Ok(t, map[string]any{"op": "breakpoints", "file": "main.go", "lines": []any{line}})
 		first.Ok(t, map[string]any{"op": "launch", "program": "."}, fmt.Sprintf("stopped at main.go:%d", line))
 		scratch := first.session().scratch
-		snap, err := first.sup.Snapshot()
+		first.leave(t, nil)
+		snap, err := first.sup.Snapshot() // as berth shutting down writes it last
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +144,6 @@ func TestLostSessionsAfterRestart(t *testing.T) {
 		if err := json.Unmarshal(snap, &st); err != nil || st.Session == nil || st.Session.Resident != "" || st.Session.DAP != nil {
 			t.Fatalf("snapshot of a delve session = %s, %v; want it recorded without a resident process", snap, err)
 		}
-		first.leave(t, nil)
 		if p := processesWith("__debug_bin"); len(p) > 0 {
 			t.Errorf("the Go program runs on after Detach: %v", p)
 		}
