@@ -29,6 +29,9 @@ type process struct {
 	frames *agent.Reader // the agent's frames, on the stream's stderr
 	out    io.Reader     // the program's stdout
 	errOut io.Writer     // Cmd.Stderr, or io.Discard; used by the control loop
+	// keepStdin: a nil Cmd.Stdin leaves the program's stdin open (an
+	// Attach to a resident's process) instead of closing it.
+	keepStdin bool
 
 	wmu sync.Mutex // serialises frames to the agent
 	in  io.WriteCloser
@@ -109,6 +112,14 @@ func (s *Sandbox) Start(ctx context.Context, cmd *sandbox.Cmd) (sandbox.Process,
 		p.finish()
 		return nil, err
 	}
+	p.serve(ctx)
+	return p, nil
+}
+
+// serve starts the goroutines that run a started process: its control
+// frames, output, stdin, and the watch on ctx.
+func (p *process) serve(ctx context.Context) {
+	cmd := p.cmd
 	go p.control()
 	if d, ok := cmd.Stdout.(sandbox.DirectStdout); ok {
 		// The caller reads stdout itself (sandbox.Pipe).
@@ -123,7 +134,6 @@ func (s *Sandbox) Start(ctx context.Context, cmd *sandbox.Cmd) (sandbox.Process,
 		go p.copyStdin()
 	}
 	go p.watch(ctx)
-	return p, nil
 }
 
 // readStart reads the started or start-failure frame.
@@ -158,7 +168,7 @@ func (p *process) streamError(readErr error) error {
 	msg := diagnostic(p.frames.Rest(tailMax))
 	p.finish()
 	werr := p.werr
-	if werr != nil && errors.Is(werr, sandbox.ErrGone) {
+	if werr != nil && (errors.Is(werr, sandbox.ErrGone) || errors.Is(werr, sandbox.ErrDetached)) {
 		return werr
 	}
 	if msg != "" {
@@ -311,7 +321,9 @@ func (p *process) copyOutput() {
 // copyStdin sends Cmd.Stdin to the agent within the acknowledged window.
 func (p *process) copyStdin() {
 	if p.cmd.Stdin == nil {
-		p.send(agent.TypeStdinEOF, nil)
+		if !p.keepStdin {
+			p.send(agent.TypeStdinEOF, nil)
+		}
 		return
 	}
 	buf := make([]byte, agent.HeaderSize+agent.MaxStdinFrame)

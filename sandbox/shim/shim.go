@@ -56,6 +56,8 @@ type Sandbox struct {
 	procs  map[*process]struct{}
 	fss    map[*fsys]struct{}
 	conns  map[*conn]struct{}
+	// residents are held residents, detached (not closed) by Close.
+	residents map[*resident]struct{}
 }
 
 // New returns a Sandbox that reaches its sandbox through t. The agent is
@@ -76,6 +78,8 @@ func New(t Transport, opts Options) *Sandbox {
 		procs: make(map[*process]struct{}),
 		fss:   make(map[*fsys]struct{}),
 		conns: make(map[*conn]struct{}),
+
+		residents: make(map[*resident]struct{}),
 	}
 }
 
@@ -160,7 +164,9 @@ func untrack[T comparable](s *Sandbox, m map[T]struct{}, v T) {
 const closeSlack = time.Second
 
 // Close kills every process started through s that is still running,
-// closes every FS session and Dial stream, and makes later calls fail. It
+// closes every FS session and Dial stream, detaches every resident it
+// holds (their processes run on, for a later berth to adopt; a run's own
+// close calls Resident.Close), and makes later calls fail. It
 // does not stop or remove the sandbox. It waits for the killed processes
 // at most as long as the slowest of them may take (its wait delay and
 // closeSlack), and not at all when none runs.
@@ -174,7 +180,12 @@ func (s *Sandbox) Close() error {
 	procs := keys(s.procs)
 	fss := keys(s.fss)
 	conns := keys(s.conns)
+	residents := keys(s.residents)
 	s.mu.Unlock()
+
+	for _, r := range residents {
+		r.Detach()
+	}
 
 	var grace time.Duration
 	for _, p := range procs {

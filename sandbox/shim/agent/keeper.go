@@ -32,7 +32,16 @@ const sweepTimeout = 5 * time.Second
 // The supervisor gets SIGTERM when the keeper dies (its parent-death
 // signal) and then ends its program as when berth goes away; the program
 // gets SIGKILL when the supervisor dies.
-func keep(args []string) int {
+func keep(args []string) int { return keepChild(modeSupervise, "run", args, false) }
+
+// keepChild is the keeper of a child started as "berth-shim childMode
+// args...". label names the mode in messages. With detach the keeper
+// first clears its own parent-death signal, so that it and its child
+// outlive the berth that started them (the resident mode).
+func keepChild(childMode, label string, args []string, detach bool) int {
+	if detach {
+		syscall.RawSyscall(syscall.SYS_PRCTL, prSetPdeathsig, 0, 0)
+	}
 	// The parent-death signal is tied to the thread that started the
 	// child: keep that thread for the keeper's whole life.
 	runtime.LockOSThread()
@@ -46,12 +55,12 @@ func keep(args []string) int {
 	if err != nil {
 		self = "/proc/self/exe"
 	}
-	child, err := os.StartProcess(self, append([]string{self, modeSupervise}, args...), &os.ProcAttr{
+	child, err := os.StartProcess(self, append([]string{self, childMode}, args...), &os.ProcAttr{
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM},
 	})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "berth-shim run: start the supervisor: %v\n", err)
+		fmt.Fprintf(os.Stderr, "berth-shim %s: start the supervisor: %v\n", label, err)
 		return 1
 	}
 	// The stream ends with the supervisor's tree, not with the keeper.

@@ -7,6 +7,7 @@
 //	berth-shim fs [--user=UID:GID[:G1,G2...]] ROOT
 //	berth-shim dial tcp 127.0.0.1:PORT | dial unix /path/to/socket
 //	berth-shim kill-fs PID ROOT
+//	berth-shim resident [--grace=D] DIR
 //	berth-shim version
 //
 // "run" starts the program in a new process group and speaks the run
@@ -23,8 +24,9 @@
 // kernel checks every access as theirs and new files are theirs); "dial" relays raw bytes between stdio and a
 // connection; "kill-fs" kills (SIGKILL) process PID when it is a file
 // server ("berth-shim fs ... ROOT"), for berth to end a server that stopped
-// answering, and succeeds when no such process is left. The frame format is
-// in frame.go.
+// answering, and succeeds when no such process is left; "resident" is a
+// run's resident supervisor, which owns processes across berth's restarts
+// and answers on DIR/sock (resident.go). The frame format is in frame.go.
 package agent
 
 import (
@@ -102,6 +104,16 @@ func Main(args []string) int {
 			return 1
 		}
 		return 0
+	case modeResident, modeResidentServe:
+		grace, dir, err := parseResident(args[1:])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "berth-shim resident: %v\n", err)
+			return 2
+		}
+		if args[0] == modeResident {
+			return keepChild(modeResidentServe, modeResident, args[1:], true)
+		}
+		return serveResident(dir, grace)
 	case "dial":
 		if len(args) != 3 {
 			fmt.Fprintln(os.Stderr, "berth-shim dial: want NETWORK ADDRESS")
