@@ -27,10 +27,13 @@ type berth struct {
 	once   sync.Once
 }
 
-// newBerth starts a berth on the workspace dir.
+// newBerth starts a berth on the workspace dir. Its host sandbox has no
+// control group of its own: closing a host sandbox kills its group, the
+// run's resident supervisor with it, and here the resident must outlive
+// the sandbox that started it (see sandbox/host's TestResident).
 func newBerth(t *testing.T, dir string, opts Options) *berth {
 	t.Helper()
-	sb := host.New(host.Options{})
+	sb := host.New(host.Options{PidsMax: -1, MemoryMax: -1})
 	ws, err := sb.FS(t.Context(), dir)
 	if err != nil {
 		t.Fatal(err)

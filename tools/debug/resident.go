@@ -2,8 +2,11 @@ package debug
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
+	"syscall"
+	"time"
 
 	"berth.dev/berth/sandbox"
 )
@@ -16,7 +19,10 @@ type residentStream struct {
 	proc sandbox.Process
 	in   io.WriteCloser // the backend's direct stdin writer, or the io.Pipe to Cmd.Stdin
 	out  io.ReadCloser  // the backend's direct stdout reader, or the io.Pipe from Cmd.Stdout
-	done chan struct{}
+	// delay is the process's wait delay: how long Close waits for it to
+	// exit before each signal.
+	delay time.Duration
+	done  chan struct{}
 
 	status sandbox.ExitStatus // set before done is closed
 	err    error
@@ -73,7 +79,10 @@ func startResident(ctx context.Context, res sandbox.Resident, name string, attac
 		outR.Close()
 		return nil, err
 	}
-	rs := &residentStream{proc: p, in: inW, out: outR, done: make(chan struct{})}
+	rs := &residentStream{proc: p, in: inW, out: outR, delay: c.WaitDelay, done: make(chan struct{})}
+	if rs.delay <= 0 {
+		rs.delay = sandbox.DefaultWaitDelay
+	}
 	if in.direct != nil {
 		rs.in = in.direct
 	}
@@ -102,17 +111,40 @@ func (rs *residentStream) Read(p []byte) (int, error) {
 // Write writes to the adapter's stdin.
 func (rs *residentStream) Write(p []byte) (int, error) { return rs.in.Write(p) }
 
-// Close closes berth's side of the stream. Unless the stream was
-// detached, it also closes the adapter's stdin, which ends a stdio
-// adapter; the caller stops the process if it does not end.
+// Close ends the adapter, as [sandbox.PipeStream.Close] does: it closes
+// its stdin, which ends a stdio adapter, waits up to the wait delay for it
+// to exit, then sends SIGTERM and, after another delay, SIGKILL. The
+// process's own connection must stay open meanwhile (closing berth's side
+// of its stdout closes it, which for a resident process means letting go
+// of it, not ending it), so stdout is closed only then. After detach,
+// Close only lets go: the adapter runs on under the resident.
 func (rs *residentStream) Close() error {
 	rs.mu.Lock()
 	detached := rs.detached
 	rs.mu.Unlock()
-	if !detached {
-		rs.in.Close()
+	if detached {
+		return rs.out.Close()
 	}
-	return rs.out.Close()
+	rs.in.Close()
+	escalate := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
+	for {
+		t := time.NewTimer(rs.delay)
+		select {
+		case <-rs.done:
+			t.Stop()
+			rs.out.Close()
+			return nil
+		case <-t.C:
+		}
+		if len(escalate) == 0 {
+			rs.out.Close()
+			return fmt.Errorf("debug: the debug adapter (pid %d) did not exit after SIGKILL; the sandbox stopped answering: %w", rs.proc.Pid(), sandbox.ErrGone)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), rs.delay)
+		rs.proc.Signal(ctx, escalate[0])
+		cancel()
+		escalate = escalate[1:]
+	}
 }
 
 // detach makes Close leave the adapter's stdin open: the adapter runs on
