@@ -3,9 +3,11 @@ package debug
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,6 +185,62 @@ func TestDebugpyAdoptAfterCrash(t *testing.T) {
 	second.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 0)", "y 2")
 	if alive(adapter) {
 		t.Errorf("the adopted adapter (pid %d) outlived its program's end", adapter)
+	}
+	if p := processesWith(dir); len(p) > 0 {
+		t.Errorf("processes left: %v", p)
+	}
+}
+
+// TestAdoptEndsExpiredSession: a session whose time limit ended while no
+// berth was attached is not taken over: Adopt ends its adapter and
+// program through the resident, and the next result says why.
+func TestAdoptEndsExpiredSession(t *testing.T) {
+	dir := pyWorkspace(t)
+	secret := make([]byte, sandbox.MinResidentSecret)
+	rand.Read(secret)
+	spec := sandbox.ResidentSpec{Dir: filepath.Join(t.TempDir(), "resident"), Secret: secret, Grace: time.Minute}
+	var first *berth
+	var res1 sandbox.Resident
+	first = newBerth(t, dir, Options{TTL: 2 * time.Second, Resident: func(ctx context.Context) (sandbox.Resident, error) {
+		if res1 == nil {
+			r, err := residence(t, first.sb).Resident(ctx, spec)
+			if err != nil {
+				return nil, err
+			}
+			res1 = r
+		}
+		return res1, nil
+	}})
+	first.Ok(t, map[string]any{"op": "launch", "program": "main.py", "stop_on_entry": true}, "stopped at main.py:1")
+	adapter := first.session().pid
+	first.leave(t, res1)
+	snap, err := first.sup.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st stored
+	if err := json.Unmarshal(snap, &st); err != nil || st.Session == nil {
+		t.Fatalf("snapshot %s: %v", snap, err)
+	}
+	time.Sleep(time.Until(st.Session.Deadline))
+	if !alive(adapter) {
+		t.Fatal("the adapter did not outlive berth")
+	}
+
+	second := newBerth(t, dir, Options{})
+	adopt := spec
+	adopt.Adopt = true
+	res2, err := residence(t, second.sb).Resident(t.Context(), adopt)
+	if err != nil {
+		t.Fatalf("adopting the resident: %v", err)
+	}
+	defer res2.Close()
+	if err := second.sup.Adopt(t.Context(), res2, snap); err == nil || !strings.Contains(err.Error(), "time limit") {
+		t.Errorf("adopt = %v, want the time limit named", err)
+	}
+	second.Ok(t, map[string]any{"op": "status"}, "could not take over debug session 1", "time limit ended", "it was stopped at main.py:1", "no debug session")
+	if alive(adapter) {
+		t.Errorf("the expired session's adapter (pid %d) runs on", adapter)
 	}
 	if p := processesWith(dir); len(p) > 0 {
 		t.Errorf("processes left: %v", p)
