@@ -153,9 +153,7 @@ func TestDebugpyAdoptAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	adapter := first.session().pid
-	if err := res1.Detach(); err != nil { // berth's streams are cut
-		t.Fatal(err)
-	}
+	first.crash(t, res1)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(marker); err == nil {
 			break

@@ -334,7 +334,10 @@ func (ss *session) stop(ctx context.Context) error {
 		}
 		select {
 		case <-ss.exited:
-			if err != nil {
+			if _, werr := ss.status(); errors.Is(werr, sandbox.ErrDetached) {
+				// berth's streams to the resident were cut: nothing reached it.
+				err = fmt.Errorf("debug: berth lost its connection to %s, which runs on under the run's resident supervisor until it ends it: %w", ss.who(), werr)
+			} else if err != nil {
 				// It did not take disconnect, and is gone all the same.
 				err = fmt.Errorf("debug: %s did not answer disconnect, so it was killed (%v)", ss.who(), err)
 			}

@@ -76,6 +76,20 @@ func (b *berth) leave(t *testing.T, res sandbox.Resident) {
 	})
 }
 
+// crash ends the berth as if it was killed: its streams to the resident
+// are cut first, so nothing it does afterwards reaches the adapter.
+func (b *berth) crash(t *testing.T, res sandbox.Resident) {
+	t.Helper()
+	if err := res.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	b.once.Do(func() {
+		b.sup.Close() // fails: the session's streams are cut
+		b.cancel()
+		b.sb.Close()
+	})
+}
+
 // pyWorkspace is the workspace of pyFixture, in a directory of its own.
 func pyWorkspace(t *testing.T) string {
 	t.Helper()
