@@ -14,6 +14,13 @@
 // the debuggee with it. Every DAP request has a deadline
 // ([Options.RequestTimeout]): an adapter that does not answer is named in
 // the error, which says to terminate.
+//
+// With [Options.Resident], stdio adapters run under the run's resident
+// supervisor instead, and a session outlives berth: [Supervisor.Snapshot]
+// records it, [Supervisor.Detach] lets go of it, and a restarted berth
+// takes it over with [Supervisor.Adopt], stopped where it was. delve
+// (dlv dap serves a single connection) and attach by port end with berth;
+// the first call after Adopt says so.
 package debug
 
 import (
