@@ -63,6 +63,12 @@ type Client struct {
 // NewClient starts a client over rw and takes ownership of it. Call
 // [Client.Initialize] (or use a [Session]) next.
 func NewClient(rw io.ReadWriteCloser, opts Options) *Client {
+	return newClient(rw, opts, nil)
+}
+
+// newClient is NewClient; seed, when set, sets up the client's state
+// before anything is read ([Resume]).
+func newClient(rw io.ReadWriteCloser, opts Options, seed func(*Client)) *Client {
 	if opts.OutputBytes <= 0 {
 		opts.OutputBytes = DefaultOutputBytes
 	}
@@ -71,6 +77,9 @@ func NewClient(rw io.ReadWriteCloser, opts Options) *Client {
 	}
 	c := &Client{opts: opts, codec: godap.NewCodec()}
 	c.ev.init(opts.OutputBytes)
+	if seed != nil {
+		seed(c)
+	}
 	c.frames = framing.NewConn(rw, framing.ConnOptions{Handle: c.handle, Ended: c.ev.end, Closed: ErrClosed, Exited: ErrAdapterExited, Broken: broken})
 	c.frames.Start()
 	return c

@@ -14,6 +14,13 @@
 // the debuggee with it. Every DAP request has a deadline
 // ([Options.RequestTimeout]): an adapter that does not answer is named in
 // the error, which says to terminate.
+//
+// With [Options.Resident], stdio adapters run under the run's resident
+// supervisor instead, and a session outlives berth: [Supervisor.Snapshot]
+// records it, [Supervisor.Detach] lets go of it, and a restarted berth
+// takes it over with [Supervisor.Adopt], stopped where it was. delve
+// (dlv dap serves a single connection) and attach by port end with berth;
+// the first call after Adopt says so.
 package debug
 
 import (
@@ -95,6 +102,14 @@ type Options struct {
 	// adapter, a failed start, the run's close, or the end of its program
 	// (the session is closed then, and the adapter and the program reaped).
 	Claim func() (release func(), err error)
+	// Resident, when set, returns the run's resident supervisor
+	// (sandbox.Residence), starting it on first use: adapters speaking
+	// stdio (debugpy, lldb-dap, the Dart adapter) then run under it and
+	// outlive berth, so that a restarted berth takes their session over
+	// (Adopt), stopped where it was. It returns nil and no error when the
+	// run keeps nothing across restarts; adapters then run as any
+	// process. delve and attach by port never outlive berth: see Adopt.
+	Resident func(ctx context.Context) (sandbox.Resident, error)
 }
 
 // Supervisor owns the debug session of one run.
@@ -112,6 +127,12 @@ type Supervisor struct {
 	notes  []string                    // what happened since the last call (TTL expiry), shown once
 	bps    map[string][]dap.Breakpoint // absolute path → wanted breakpoints, kept across sessions
 	closed bool
+	// gen and stored are Generation's: the snapshot last seen and its
+	// generation.
+	gen    uint64
+	stored []byte
+	// left is the session as Detach let go of it, for Snapshot.
+	left *handle
 }
 
 // New returns a supervisor for a run: sb is its sandbox, ws the workspace FS,
@@ -186,11 +207,16 @@ type session struct {
 	// build output), removed once the adapter is gone; sb removes it.
 	scratch string
 	sb      sandbox.Sandbox
+	// resident is the adapter's process name under the run's resident
+	// supervisor, and rs its stream; "" and nil for a plain process.
+	resident string
+	rs       *residentStream
 
 	mu       sync.Mutex // guards the fields below; never held across I/O
 	outShown int64      // output offset shown by the output operation
 	timer    *time.Timer
 	stopping bool // stop has begun: no timer is set any more
+	detached bool // berth let go of the session: its adapter runs on under the resident
 	// snap is the last stop report, for status: it answers from it
 	// without asking the adapter while the program is still in that stop.
 	snap *snapshot
@@ -315,7 +341,10 @@ func (ss *session) stop(ctx context.Context) error {
 		}
 		select {
 		case <-ss.exited:
-			if err != nil {
+			if _, werr := ss.status(); errors.Is(werr, sandbox.ErrDetached) {
+				// berth's streams to the resident were cut: nothing reached it.
+				err = fmt.Errorf("debug: berth lost its connection to %s, which runs on under the run's resident supervisor until it ends it: %w", ss.who(), werr)
+			} else if err != nil {
 				// It did not take disconnect, and is gone all the same.
 				err = fmt.Errorf("debug: %s did not answer disconnect, so it was killed (%v)", ss.who(), err)
 			}
@@ -469,6 +498,10 @@ type adapterProc struct {
 	status func() (sandbox.ExitStatus, error)
 	pid    int
 	stderr *proc.Tail
+	// resident is the process name under the run's resident supervisor,
+	// and rs its stream; "" and nil for a plain process.
+	resident string
+	rs       *residentStream
 }
 
 // startAdapter starts the adapter for av in the sandbox. Its process lives
@@ -480,17 +513,54 @@ func (s *Supervisor) startAdapter(ctx context.Context, av Availability) (*adapte
 	if s.opts.Host {
 		env = append(env, proc.HostEnv) // dlv builds with go: no toolchain switch on the host
 	}
+	var cmd *sandbox.Cmd
 	switch av.Adapter {
 	case AdapterDelve:
+		// dlv dap serves one client connection and ends the session when
+		// it closes: it cannot outlive berth, so it runs as a plain process.
 		return s.startDelve(ctx, pctx, cancel, av, env, stderr)
 	case AdapterDebugpy:
 		env = append(env, "PYDEVD_DISABLE_FILE_VALIDATION=1")
-		return s.startPipe(pctx, cancel, &sandbox.Cmd{Args: []string{av.Binary, "-m", "debugpy.adapter"}, Env: env, Dir: av.absRoot, Stderr: stderr}, stderr)
+		cmd = &sandbox.Cmd{Args: []string{av.Binary, "-m", "debugpy.adapter"}, Env: env, Dir: av.absRoot, Stderr: stderr}
 	case AdapterDart:
-		return s.startPipe(pctx, cancel, &sandbox.Cmd{Args: []string{av.Binary, "debug_adapter"}, Env: env, Dir: av.absRoot, Stderr: stderr}, stderr)
+		cmd = &sandbox.Cmd{Args: []string{av.Binary, "debug_adapter"}, Env: env, Dir: av.absRoot, Stderr: stderr}
 	default:
-		return s.startPipe(pctx, cancel, &sandbox.Cmd{Args: []string{av.Binary}, Env: env, Dir: av.absRoot, Stderr: stderr}, stderr)
+		cmd = &sandbox.Cmd{Args: []string{av.Binary}, Env: env, Dir: av.absRoot, Stderr: stderr}
 	}
+	res, err := s.resident(ctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("debug: the run's resident supervisor, which keeps the debug adapter across berth's restarts, is not available: %w; try again, or close the run and open a new one", err)
+	}
+	if res != nil {
+		return s.startUnder(ctx, pctx, cancel, res, cmd, stderr)
+	}
+	return s.startPipe(pctx, cancel, cmd, stderr)
+}
+
+// resident returns the run's resident supervisor, or nil when adapters
+// run as plain processes.
+func (s *Supervisor) resident(ctx context.Context) (sandbox.Resident, error) {
+	if s.opts.Resident == nil {
+		return nil, nil
+	}
+	return s.opts.Resident(ctx)
+}
+
+// startUnder starts a stdio adapter under the run's resident supervisor,
+// with a name of its own there.
+func (s *Supervisor) startUnder(ctx, pctx context.Context, cancel context.CancelFunc, res sandbox.Resident, cmd *sandbox.Cmd, stderr *proc.Tail) (*adapterProc, error) {
+	if err := ctx.Err(); err != nil {
+		cancel()
+		return nil, err
+	}
+	name := "debug-" + randomHex()
+	rs, err := startResident(pctx, res, name, false, cmd)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("debug: cannot start %s in the sandbox under the run's resident supervisor: %w", cmd.Args[0], err)
+	}
+	return &adapterProc{stream: rs, cancel: cancel, exited: rs.done, status: rs.exitStatus, pid: rs.proc.Pid(), stderr: stderr, resident: name, rs: rs}, nil
 }
 
 func (s *Supervisor) startPipe(pctx context.Context, cancel context.CancelFunc, cmd *sandbox.Cmd, stderr *proc.Tail) (*adapterProc, error) {

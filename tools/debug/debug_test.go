@@ -934,7 +934,9 @@ int main(void) {
 }
 `
 
-func TestLLDBHost(t *testing.T) {
+// needLLDB skips without lldb-dap (or lldb-vscode) or a C compiler.
+func needLLDB(t *testing.T) {
+	t.Helper()
 	var found string
 	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
 		for _, pat := range []string{"lldb-dap", "lldb-dap-[0-9]*", "lldb-vscode", "lldb-vscode-[0-9]*"} {
@@ -949,6 +951,10 @@ func TestLLDBHost(t *testing.T) {
 	if _, err := exec.LookPath("cc"); err != nil {
 		t.Skip("no C compiler (cc) on PATH")
 	}
+}
+
+func TestLLDBHost(t *testing.T) {
+	needLLDB(t)
 	f := newFixture(t, map[string]string{"CMakeLists.txt": "project(hello C)\nadd_executable(hello main.c)\n", "main.c": cProgram}, Options{})
 	if out, err := exec.Command("cc", "-g", "-O0", "-o", filepath.Join(f.dir, "hello"), filepath.Join(f.dir, "main.c")).CombinedOutput(); err != nil {
 		t.Fatalf("cc: %v: %s", err, out)

@@ -353,18 +353,12 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 		return reply{}, err
 	}
 	client := dap.NewClient(ap.stream, dap.Options{RequestTimeout: s.opts.RequestTimeout})
-	opts := dap.SessionOptions{AdapterID: av.Adapter}
-	if av.Adapter == AdapterDebugpy {
-		opts.ExceptionFilters = []string{"uncaught"}
-	}
-	if av.Adapter == AdapterDelve {
-		opts.AdapterID = "go"
-	}
-	ds := dap.NewSession(client, opts)
+	ds := dap.NewSession(client, sessionOptions(av.Adapter))
 	s.mu.Lock()
 	s.nextID++
 	ss := &session{id: s.nextID, adapter: av.Adapter, server: serverName(av), host: s.opts.Host, command: command, program: program, root: av.Root,
-		started: time.Now(), ds: ds, cancel: ap.cancel, exited: ap.exited, status: ap.status, pid: ap.pid, stderr: ap.stderr, release: release}
+		started: time.Now(), ds: ds, cancel: ap.cancel, exited: ap.exited, status: ap.status, pid: ap.pid, stderr: ap.stderr, release: release,
+		resident: ap.resident, rs: ap.rs}
 	s.last = nil // a new session: the previous ending is old news
 	if out, ok := args["output"].(string); ok {
 		ss.scratch, ss.sb = path.Dir(out), s.sb
