@@ -64,13 +64,7 @@ func EvalToolsWith(opts eval.Options) Binder {
 		opts.Host = opts.Host || env.Sandbox.Ref() == "host" // no workspace interpreter runs on the host
 		opts.Resident = env.Resident
 		sup := eval.Register(r, env.Sandbox, env.Workspace, env.Context, opts)
-		if b := env.Adopted("eval"); b != nil && env.durable != nil {
-			if res := env.durable.held(); res != nil {
-				if err := sup.Adopt(ctx, res, b); err != nil {
-					env.Problem(fmt.Sprintf("run %s: eval: %v", env.RunID, err))
-				}
-			}
-		}
+		env.adoptResident(ctx, "eval", sup.Adopt)
 		env.Persist("eval", sup)
 		env.OnCloseOrDetach(sup.Close, sup.Detach)
 		env.AddResources(sup.Resources)
@@ -126,16 +120,21 @@ func StructuralTools(ctx context.Context, r *tools.Registry, env *Env) error {
 // conversation id (DBG-1), with one session supervisor per run that takes
 // the conversation's claim on "debug" for each session, so the
 // conversation's runs hold one session between them (DBG-3); the run's
-// close ends its session, killing the adapter and the debuggee.
+// close ends its session, killing the adapter and the debuggee. With a
+// run store the adapter runs under the run's resident supervisor and the
+// session outlives berth (Env.Persist, Supervisor.Adopt).
 func DebugTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	if env.Spec.ConversationID == "" {
 		return nil
 	}
 	sup := debug.Register(r, env.Sandbox, env.Workspace, env.Context, debug.Options{
-		Host:  env.Sandbox.Ref() == "host",
-		Claim: func() (func(), error) { return env.Claim("debug") },
+		Host:     env.Sandbox.Ref() == "host",
+		Claim:    func() (func(), error) { return env.Claim("debug") },
+		Resident: env.Resident,
 	})
-	env.OnClose(sup.Close)
+	env.adoptResident(ctx, "debug", sup.Adopt)
+	env.Persist("debug", sup)
+	env.OnCloseOrDetach(sup.Close, sup.Detach)
 	env.AddResources(sup.Resources)
 	return nil
 }

@@ -87,6 +87,22 @@ func (e *Env) Adopted(key string) []byte {
 	return e.adopted[key]
 }
 
+// adoptResident hands the state key persisted before berth restarted to
+// adopt, with the run's adopted resident supervisor; what adopt cannot
+// take over goes to Controller.Adopt's report. It does nothing for a new
+// run, or one whose resident was not adopted.
+func (e *Env) adoptResident(ctx context.Context, key string, adopt func(context.Context, sandbox.Resident, []byte) error) {
+	b := e.Adopted(key)
+	if b == nil || e.durable == nil {
+		return
+	}
+	if res := e.durable.held(); res != nil {
+		if err := adopt(ctx, res, b); err != nil {
+			e.Problem(fmt.Sprintf("run %s: %s: %v", e.RunID, key, err))
+		}
+	}
+}
+
 // Resident returns the run's resident supervisor, starting it in the
 // sandbox on first use. It returns nil and no error when the run keeps
 // nothing across berth's restarts (no store); an error when the sandbox

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"berth.dev/berth/tests/berthtest"
+	"berth.dev/berth/tools/debug/debugtest"
 )
 
 // Runs that outlive berth (docs/design.md, "Durable runs"): the test
@@ -73,11 +74,14 @@ func evalText(t *testing.T, c *berthtest.Client, run, code string) string {
 	return res.Text()
 }
 
-// berthProcs lists the container's processes of berth's making: its
-// agent (resident supervisor, keepers, relays) and the kernels.
+// berthProcs lists the container's resident supervisors (their keepers)
+// and the interpreters of its kernels and debug adapters.
 func berthProcs(t *testing.T, ctr *container) (residents, kernels []string) {
 	t.Helper()
 	for _, p := range ctr.procTable(t) {
+		if p.comm != "berth-shim" && strings.Contains(p.args, "debugpy.adapter") {
+			kernels = append(kernels, p.String()) // counted with the kernels: one each
+		}
 		switch {
 		case strings.Contains(p.args, " resident "): // the keeper of the run's resident supervisor
 			residents = append(residents, p.String())
@@ -88,13 +92,14 @@ func berthProcs(t *testing.T, ctr *container) (residents, kernels []string) {
 	return residents, kernels
 }
 
-// oneOfEach fails unless exactly one resident supervisor and one kernel
-// run in the container.
-func oneOfEach(t *testing.T, ctr *container, when string) {
+// oneOfEach fails unless exactly one resident supervisor and n
+// interpreters (a kernel, and a debug adapter when n is 2) run in the
+// container.
+func oneOfEach(t *testing.T, ctr *container, when string, n int) {
 	t.Helper()
 	res, kern := berthProcs(t, ctr)
-	if len(res) != 1 || len(kern) != 1 {
-		t.Fatalf("%s: want one resident supervisor and one kernel in the container, got residents %q, kernels %q; all: %v", when, res, kern, ctr.procTable(t))
+	if len(res) != 1 || len(kern) != n {
+		t.Fatalf("%s: want one resident supervisor and %d kernels and adapters in the container, got residents %q, kernels and adapters %q; all: %v", when, n, res, kern, ctr.procTable(t))
 	}
 }
 
@@ -113,7 +118,11 @@ func TestRunSurvivesBerthRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	evalText(t, c1, info.ID, "x = 41")
-	oneOfEach(t, ctr, "before the restart")
+	ctr.put(t, "requirements.txt", "")
+	ctr.put(t, "app/main.py", debugtest.PyProgram)
+	debugCall(t, c1, info.ID, map[string]any{"op": "breakpoints", "file": "app/main.py", "lines": []any{7, 11}})
+	debugCall(t, c1, info.ID, map[string]any{"op": "launch", "program": "app/main.py"}, "stopped at app/main.py:7")
+	oneOfEach(t, ctr, "before the restart", 2)
 	editID := stageEdit(t, c1, info.ID)
 	card := openCard(t, c1, info.ID)
 
@@ -127,7 +136,10 @@ func TestRunSurvivesBerthRestart(t *testing.T) {
 	if !strings.Contains(got, "berth restarted") {
 		t.Errorf("the first result after the restart does not say the kernel was kept: %q", got)
 	}
-	oneOfEach(t, ctr, "after a SIGKILL restart")
+	oneOfEach(t, ctr, "after a SIGKILL restart", 2)
+	// The debug session is still stopped where it was, and goes on.
+	debugCall(t, c2, info.ID, map[string]any{"op": "status"}, "app/main.py:7")
+	debugCall(t, c2, info.ID, map[string]any{"op": "continue"}, "stopped at app/main.py:11")
 	// The staged edit is still there to accept.
 	res, err := c2.Call(ctx, info.ID, "resolve", map[string]any{"edit_id": editID, "action": "accept"})
 	if err != nil || res.IsError {
@@ -146,7 +158,9 @@ func TestRunSurvivesBerthRestart(t *testing.T) {
 	if got := evalText(t, c3, info.ID, "x + 2"); !strings.Contains(got, "43") {
 		t.Fatalf("after a SIGTERM restart, x + 2 = %q; want 43", got)
 	}
-	oneOfEach(t, ctr, "after a SIGTERM restart")
+	oneOfEach(t, ctr, "after a SIGTERM restart", 2)
+	debugCall(t, c3, info.ID, map[string]any{"op": "status"}, "app/main.py:11")
+	debugCall(t, c3, info.ID, map[string]any{"op": "continue"}, "stopped at app/main.py:11") // the loop comes round again
 
 	// The run's close ends everything of it in the container.
 	if err := c3.CloseRun(ctx, info.ID); err != nil {
@@ -176,7 +190,7 @@ func TestResidentGraceEndsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	evalText(t, c1, info.ID, "x = 41")
-	oneOfEach(t, ctr, "before berth went away")
+	oneOfEach(t, ctr, "before berth went away", 1)
 	s1.Kill()
 	waitFor(t, 30*time.Second, "the resident supervisor to end its kernel and itself after its grace", func() bool {
 		res, kern := berthProcs(t, ctr)
@@ -240,6 +254,24 @@ func TestSecondBerthOnOneStateDirRefused(t *testing.T) {
 	if !strings.Contains(string(out), filepath.Base(state)) || !strings.Contains(string(out), "--state-dir") {
 		t.Fatalf("the second berth's refusal does not name the directory and say what to do: %s", out)
 	}
+}
+
+// debugCall calls debug with args and wants a result holding every one of
+// want.
+func debugCall(t *testing.T, c *berthtest.Client, run string, args map[string]any, want ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	res, err := c.Call(ctx, run, "debug", args)
+	if err != nil || res.IsError {
+		t.Fatalf("debug %v: %v %s", args, err, res.Text())
+	}
+	for _, w := range want {
+		if !strings.Contains(res.Text(), w) {
+			t.Fatalf("debug %v: want %q in:\n%s", args, w, res.Text())
+		}
+	}
+	return res.Text()
 }
 
 // stageEdit stages an ast_edit of dup.py ("x = 1" twice → "x = 2") and
