@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -79,17 +80,23 @@ func TestEvalReport(t *testing.T) {
 	// berth into a container.
 	_, sb := benchContainer(t, image, nil)
 	ctrEval := newEvalCells(t, sb, benchWorkspace)
+	// berth into a container, the kernel under the run's resident
+	// supervisor (a run that outlives berth): the round trip must not move.
+	_, rsb := benchContainer(t, image, nil)
+	resEval := newEvalCellsWith(t, rsb, benchWorkspace, residentOption(t, rsb))
 
 	// Warm up, then interleave.
 	anchor.cells(t, evalRound)
 	hostEval.cells(t, evalRound)
 	ctrEval.cells(t, evalRound)
-	var anchorRT, hostRT, ctrRT []time.Duration
+	resEval.cells(t, evalRound)
+	var anchorRT, hostRT, ctrRT, resRT []time.Duration
 	for len(ctrRT) < n {
 		k := min(evalRound, n-len(ctrRT))
 		anchorRT = append(anchorRT, anchor.cells(t, k)...)
 		hostRT = append(hostRT, hostEval.cells(t, k)...)
 		ctrRT = append(ctrRT, ctrEval.cells(t, k)...)
+		resRT = append(resRT, resEval.cells(t, k)...)
 		if ctx.Err() != nil {
 			t.Fatal(ctx.Err())
 		}
@@ -105,6 +112,11 @@ func TestEvalReport(t *testing.T) {
 		verdict = "NOT met"
 	}
 	fmt.Fprintf(tw, "berth eval → ipykernel in a container\t%s\t%.2f (goal < 1.3: %s)\t%s\t\n", us(median(ctrRT)), ratio(ctrRT, anchorRT), verdict, millis(ctrEval.cold))
+	verdict = "met"
+	if ratio(resRT, anchorRT) >= 1.3 {
+		verdict = "NOT met"
+	}
+	fmt.Fprintf(tw, "the same, kernel under the run's resident supervisor\t%s\t%.2f (goal < 1.3: %s)\t%s\t\n", us(median(resRT)), ratio(resRT, anchorRT), verdict, millis(resEval.cold))
 	tw.Flush()
 	t.Logf("eval round trip, median of %d cells each, in interleaved rounds of %d:\n%s", n, evalRound, b.String())
 }
@@ -183,6 +195,26 @@ type evalCells struct {
 // call, which starts the kernel (its cold start).
 func newEvalCells(t *testing.T, sb sandbox.Sandbox, ws string) *evalCells {
 	t.Helper()
+	return newEvalCellsWith(t, sb, ws, eval.Options{})
+}
+
+// residentOption starts a resident supervisor in sb and returns eval
+// options that start kernels under it; the test's cleanup closes it.
+func residentOption(t *testing.T, sb sandbox.Sandbox) eval.Options {
+	t.Helper()
+	secret := make([]byte, sandbox.MinResidentSecret)
+	rand.Read(secret)
+	res, err := sb.(sandbox.Residence).Resident(t.Context(), sandbox.ResidentSpec{Dir: "/tmp/berth-run-bench", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { res.Close() })
+	return eval.Options{Resident: func(context.Context) (sandbox.Resident, error) { return res, nil }}
+}
+
+// newEvalCellsWith is newEvalCells with eval's options.
+func newEvalCellsWith(t *testing.T, sb sandbox.Sandbox, ws string, opts eval.Options) *evalCells {
+	t.Helper()
 	ctx := t.Context()
 	fsys, err := sb.FS(ctx, ws)
 	if err != nil {
@@ -190,7 +222,7 @@ func newEvalCells(t *testing.T, sb sandbox.Sandbox, ws string) *evalCells {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	reg := tools.NewRegistry()
-	sup := eval.Register(reg, sb, fsys, runCtx, eval.Options{})
+	sup := eval.Register(reg, sb, fsys, runCtx, opts)
 	t.Cleanup(func() {
 		sup.Close()
 		cancel()
