@@ -18,7 +18,7 @@ import (
 	"berth.dev/berth/tools/debug/debugtest"
 )
 
-// Runs that outlive berth (docs/design.md, "Durable runs"): the test
+// Runs that outlive berth (docs/design.md, "Main flows"): the test
 // plays the platform, starts the real `berth serve` on a state directory,
 // kills it (SIGKILL, as a crash or an OOM kill; SIGTERM, as a rollout) and
 // starts it again on the same directory; the run's kernel keeps its
