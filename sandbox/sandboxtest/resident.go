@@ -28,6 +28,7 @@ func RunResident(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, C
 	tests := []subtest{
 		{"ReattachAfterRestart", testResidentReattach},
 		{"OverflowNote", testResidentOverflow},
+		{"ExitedWhileDetached", testResidentExitedDetached},
 		{"AttachTakesOver", testResidentTakeover},
 		{"ContextBoundsAttached", testResidentContext},
 		{"StdinOutlivesBerth", testResidentStdin},
@@ -193,6 +194,42 @@ read y; echo "then $y"; exit 7`, f)
 	}
 	if _, err := res2.Attach(ctxT(t), "prog", &sandbox.Cmd{}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Attach to a collected process = %v, want ErrNotFound", err)
+	}
+}
+
+// testResidentExitedDetached: a process that ends while no berth is
+// attached keeps its output and exit status until an Attach collects them.
+func testResidentExitedDetached(t *testing.T, e *env) {
+	res, spec := e.startResident(t, time.Minute)
+	f := e.dir
+	script := fmt.Sprintf(`while [ ! -e %[1]s/go ]; do sleep 0.05; done; echo bye; echo err >&2; exit 9`, f)
+	if _, err := res.Start(context.Background(), "short", &sandbox.Cmd{Args: []string{"sh", "-c", script}}); err != nil {
+		t.Fatal(err)
+	}
+	res.Detach()
+	_, res2 := e.adopt(t, spec)
+	run(t, e.sb, sh("touch "+f+"/go"))
+	deadline := time.Now().Add(hang)
+	for {
+		procs, err := res2.Processes(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(procs) == 1 && procs[0].Exited {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Processes = %+v, want short, exited", procs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var out, errb syncBuffer
+	p, err := res2.Attach(ctxT(t), "short", &sandbox.Cmd{Stdout: &out, Stderr: &errb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := waitT(t, p); err != nil || st.Code != 9 || out.String() != "bye\n" || errb.String() != "err\n" {
+		t.Errorf("attached to an ended process: %v, %v, stdout %q, stderr %q; want exit 9, bye, err", st, err, out.String(), errb.String())
 	}
 }
 
