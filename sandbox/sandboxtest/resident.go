@@ -11,6 +11,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ func RunResident(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, C
 		{"ReattachAfterRestart", testResidentReattach},
 		{"OverflowNote", testResidentOverflow},
 		{"ExitedWhileDetached", testResidentExitedDetached},
+		{"Pipe", testResidentPipe},
 		{"AttachTakesOver", testResidentTakeover},
 		{"ContextBoundsAttached", testResidentContext},
 		{"StdinOutlivesBerth", testResidentStdin},
@@ -231,6 +233,27 @@ func testResidentExitedDetached(t *testing.T, e *env) {
 	if st, err := waitT(t, p); err != nil || st.Code != 9 || out.String() != "bye\n" || errb.String() != "err\n" {
 		t.Errorf("attached to an ended process: %v, %v, stdout %q, stderr %q; want exit 9, bye, err", st, err, out.String(), errb.String())
 	}
+}
+
+// residentStarts is a sandbox whose Start starts each process under a
+// resident, under a name of its own, so that sandbox.Pipe runs over a
+// resident's process.
+type residentStarts struct {
+	sandbox.Sandbox
+	res sandbox.Resident
+	n   atomic.Int32
+}
+
+func (s *residentStarts) Start(ctx context.Context, cmd *sandbox.Cmd) (sandbox.Process, error) {
+	return s.res.Start(ctx, fmt.Sprintf("pipe-%d", s.n.Add(1)), cmd)
+}
+
+// testResidentPipe runs the sandbox.Pipe checks on processes started
+// under a resident (a debug adapter or language server spoken to over
+// stdio).
+func testResidentPipe(t *testing.T, e *env) {
+	res, _ := e.startResident(t, time.Minute)
+	testPipe(t, &env{sb: &residentStarts{Sandbox: e.sb, res: res}, cfg: e.cfg, dir: e.dir, newSandbox: e.newSandbox})
 }
 
 // testResidentTakeover: an Attach from another berth while the first is
