@@ -534,7 +534,7 @@ func testResidentSecretNowhere(t *testing.T, e *env) {
 	r := run(t, e.sb, &sandbox.Cmd{
 		Args: []string{"sh", "-c", `printf %s "$A$B" > "$N"; n=0
 for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do
-	if grep -q -F -f "$N" "$f" 2>/dev/null; then echo "found in $f: $(tr '\0' ' ' < /proc/${f#/proc/}/../cmdline 2>/dev/null)"; n=$((n+1)); fi
+	if grep -q -F -f "$N" "$f" 2>/dev/null; then pid=${f#/proc/}; echo "found in $f: $(tr '\0' ' ' < /proc/${pid%%/*}/cmdline 2>/dev/null)"; n=$((n+1)); fi
 done
 echo "checked"`},
 		Env: []string{"A=" + string(spec.Secret[:half]), "B=" + string(spec.Secret[half:]), "N=" + needle},
