@@ -116,6 +116,36 @@ func awaitFile(t *testing.T, sb sandbox.Sandbox, p string) {
 	}
 }
 
+// startTalker starts script under res as name with a stdin pipe (closed
+// at cleanup), writes line to it and waits until stdout shows marker.
+func startTalker(t *testing.T, res sandbox.Resident, name, script, line, marker string) sandbox.Process {
+	t.Helper()
+	inR, inW := io.Pipe()
+	t.Cleanup(func() { inW.Close() })
+	out := newMarker(marker)
+	p, err := res.Start(context.Background(), name, &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdin: inR, Stdout: out})
+	if err != nil {
+		t.Fatalf("Start %s: %v", name, err)
+	}
+	io.WriteString(inW, line)
+	out.await(t)
+	return p
+}
+
+// attachTalker attaches to res's process name with a stdin pipe (closed
+// at cleanup) and a stdout that reports marker.
+func attachTalker(t *testing.T, res sandbox.Resident, name, marker string) (sandbox.Process, io.WriteCloser, *syncBuffer) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	t.Cleanup(func() { inW.Close() })
+	out := newMarker(marker)
+	p, err := res.Attach(ctxT(t), name, &sandbox.Cmd{Stdin: inR, Stdout: out})
+	if err != nil {
+		t.Fatalf("Attach %s: %v", name, err)
+	}
+	return p, inW, out
+}
+
 // pidsLine is what a program under a resident prints to name its
 // supervisor, the resident and the resident's keeper.
 const pidsLine = `s=$PPID; r=$(cut -d' ' -f4 /proc/$s/stat); k=$(cut -d' ' -f4 /proc/$r/stat); echo "pids $s $r $k"`
@@ -143,15 +173,7 @@ func testResidentReattach(t *testing.T, e *env) {
 while [ ! -e %[1]s/go ]; do sleep 0.05; done
 echo while-detached; touch %[1]s/wrote
 read y; echo "then $y"; exit 7`, f)
-	inR, inW := io.Pipe()
-	defer inW.Close()
-	out := newMarker("got one")
-	p, err := res.Start(context.Background(), "prog", &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdin: inR, Stdout: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.WriteString(inW, "one\n")
-	out.await(t)
+	p := startTalker(t, res, "prog", script, "one\n", "got one")
 	if err := res.Detach(); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
@@ -172,13 +194,7 @@ read y; echo "then $y"; exit 7`, f)
 	if len(procs) != 1 || procs[0].Name != "prog" || procs[0].Pid != p.Pid() || procs[0].Exited {
 		t.Fatalf("Processes = %+v, want prog with pid %d, running", procs, p.Pid())
 	}
-	inR2, inW2 := io.Pipe()
-	defer inW2.Close()
-	out2 := newMarker("then two")
-	p2, err := res2.Attach(ctxT(t), "prog", &sandbox.Cmd{Stdin: inR2, Stdout: out2})
-	if err != nil {
-		t.Fatalf("Attach: %v", err)
-	}
+	p2, inW2, out2 := attachTalker(t, res2, "prog", "then two")
 	if p2.Pid() != p.Pid() {
 		t.Errorf("attached pid %d, started %d", p2.Pid(), p.Pid())
 	}
@@ -262,22 +278,9 @@ func testResidentPipe(t *testing.T, e *env) {
 func testResidentTakeover(t *testing.T, e *env) {
 	res, spec := e.startResident(t, time.Minute)
 	script := `while read l; do echo "line $l"; done`
-	inR, inW := io.Pipe()
-	defer inW.Close()
-	out := newMarker("line a")
-	p, err := res.Start(context.Background(), "cat", &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdin: inR, Stdout: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.WriteString(inW, "a\n")
-	out.await(t)
+	p := startTalker(t, res, "cat", script, "a\n", "line a")
 	_, res2 := e.adopt(t, spec)
-	inR2, inW2 := io.Pipe()
-	out2 := newMarker("line b")
-	p2, err := res2.Attach(ctxT(t), "cat", &sandbox.Cmd{Stdin: inR2, Stdout: out2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p2, inW2, out2 := attachTalker(t, res2, "cat", "line b")
 	if _, err := waitT(t, p); err == nil || errors.Is(err, sandbox.ErrDetached) {
 		t.Errorf("Wait of the taken-over process = %v, want a broken connection", err)
 	}
@@ -355,15 +358,7 @@ func testResidentStdin(t *testing.T, e *env) {
 	res, spec := e.startResident(t, time.Minute)
 	f := e.dir
 	script := fmt.Sprintf(`while read l; do echo "line $l"; done; touch %s/eof`, f)
-	inR, inW := io.Pipe()
-	defer inW.Close()
-	out := newMarker("line a")
-	p, err := res.Start(context.Background(), "cat", &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdin: inR, Stdout: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.WriteString(inW, "a\n")
-	out.await(t)
+	p := startTalker(t, res, "cat", script, "a\n", "line a")
 	// The sandbox's Close detaches the resident it holds, ending nothing.
 	e.sb.Close()
 	if _, err := waitT(t, p); !errors.Is(err, sandbox.ErrDetached) {
@@ -373,12 +368,7 @@ func testResidentStdin(t *testing.T, e *env) {
 		t.Errorf("Processes after the sandbox's Close = %v, want an error wrapping sandbox.ErrDetached", err)
 	}
 	other, res2 := e.adopt(t, spec)
-	inR2, inW2 := io.Pipe()
-	out2 := newMarker("line b")
-	p2, err := res2.Attach(ctxT(t), "cat", &sandbox.Cmd{Stdin: inR2, Stdout: out2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p2, inW2, out2 := attachTalker(t, res2, "cat", "line b")
 	if exists(t, other, f+"/eof") || !alive(t, other, p.Pid()) {
 		t.Fatal("the program saw EOF on stdin, or ended, when berth went away")
 	}
