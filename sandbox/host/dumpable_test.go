@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 }
 
 func helperParent(mode string) int {
+	if mode == residentHelper {
+		return residentParent()
+	}
 	if mode == "undumpable" {
 		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
 			fmt.Fprintln(os.Stderr, "prctl:", e)

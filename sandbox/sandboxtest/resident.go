@@ -11,6 +11,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +29,8 @@ func RunResident(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, C
 	tests := []subtest{
 		{"ReattachAfterRestart", testResidentReattach},
 		{"OverflowNote", testResidentOverflow},
+		{"ExitedWhileDetached", testResidentExitedDetached},
+		{"Pipe", testResidentPipe},
 		{"AttachTakesOver", testResidentTakeover},
 		{"ContextBoundsAttached", testResidentContext},
 		{"StdinOutlivesBerth", testResidentStdin},
@@ -113,6 +116,36 @@ func awaitFile(t *testing.T, sb sandbox.Sandbox, p string) {
 	}
 }
 
+// startTalker starts script under res as name with a stdin pipe (closed
+// at cleanup), writes line to it and waits until stdout shows marker.
+func startTalker(t *testing.T, res sandbox.Resident, name, script, line, marker string) sandbox.Process {
+	t.Helper()
+	inR, inW := io.Pipe()
+	t.Cleanup(func() { inW.Close() })
+	out := newMarker(marker)
+	p, err := res.Start(context.Background(), name, &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdin: inR, Stdout: out})
+	if err != nil {
+		t.Fatalf("Start %s: %v", name, err)
+	}
+	io.WriteString(inW, line)
+	out.await(t)
+	return p
+}
+
+// attachTalker attaches to res's process name with a stdin pipe (closed
+// at cleanup) and a stdout that reports marker.
+func attachTalker(t *testing.T, res sandbox.Resident, name, marker string) (sandbox.Process, io.WriteCloser, *syncBuffer) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	t.Cleanup(func() { inW.Close() })
+	out := newMarker(marker)
+	p, err := res.Attach(ctxT(t), name, &sandbox.Cmd{Stdin: inR, Stdout: out})
+	if err != nil {
+		t.Fatalf("Attach %s: %v", name, err)
+	}
+	return p, inW, out
+}
+
 // pidsLine is what a program under a resident prints to name its
 // supervisor, the resident and the resident's keeper.
 const pidsLine = `s=$PPID; r=$(cut -d' ' -f4 /proc/$s/stat); k=$(cut -d' ' -f4 /proc/$r/stat); echo "pids $s $r $k"`
@@ -140,15 +173,7 @@ func testResidentReattach(t *testing.T, e *env) {
 while [ ! -e %[1]s/go ]; do sleep 0.05; done
 echo while-detached; touch %[1]s/wrote
 read y; echo "then $y"; exit 7`, f)
-	inR, inW := io.Pipe()
-	defer inW.Close()
-	out := newMarker("got one")
-	p, err := res.Start(context.Background(), "prog", &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdin: inR, Stdout: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.WriteString(inW, "one\n")
-	out.await(t)
+	p := startTalker(t, res, "prog", script, "one\n", "got one")
 	if err := res.Detach(); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
@@ -169,13 +194,7 @@ read y; echo "then $y"; exit 7`, f)
 	if len(procs) != 1 || procs[0].Name != "prog" || procs[0].Pid != p.Pid() || procs[0].Exited {
 		t.Fatalf("Processes = %+v, want prog with pid %d, running", procs, p.Pid())
 	}
-	inR2, inW2 := io.Pipe()
-	defer inW2.Close()
-	out2 := newMarker("then two")
-	p2, err := res2.Attach(ctxT(t), "prog", &sandbox.Cmd{Stdin: inR2, Stdout: out2})
-	if err != nil {
-		t.Fatalf("Attach: %v", err)
-	}
+	p2, inW2, out2 := attachTalker(t, res2, "prog", "then two")
 	if p2.Pid() != p.Pid() {
 		t.Errorf("attached pid %d, started %d", p2.Pid(), p.Pid())
 	}
@@ -196,28 +215,72 @@ read y; echo "then $y"; exit 7`, f)
 	}
 }
 
+// testResidentExitedDetached: a process that ends while no berth is
+// attached keeps its output and exit status until an Attach collects them.
+func testResidentExitedDetached(t *testing.T, e *env) {
+	res, spec := e.startResident(t, time.Minute)
+	f := e.dir
+	script := fmt.Sprintf(`while [ ! -e %[1]s/go ]; do sleep 0.05; done; echo bye; echo err >&2; exit 9`, f)
+	if _, err := res.Start(context.Background(), "short", &sandbox.Cmd{Args: []string{"sh", "-c", script}}); err != nil {
+		t.Fatal(err)
+	}
+	res.Detach()
+	_, res2 := e.adopt(t, spec)
+	run(t, e.sb, sh("touch "+f+"/go"))
+	deadline := time.Now().Add(hang)
+	for {
+		procs, err := res2.Processes(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(procs) == 1 && procs[0].Exited {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Processes = %+v, want short, exited", procs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var out, errb syncBuffer
+	p, err := res2.Attach(ctxT(t), "short", &sandbox.Cmd{Stdout: &out, Stderr: &errb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := waitT(t, p); err != nil || st.Code != 9 || out.String() != "bye\n" || errb.String() != "err\n" {
+		t.Errorf("attached to an ended process: %v, %v, stdout %q, stderr %q; want exit 9, bye, err", st, err, out.String(), errb.String())
+	}
+}
+
+// residentStarts is a sandbox whose Start starts each process under a
+// resident, under a name of its own, so that sandbox.Pipe runs over a
+// resident's process.
+type residentStarts struct {
+	sandbox.Sandbox
+	res sandbox.Resident
+	n   atomic.Int32
+}
+
+func (s *residentStarts) Start(ctx context.Context, cmd *sandbox.Cmd) (sandbox.Process, error) {
+	return s.res.Start(ctx, fmt.Sprintf("pipe-%d", s.n.Add(1)), cmd)
+}
+
+// testResidentPipe runs the sandbox.Pipe checks on processes started
+// under a resident (a debug adapter or language server spoken to over
+// stdio).
+func testResidentPipe(t *testing.T, e *env) {
+	res, _ := e.startResident(t, time.Minute)
+	testPipe(t, &env{sb: &residentStarts{Sandbox: e.sb, res: res}, cfg: e.cfg, dir: e.dir, newSandbox: e.newSandbox})
+}
+
 // testResidentTakeover: an Attach from another berth while the first is
 // still attached takes the process over; the first one's Wait reports a
 // broken connection (not a detach), and the process runs on.
 func testResidentTakeover(t *testing.T, e *env) {
 	res, spec := e.startResident(t, time.Minute)
 	script := `while read l; do echo "line $l"; done`
-	inR, inW := io.Pipe()
-	defer inW.Close()
-	out := newMarker("line a")
-	p, err := res.Start(context.Background(), "cat", &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdin: inR, Stdout: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.WriteString(inW, "a\n")
-	out.await(t)
+	p := startTalker(t, res, "cat", script, "a\n", "line a")
 	_, res2 := e.adopt(t, spec)
-	inR2, inW2 := io.Pipe()
-	out2 := newMarker("line b")
-	p2, err := res2.Attach(ctxT(t), "cat", &sandbox.Cmd{Stdin: inR2, Stdout: out2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p2, inW2, out2 := attachTalker(t, res2, "cat", "line b")
 	if _, err := waitT(t, p); err == nil || errors.Is(err, sandbox.ErrDetached) {
 		t.Errorf("Wait of the taken-over process = %v, want a broken connection", err)
 	}
@@ -295,15 +358,7 @@ func testResidentStdin(t *testing.T, e *env) {
 	res, spec := e.startResident(t, time.Minute)
 	f := e.dir
 	script := fmt.Sprintf(`while read l; do echo "line $l"; done; touch %s/eof`, f)
-	inR, inW := io.Pipe()
-	defer inW.Close()
-	out := newMarker("line a")
-	p, err := res.Start(context.Background(), "cat", &sandbox.Cmd{Args: []string{"sh", "-c", script}, Stdin: inR, Stdout: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.WriteString(inW, "a\n")
-	out.await(t)
+	p := startTalker(t, res, "cat", script, "a\n", "line a")
 	// The sandbox's Close detaches the resident it holds, ending nothing.
 	e.sb.Close()
 	if _, err := waitT(t, p); !errors.Is(err, sandbox.ErrDetached) {
@@ -313,12 +368,7 @@ func testResidentStdin(t *testing.T, e *env) {
 		t.Errorf("Processes after the sandbox's Close = %v, want an error wrapping sandbox.ErrDetached", err)
 	}
 	other, res2 := e.adopt(t, spec)
-	inR2, inW2 := io.Pipe()
-	out2 := newMarker("line b")
-	p2, err := res2.Attach(ctxT(t), "cat", &sandbox.Cmd{Stdin: inR2, Stdout: out2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p2, inW2, out2 := attachTalker(t, res2, "cat", "line b")
 	if exists(t, other, f+"/eof") || !alive(t, other, p.Pid()) {
 		t.Fatal("the program saw EOF on stdin, or ended, when berth went away")
 	}
@@ -474,7 +524,7 @@ func testResidentSecretNowhere(t *testing.T, e *env) {
 	r := run(t, e.sb, &sandbox.Cmd{
 		Args: []string{"sh", "-c", `printf %s "$A$B" > "$N"; n=0
 for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do
-	if grep -q -F -f "$N" "$f" 2>/dev/null; then echo "found in $f: $(tr '\0' ' ' < /proc/${f#/proc/}/../cmdline 2>/dev/null)"; n=$((n+1)); fi
+	if grep -q -F -f "$N" "$f" 2>/dev/null; then pid=${f#/proc/}; echo "found in $f: $(tr '\0' ' ' < /proc/${pid%%/*}/cmdline 2>/dev/null)"; n=$((n+1)); fi
 done
 echo "checked"`},
 		Env: []string{"A=" + string(spec.Secret[:half]), "B=" + string(spec.Secret[half:]), "N=" + needle},

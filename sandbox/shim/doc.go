@@ -34,8 +34,25 @@
 // The agent speaks frames on its stdio: one type byte, a four-byte
 // big-endian length, and at most [agent.MaxPayload] bytes of payload. Its
 // modes are "run" (a supervised process), "fs" (a file server confined to a
-// root with os.Root), "dial" (a raw relay to a loopback or unix socket) and
+// root with os.Root), "dial" (a raw relay to a loopback or unix socket),
+// "resident" (a run's resident supervisor, see [Sandbox.Resident]) and
 // "version".
+//
+// # Residents
+//
+// [Sandbox.Resident] starts "berth-shim resident --grace=G DIR" once per
+// run: a keeper (a subreaper that sweeps what is left if the resident is
+// killed) above the resident, which takes the run's secret in one frame on
+// its stdin, locks DIR (0700, its own), listens on DIR/sock (0600), makes
+// itself non-dumpable and lets go of the exec's stdio, so the exec's
+// stream ends while it runs on. Each of its programs runs under a "run"
+// supervisor of its own, whose stdio the resident holds: berth going away
+// closes no program's stdin, and output is kept (bounded) until a berth
+// attaches. berth reaches the resident through Dial to DIR/sock; every
+// connection authenticates with the secret, then asks one thing (start,
+// attach, list, signal, close, hold). With no authenticated connection for
+// its grace, the resident ends everything and removes DIR. Close detaches
+// residents: their processes run on for the next berth to adopt.
 //
 // # Deadlines
 //

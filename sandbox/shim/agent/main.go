@@ -44,7 +44,7 @@ import (
 // process exit code.
 func Main(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "berth-shim: want a mode: run, fs, dial or version")
+		fmt.Fprintln(os.Stderr, "berth-shim: want a mode: run, fs, dial, resident or version")
 		return 2
 	}
 	switch args[0] {

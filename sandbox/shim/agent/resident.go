@@ -657,7 +657,7 @@ type resProc struct {
 
 	mu          sync.Mutex
 	cond        *sync.Cond // broadcast when anything below changes
-	out, errOut []byte     // kept output, at most ResidentBuffer each
+	out, errOut outBuf     // kept output, at most ResidentBuffer each
 	dropped     int64      // output dropped while detached
 	outstanding int        // stdin bytes the supervisor has not acknowledged
 	acks        int        // acknowledged bytes not yet passed to att
@@ -782,7 +782,7 @@ func (p *resProc) pump(outR *os.File, first chan<- startResult) {
 		if err != nil {
 			p.mu.Lock()
 			if p.exit == nil {
-				p.errOut = append(p.errOut, "berth: the supervisor of this process ended without its exit status (killed?)\n"...)
+				p.errOut.b = append(p.errOut.b, "berth: the supervisor of this process ended without its exit status (killed?)\n"...)
 				p.exit = PutUint32s(uint32(0xffffffff), uint32(syscall.SIGKILL))
 			}
 			p.cond.Broadcast()
@@ -816,18 +816,35 @@ func (p *resProc) pump(outR *os.File, first chan<- startResult) {
 // keep adds output to buf. While a berth is attached, a full buffer holds
 // the supervisor back (as a pipe would); while none is, the oldest output
 // is dropped and counted.
-func (p *resProc) keep(buf *[]byte, b []byte) {
+func (p *resProc) keep(buf *outBuf, b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for p.att != nil && len(*buf)+len(b) > ResidentBuffer {
+	for p.att != nil && len(buf.b)+len(b) > ResidentBuffer {
 		p.cond.Wait()
 	}
-	*buf = append(*buf, b...)
-	if over := len(*buf) - ResidentBuffer; over > 0 {
-		*buf = (*buf)[over:]
+	buf.b = append(buf.b, b...)
+	if over := len(buf.b) - ResidentBuffer; over > 0 {
+		buf.b = buf.b[over:]
+		buf.front += int64(over)
 		p.dropped += int64(over)
 	}
 	p.cond.Broadcast()
+}
+
+// outBuf is one output stream's kept bytes.
+type outBuf struct {
+	b     []byte
+	front int64 // the stream offset of b[0]
+}
+
+// consume removes, once written, the n bytes that were at stream offset
+// off, or what of them is still there.
+func (o *outBuf) consume(off int64, n int) {
+	if k := off + int64(n) - o.front; k > 0 {
+		k = min(k, int64(len(o.b)))
+		o.b = o.b[k:]
+		o.front += k
+	}
 }
 
 func (p *resProc) exited() bool {
@@ -964,14 +981,15 @@ func (p *resProc) write(a *attachment) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
-		for p.att == a && len(p.out) == 0 && len(p.errOut) == 0 && p.acks == 0 && p.exit == nil {
+		for p.att == a && len(p.out.b) == 0 && len(p.errOut.b) == 0 && p.acks == 0 && p.exit == nil {
 			p.cond.Wait()
 		}
 		if p.att != a {
 			return
 		}
-		var src *[]byte
+		var src *outBuf
 		var frame []byte
+		var off int64
 		n := 0
 		exit := false
 		switch {
@@ -980,13 +998,14 @@ func (p *resProc) write(a *attachment) {
 			frame = append(frame, PutUint32s(uint32(p.acks))...)
 			PutHeader(frame, TypeStdinAck, 4)
 			p.acks = 0
-		case len(p.out) > 0 || len(p.errOut) > 0:
+		case len(p.out.b) > 0 || len(p.errOut.b) > 0:
 			typ := byte(TypeStdout)
 			src = &p.out
-			if len(p.out) == 0 {
+			if len(p.out.b) == 0 {
 				typ, src = TypeStderr, &p.errOut
 			}
-			n = copy(buf[HeaderSize:], *src)
+			off = src.front
+			n = copy(buf[HeaderSize:], src.b)
 			PutHeader(buf, typ, n)
 			frame = buf[:HeaderSize+n]
 		default:
@@ -1006,12 +1025,14 @@ func (p *resProc) write(a *attachment) {
 			a.close()
 			return
 		}
+		if src != nil {
+			// Written is delivered, also when the connection was let go
+			// meanwhile; a connection that took over may have sent it too.
+			src.consume(off, n)
+			p.cond.Broadcast()
+		}
 		if p.att != a {
 			return
-		}
-		if src != nil {
-			*src = (*src)[n:]
-			p.cond.Broadcast()
 		}
 		if exit {
 			p.collected = true

@@ -278,3 +278,30 @@ func TestResidentHelloDeadline(t *testing.T) {
 		t.Errorf("the resident's directory is still there: %v", err)
 	}
 }
+
+// TestOutBufConsume: a write that completed removes its bytes once, also
+// when the front moved meanwhile (dropped while detached, or sent by a
+// connection that took over).
+func TestOutBufConsume(t *testing.T) {
+	tests := []struct {
+		name      string
+		front     int64
+		b         string
+		off       int64
+		n         int
+		want      string
+		wantFront int64
+	}{
+		{"front unchanged", 10, "abcdef", 10, 3, "def", 13},
+		{"all written", 10, "abc", 10, 3, "", 13},
+		{"front moved past part of it", 12, "cdef", 10, 3, "def", 13},
+		{"front moved past all of it", 14, "ef", 10, 3, "ef", 14},
+	}
+	for _, tc := range tests {
+		o := outBuf{b: []byte(tc.b), front: tc.front}
+		o.consume(tc.off, tc.n)
+		if string(o.b) != tc.want || o.front != tc.wantFront {
+			t.Errorf("%s: %q at %d, want %q at %d", tc.name, o.b, o.front, tc.want, tc.wantFront)
+		}
+	}
+}
