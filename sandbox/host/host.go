@@ -275,7 +275,12 @@ func (s *Sandbox) Close() error {
 	for _, c := range fss {
 		c.Close()
 	}
-	if cg != nil {
+	switch {
+	case cg != nil && s.Sandbox.KeptResidents():
+		// A resident supervisor let go of, not closed, runs its programs
+		// in this group for the next berth: the group stays with them (it
+		// is left empty once the resident ends them).
+	case cg != nil:
 		// The agents killed their trees; the group's own kill catches what
 		// escaped them.
 		err = errors.Join(err, cg.close())

@@ -22,14 +22,26 @@ var _ sandbox.Residence = (*host.Sandbox)(nil)
 
 // TestResident runs the resident conformance checks on this machine. Each
 // sandbox the suite opens is a new host sandbox, as a restarted berth
-// opens; they share one scratch directory. The sandboxes have no control
-// group of their own: closing a host sandbox kills its group, and a
-// resident's processes must outlive the sandbox that started them.
+// opens; they share one scratch directory. With the default options each
+// has a control group of its own where the machine allows one (root): a
+// resident's processes run in the group of the sandbox that started them,
+// and that sandbox's close must leave the group to a resident it let go
+// of, not kill it.
 func TestResident(t *testing.T) {
-	scratch := t.TempDir()
-	sandboxtest.RunResident(t, func(t *testing.T) (sandbox.Sandbox, sandboxtest.Config) {
-		return host.New(host.Options{PidsMax: -1, MemoryMax: -1}), sandboxtest.Config{Scratch: scratch}
-	})
+	for _, tc := range []struct {
+		name string
+		opts host.Options
+	}{
+		{"default", host.Options{}},
+		{"no limits", host.Options{PidsMax: -1, MemoryMax: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scratch := t.TempDir()
+			sandboxtest.RunResident(t, func(t *testing.T) (sandbox.Sandbox, sandboxtest.Config) {
+				return host.New(tc.opts), sandboxtest.Config{Scratch: scratch}
+			})
+		})
+	}
 }
 
 // residentHelper is the helper parent's mode (see TestMain) in which it is

@@ -378,6 +378,9 @@ func (r *resident) Detach() error {
 	if !first {
 		return nil
 	}
+	r.s.mu.Lock()
+	r.s.kept = true // its processes run on (KeptResidents)
+	r.s.mu.Unlock()
 	r.letGo()
 	for _, p := range procs {
 		p.stream.Close()

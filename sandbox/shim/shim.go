@@ -58,6 +58,9 @@ type Sandbox struct {
 	conns  map[*conn]struct{}
 	// residents are held residents, detached (not closed) by Close.
 	residents map[*resident]struct{}
+	// kept is set when a resident was detached (by its Detach or by
+	// Close) rather than closed: its processes run on.
+	kept bool
 }
 
 // New returns a Sandbox that reaches its sandbox through t. The agent is
@@ -212,6 +215,16 @@ func (s *Sandbox) Close() error {
 		c.Close()
 	}
 	return nil
+}
+
+// KeptResidents reports whether a resident was let go of, not closed, and
+// still runs,
+// so that a backend keeps what their processes need (the host's control
+// group) instead of ending it with the sandbox.
+func (s *Sandbox) KeptResidents() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kept
 }
 
 func keys[T comparable](m map[T]struct{}) []T {
