@@ -77,11 +77,33 @@ func (s *Sandbox) Resident(ctx context.Context, spec sandbox.ResidentSpec) (sand
 		return nil, err
 	}
 	r.hold = hold
+	r.stopPing, r.pingDone = make(chan struct{}), make(chan struct{})
+	go r.ping(hold) // ends with letGo
 	if err := track(s, s.residents, r); err != nil {
-		hold.Close()
+		r.letGo()
 		return nil, err
 	}
 	return r, nil
+}
+
+// ping sends a sign of life on the hold connection every
+// agent.ResidentPing until letGo: the resident counts a silent berth as
+// gone, also where the engine never ends a dead berth's streams.
+func (r *resident) ping(hold sandbox.Conn) {
+	defer close(r.pingDone)
+	t := time.NewTicker(agent.ResidentPing)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stopPing:
+			return
+		case <-t.C:
+		}
+		hold.SetWriteDeadline(time.Now().Add(agent.ResidentPing))
+		if err := agent.WriteFrame(hold, agent.TypePing, nil); err != nil {
+			return // the connection is gone; Wait and calls say so
+		}
+	}
 }
 
 // resident is a sandbox.Resident reached through the agent's dial relay.
@@ -95,6 +117,10 @@ type resident struct {
 	// (with the resident, on backends whose exec lives as long as it);
 	// nil for an adopted resident.
 	execDone chan struct{}
+
+	// stopPing ends the hold connection's pinger, which closes pingDone.
+	stopPing chan struct{}
+	pingDone chan struct{}
 
 	mu       sync.Mutex
 	hold     sandbox.Conn
@@ -365,7 +391,13 @@ func (r *resident) mark(flag *bool) ([]*process, bool) {
 func (r *resident) letGo() {
 	r.mu.Lock()
 	hold := r.hold
+	stop := r.stopPing
+	r.stopPing = nil
 	r.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-r.pingDone
+	}
 	if hold != nil {
 		hold.Close()
 	}

@@ -192,7 +192,7 @@ func TestResidentGraceEndsEverything(t *testing.T) {
 	evalText(t, c1, info.ID, "x = 41")
 	oneOfEach(t, ctr, "before berth went away", 1)
 	s1.Kill()
-	waitFor(t, 30*time.Second, "the resident supervisor to end its kernel and itself after its grace", func() bool {
+	waitFor(t, time.Minute, "the resident supervisor to end its kernel and itself after its grace (and, through containerd, after the dead berth's hold went silent)", func() bool {
 		res, kern := berthProcs(t, ctr)
 		return len(res) == 0 && len(kern) == 0
 	}, func() string { return fmt.Sprint(ctr.procTable(t)) })

@@ -45,6 +45,21 @@ const (
 // frame of the stream that starts it and of every connection.
 const TypeHello byte = 'h'
 
+// TypePing is berth's sign of life on a hold connection, every
+// ResidentPing; its payload is empty.
+const TypePing byte = 'k'
+
+// ResidentPing is how often berth pings on its hold connection, and
+// ResidentHoldTimeout how long a hold connection may be silent before the
+// resident counts that berth as gone and closes it. An engine may keep an
+// exec's stdin open after its client died (containerd's shim holds the
+// write side of the stdin FIFO), so the relay of a killed berth's
+// connection never sees the end: silence is what tells.
+const (
+	ResidentPing        = 5 * time.Second
+	ResidentHoldTimeout = 4 * ResidentPing
+)
+
 // Operations of a ResidentRequest.
 const (
 	ResidentStart  = "start"  // start a program under Name
@@ -151,7 +166,7 @@ type resident struct {
 
 	mu      sync.Mutex
 	procs   map[string]*resProc
-	open    int  // authenticated connections
+	open    int  // hold connections: berths attached
 	ending  bool // no new connections or programs
 	idle    *time.Timer
 	end     chan struct{} // closed by requestEnd
@@ -333,7 +348,7 @@ func (r *resident) reap() {
 	})
 }
 
-// expire ends the resident when no connection opened during its grace.
+// expire ends the resident when no berth held it during its grace.
 func (r *resident) expire() {
 	r.mu.Lock()
 	idle := r.open == 0
@@ -345,8 +360,8 @@ func (r *resident) expire() {
 
 func (r *resident) requestEnd() { r.endOnce.Do(func() { close(r.end) }) }
 
-// touch counts an authenticated connection opening (+1) or closing (-1)
-// and runs the grace period while none is open.
+// touch counts a hold connection opening (+1) or closing (-1) and runs
+// the grace period while none is open.
 func (r *resident) touch(d int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -402,11 +417,16 @@ func (r *resident) serve(c net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
+	// Only a berth's hold connection keeps the resident from its grace:
+	// the connections of a berth that died may linger (see TypePing).
+	hold := req.Op == ResidentHold
 	r.mu.Lock()
 	ending := r.ending
 	if !ending {
-		r.open++
-		r.idle.Stop()
+		if hold {
+			r.open++
+			r.idle.Stop()
+		}
 		if req.Op == ResidentClose {
 			r.closers.Add(1) // before ending can be set: the end waits for it
 		}
@@ -416,15 +436,24 @@ func (r *resident) serve(c net.Conn) {
 		respond(ResidentResponse{Err: &Error{Op: req.Op, Path: r.dir, Kind: KindNotExist, Msg: "the resident is ending"}})
 		return
 	}
-	defer r.touch(-1)
+	if hold {
+		defer r.touch(-1)
+	}
 
 	fail := func(kind, format string, a ...any) {
 		respond(ResidentResponse{Err: &Error{Op: req.Op, Path: req.Name, Kind: kind, Msg: fmt.Sprintf(format, a...)}})
 	}
 	switch req.Op {
 	case ResidentHold:
-		if respond(ResidentResponse{Pid: os.Getpid()}) == nil {
-			io.Copy(io.Discard, c)
+		if respond(ResidentResponse{Pid: os.Getpid()}) != nil {
+			return
+		}
+		// Held while berth pings; silence or the end of the stream lets go.
+		for {
+			c.SetReadDeadline(time.Now().Add(ResidentHoldTimeout))
+			if _, _, err := fr.Next(); err != nil {
+				return
+			}
 		}
 	case ResidentList:
 		respond(ResidentResponse{Procs: r.list()})
