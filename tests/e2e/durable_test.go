@@ -369,3 +369,53 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool, 
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestDamagedStoreLeavesNoOrphan: berth dies, its store's file is damaged
+// (both meta pages overwritten), and the next berth starts anyway: it
+// says which runs it could still read, ends their resident supervisors —
+// nothing of the run is left in the container — and answers their ids
+// with sandbox_gone.
+func TestDamagedStoreLeavesNoOrphan(t *testing.T) {
+	const image = "berth-test-python"
+	needImage(t, image, false)
+	durableBackend(t)
+	ctr := startContainer(t, image)
+	state := t.TempDir()
+	s1, c1 := durableBerth(t, state)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	info, err := c1.OpenRun(ctx, durableSpec(ctr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evalText(t, c1, info.ID, "x = 41")
+	s1.Kill()
+	db := filepath.Join(state, "runs.db")
+	f, err := os.OpenFile(db, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, 8192), 0); err != nil { // both meta pages
+		t.Fatal(err)
+	}
+	f.Close()
+
+	s2, c2 := durableBerth(t, state)
+	waitFor(t, 30*time.Second, "the run's resident supervisor and kernel to be ended by the berth that found the store damaged", func() bool {
+		res, kern := berthProcs(t, ctr)
+		return len(res) == 0 && len(kern) == 0
+	}, func() string { return fmt.Sprint(ctr.procTable(t)) })
+	if log := s2.Log(); !strings.Contains(log, info.ID) || !strings.Contains(log, "damaged") {
+		t.Errorf("berth's log does not say the store was damaged and name the run it could not adopt:\n%s", log)
+	}
+	st, body, err := c2.Do(ctx, "POST", "/v1/runs/"+info.ID+"/tools/eval", map[string]any{"args": map[string]any{"code": "x", "description": "read x after the store was damaged"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != http.StatusGone || !strings.Contains(string(body), "damaged") {
+		t.Fatalf("a call to a run of the damaged store answered %d %s; want 410 sandbox_gone saying the store was damaged", st, body)
+	}
+	if matches, _ := filepath.Glob(db + ".corrupt-*"); len(matches) != 1 {
+		t.Errorf("the damaged file was not kept aside: %v", matches)
+	}
+}
