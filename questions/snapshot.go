@@ -1,13 +1,12 @@
 package questions
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"berth.dev/berth/sealed"
 )
 
 // Caps and gaps of a port's snapshot.
@@ -59,14 +58,6 @@ type Unclaimed struct {
 
 // snapshotFormat names the snapshot's encoding; Restore refuses others.
 const snapshotFormat = "berth.questions.v1"
-
-// sealed is a snapshot: its state and the state's SHA-256, so that a
-// damaged snapshot is refused instead of restored wrong.
-type sealed struct {
-	Format string          `json:"format"`
-	SHA256 string          `json:"sha256"`
-	State  json.RawMessage `json:"state"`
-}
 
 // portState is what a snapshot holds.
 type portState struct {
@@ -121,12 +112,11 @@ func (p *Port) Snapshot() ([]byte, error) {
 		}
 	}
 	p.mu.Unlock()
-	state, err := json.Marshal(st)
+	b, err := sealed.Marshal(snapshotFormat, st)
 	if err != nil {
 		return nil, fmt.Errorf("questions: snapshot: %w", err)
 	}
-	sum := sha256.Sum256(state)
-	return json.Marshal(sealed{Format: snapshotFormat, SHA256: hex.EncodeToString(sum[:]), State: state})
+	return b, nil
 }
 
 // Restore loads a [Port.Snapshot] into a port fresh from [New], before
@@ -287,20 +277,9 @@ const (
 
 // decodeSnapshot checks data and returns its state.
 func decodeSnapshot(data []byte) (*portState, error) {
-	var s sealed
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("the snapshot is not readable (%d bytes): %w", len(data), err)
-	}
-	if s.Format != snapshotFormat {
-		return nil, fmt.Errorf("the snapshot's format is %q, this berth reads %q", s.Format, snapshotFormat)
-	}
-	sum := sha256.Sum256(s.State)
-	if hex.EncodeToString(sum[:]) != s.SHA256 {
-		return nil, errors.New("the snapshot is damaged: its checksum does not match its content")
-	}
 	var st portState
-	if err := json.Unmarshal(s.State, &st); err != nil {
-		return nil, fmt.Errorf("the snapshot's state is not readable: %w", err)
+	if err := sealed.Unmarshal(data, snapshotFormat, &st); err != nil {
+		return nil, err
 	}
 	switch {
 	case st.NextN < 1 || st.NextN > maxSnapshotCard:

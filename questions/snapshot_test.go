@@ -3,14 +3,14 @@ package questions
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"berth.dev/berth/sealed"
 )
 
 var which = Card{Kind: KindQuestion, Question: "Which database?", Context: "the schema depends on it", Options: []Option{{Label: "postgres"}, {Label: "sqlite"}}}
@@ -350,12 +350,10 @@ func TestSnapshotReplayWindowBounded(t *testing.T) {
 // reseal seals a state with a right checksum, for tests of what Restore
 // checks beyond it.
 func reseal(t *testing.T, st portState) []byte {
-	b, err := json.Marshal(st)
+	out, err := sealed.Marshal(snapshotFormat, st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(b)
-	out, _ := json.Marshal(sealed{Format: snapshotFormat, SHA256: hex.EncodeToString(sum[:]), State: b})
 	return out
 }
 

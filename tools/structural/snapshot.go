@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"berth.dev/berth/sealed"
 	"berth.dev/berth/syntax"
 )
 
@@ -44,14 +45,6 @@ const snapshotFormat = "berth.structural.v1"
 // droppedState is the resolved state of a staged edit a snapshot had no
 // room for.
 var droppedState = fmt.Sprintf("dropped when berth restarted: the staged edits were larger than the %d MiB kept across a restart, so nothing of it was written; stage it again with ast_edit", MaxSnapshotBytes>>20)
-
-// sealed is a snapshot: its state and the state's SHA-256, so that a
-// damaged snapshot is refused instead of restored wrong.
-type sealed struct {
-	Format string          `json:"format"`
-	SHA256 string          `json:"sha256"`
-	State  json.RawMessage `json:"state"`
-}
 
 // engineState is what a snapshot holds.
 type engineState struct {
@@ -183,12 +176,11 @@ func (e *Engine) Snapshot() ([]byte, error) {
 		size += len(b)
 		st.Written = append(st.Written, wf)
 	}
-	state, err := json.Marshal(st)
+	b, err := sealed.Marshal(snapshotFormat, st)
 	if err != nil {
 		return nil, fmt.Errorf("structural: snapshot: %w", err)
 	}
-	sum := sha256.Sum256(state)
-	return json.Marshal(sealed{Format: snapshotFormat, SHA256: hex.EncodeToString(sum[:]), State: state})
+	return b, nil
 }
 
 // editNumber is the number of an id edit_N (0 for another string).
@@ -260,20 +252,9 @@ type restored struct {
 // content must have its hash, and its new content (old with the edits
 // applied) the hash it had when staged.
 func decodeSnapshot(data []byte) (*restored, error) {
-	var s sealed
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("the snapshot is not readable (%d bytes): %w", len(data), err)
-	}
-	if s.Format != snapshotFormat {
-		return nil, fmt.Errorf("the snapshot's format is %q, this berth reads %q", s.Format, snapshotFormat)
-	}
-	sum := sha256.Sum256(s.State)
-	if hex.EncodeToString(sum[:]) != s.SHA256 {
-		return nil, errors.New("the snapshot is damaged: its checksum does not match its content")
-	}
 	var st engineState
-	if err := json.Unmarshal(s.State, &st); err != nil {
-		return nil, fmt.Errorf("the snapshot's state is not readable: %w", err)
+	if err := sealed.Unmarshal(data, snapshotFormat, &st); err != nil {
+		return nil, err
 	}
 	if st.NextID < 0 || st.NextID > maxSnapshotID {
 		return nil, fmt.Errorf("the snapshot's edit counter %d is out of range", st.NextID)
