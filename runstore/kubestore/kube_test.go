@@ -775,7 +775,6 @@ func TestCloseStopsRenewals(t *testing.T) {
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*http2ClientConn).readLoop"),
-		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
 	)
 	s, err := New(e.client, e.ns, "berth-a", Options{LeaseDuration: shortLease, RenewInterval: shortRenew})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,7 +69,8 @@ type Options struct {
 	// OnLost, when set, is called (from the store's renewal goroutine,
 	// never with a lock held) with the id of a run whose lease this
 	// replica held and no longer does: another replica holds it, or it
-	// was deleted. The replica must stop serving that run.
+	// was deleted. The replica must stop serving that run. It must not
+	// block: renewals of the other leases wait for it.
 	OnLost func(id string)
 	// Logger receives failed renewals (Warn); nil discards them.
 	Logger *slog.Logger
@@ -369,7 +371,7 @@ func (s *Store) List(ctx context.Context) ([]runstore.Record, []runstore.Unreada
 			sec := &page.Items[i]
 			id := sec.Labels[LabelRun]
 			if id == "" {
-				id = sec.Name
+				id = strings.TrimPrefix(sec.Name, Prefix)
 			}
 			r, err := decode(id, sec)
 			if err != nil {
