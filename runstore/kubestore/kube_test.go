@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -810,5 +811,74 @@ func TestCloseStopsRenewals(t *testing.T) {
 	}
 	if _, _, err := s.List(ctx); !errors.Is(err, runstore.ErrClosed) {
 		t.Errorf("List after Close = %v, want ErrClosed", err)
+	}
+}
+
+// syncBuffer is a log sink safe for the renewal goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestHoldsEndsBeforeTakeover: a replica that can no longer renew (here
+// its RoleBinding is deleted, so every renewal is refused) stops holding
+// the run by its own clock no later than another replica can take it:
+// once the other's Acquire succeeds, the first's Holds is false. The
+// failed renewals are logged.
+func TestHoldsEndsBeforeTakeover(t *testing.T) {
+	e := setup(t)
+	ctx := ctxT(t)
+	var logs syncBuffer
+	opts := Options{LeaseDuration: shortLease, RenewInterval: shortRenew}
+	aOpts := opts
+	aOpts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	a := e.store(t, "berth-a", aOpts)
+	bClient := e.c.account(t, e.ns, "berth-b")
+	b, err := New(bClient, e.ns, "berth-b", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	id := randomID()
+	if ok, err := a.Acquire(ctx, id); !ok || err != nil {
+		t.Fatalf("a.Acquire = %v, %v", ok, err)
+	}
+	if err := e.c.admin.RbacV1().RoleBindings(e.ns).Delete(ctx, "berth", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var took bool
+	eventually(ctx, 3*shortLease+5*time.Second, func() bool {
+		ok, err := b.Acquire(ctx, id)
+		if err != nil {
+			t.Fatalf("b.Acquire: %v", err)
+		}
+		if ok {
+			took = true
+			if a.Holds(id) {
+				t.Error("b took the run while a's Holds is still true: both would serve it")
+			}
+		}
+		return ok
+	})
+	if !took {
+		t.Fatal("b did not take the run over after a could no longer renew")
+	}
+	if a.Holds(id) {
+		t.Error("a.Holds = true after b took over")
+	}
+	if !strings.Contains(logs.String(), "renewing leases failed") || !strings.Contains(logs.String(), "forbidden") {
+		t.Errorf("a's failed renewals were not logged with their cause: %q", logs.String())
 	}
 }
