@@ -1,7 +1,8 @@
 // Package k8s_test renders berth's kustomize overlays with the kustomize Go
 // API, decodes every object strictly with client-go's scheme and checks what
 // docs/kubernetes.md promises of them: least-privilege RBAC equal to
-// kube.Rules(), a fail-closed token, probes, the NetworkPolicy, the scrape
+// kube.Rules() in each sandbox namespace and to kubestore.Rules() in
+// berth's own, a fail-closed token, probes, the NetworkPolicy, the scrape
 // annotations, the security contexts and berth's command line.
 package k8s_test
 
@@ -32,6 +33,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"berth.dev/berth/runstore/kubestore"
 	"berth.dev/berth/sandbox/kube"
 )
 
@@ -653,24 +655,33 @@ func checkAPI(t *testing.T, m *manifests, w workload) {
 		if args["kube-namespaces"] == "" || !slices.Contains(namespaces, sandboxNamespace) {
 			t.Fatalf("--kube-namespaces %q, want it to include %s", args["kube-namespaces"], sandboxNamespace)
 		}
+		if slices.Contains(namespaces, w.meta.Namespace) {
+			t.Fatalf("--kube-namespaces %q includes berth's own namespace %s: sandboxes and berth's run records (Secrets) must not share a namespace", args["kube-namespaces"], w.meta.Namespace)
+		}
 		roles := objects[*rbacv1.Role](m)
 		bindings := objects[*rbacv1.RoleBinding](m)
-		if len(roles) != len(namespaces) || len(bindings) != len(namespaces) {
-			t.Errorf("want one Role and one RoleBinding per sandbox namespace %q, got %d and %d", namespaces, len(roles), len(bindings))
+		// One Role per sandbox namespace, and the run store's in berth's.
+		if len(roles) != len(namespaces)+1 || len(bindings) != len(namespaces)+1 {
+			t.Errorf("want one Role and one RoleBinding per sandbox namespace %q and one in %s, got %d and %d", namespaces, w.meta.Namespace, len(roles), len(bindings))
 		}
-		for _, ns := range namespaces {
-			var role *rbacv1.Role
+		for _, ns := range append(namespaces, w.meta.Namespace) {
+			want, what := kube.Rules(), "kube.Rules()"
+			if ns == w.meta.Namespace {
+				want, what = kubestore.Rules(), "kubestore.Rules()"
+			}
+			var nsRoles []*rbacv1.Role
 			for _, r := range roles {
 				if r.Namespace == ns {
-					role = r
+					nsRoles = append(nsRoles, r)
 				}
 			}
-			if role == nil {
-				t.Errorf("no Role in sandbox namespace %s: berth could not exec there", ns)
+			if len(nsRoles) != 1 {
+				t.Errorf("want one Role in namespace %s (%s), got %d", ns, what, len(nsRoles))
 				continue
 			}
-			if !reflect.DeepEqual(role.Rules, kube.Rules()) {
-				t.Errorf("Role %s/%s rules\n  %+v\nwant exactly kube.Rules()\n  %+v", ns, role.Name, role.Rules, kube.Rules())
+			role := nsRoles[0]
+			if !reflect.DeepEqual(role.Rules, want) {
+				t.Errorf("Role %s/%s rules\n  %+v\nwant exactly %s\n  %+v", ns, role.Name, role.Rules, what, want)
 			}
 			var bound bool
 			for _, b := range bindings {
@@ -685,11 +696,6 @@ func checkAPI(t *testing.T, m *manifests, w workload) {
 			}
 			if !bound {
 				t.Errorf("no RoleBinding in %s grants Role %s", ns, role.Name)
-			}
-		}
-		for _, r := range roles {
-			if r.Namespace == w.meta.Namespace {
-				t.Errorf("Role %s in berth's own namespace: berth needs no rights there", r.Name)
 			}
 		}
 	})
