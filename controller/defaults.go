@@ -75,7 +75,9 @@ func EvalToolsWith(opts eval.Options) Binder {
 // LSPTools registers lsp and lsp_rename (docs/tools.md §2–3) with one
 // language-server supervisor per run, and wraps the write tools with
 // diagnostics on write. Servers start lazily inside the run's sandbox; the
-// run's close stops them all.
+// run's close stops them all. Servers end with berth, but their
+// diagnostics journal persists with the run (Env.Persist), so a restarted
+// berth judges writes against what was reported before.
 func LSPTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	return LSPToolsWith(lsp.Options{})(ctx, r, env)
 }
@@ -87,6 +89,12 @@ func LSPToolsWith(opts lsp.Options) Binder {
 	return func(ctx context.Context, r *tools.Registry, env *Env) error {
 		opts.Host = opts.Host || env.Sandbox.Ref() == "host" // no workspace binary runs on the host
 		sup := lsp.Register(r, env.Sandbox, env.Workspace, env.Context, opts)
+		if b := env.Adopted("lsp"); b != nil {
+			if err := sup.Restore(b); err != nil {
+				env.Problem(fmt.Sprintf("run %s: %v", env.RunID, err))
+			}
+		}
+		env.Persist("lsp", sup)
 		env.OnClose(sup.Close)
 		env.AddResources(sup.Resources)
 		return nil

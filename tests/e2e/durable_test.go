@@ -137,6 +137,10 @@ func TestRunSurvivesBerthRestart(t *testing.T) {
 		t.Errorf("the first result after the restart does not say the kernel was kept: %q", got)
 	}
 	oneOfEach(t, ctr, "after a SIGKILL restart", 2)
+	// Language servers start again, and the first lsp result says so.
+	if res, err := c2.Call(ctx, info.ID, "lsp", map[string]any{"action": "status"}); err != nil || !strings.Contains(res.Text(), "berth restarted") {
+		t.Errorf("the first lsp result after the restart does not say berth restarted: %v %s", err, res.Text())
+	}
 	// The debug session is still stopped where it was, and goes on.
 	debugCall(t, c2, info.ID, map[string]any{"op": "status"}, "app/main.py:7")
 	debugCall(t, c2, info.ID, map[string]any{"op": "continue"}, "stopped at app/main.py:11")

@@ -190,7 +190,13 @@ func (s *Supervisor) baseline(ctx context.Context, in *instance, c *lspc.Client)
 	}
 	j := snapshot(s.present(ctx, c.AllDiagnostics()), skip)
 	s.mu.Lock()
-	s.journal[in.key] = j
+	if s.kept[in.key] {
+		// The journal of before berth restarted stays the reference.
+		delete(s.kept, in.key)
+	} else {
+		s.journal[in.key] = j
+		s.gen++
+	}
 	s.mu.Unlock()
 }
 
@@ -331,6 +337,8 @@ func (s *Supervisor) syncWrite(ctx context.Context, in *instance, c *lspc.Client
 		prev = &journal{known: map[diagKey]int{}, files: map[string]map[diagKey]int{}}
 	}
 	s.journal[in.key] = now
+	delete(s.kept, in.key)
+	s.gen++
 	s.mu.Unlock()
 	news := fresh(prev, now, sets, touched)
 	rep := writeReport{fixed: fixed(prev, now)}

@@ -142,6 +142,11 @@ type Supervisor struct {
 	sysFS   sandbox.FS // the sandbox's "/", for source lines outside the workspace
 	journal map[key]*journal
 	told    map[string]bool // why no server applied, as diagnostics on write said it
+	// kept marks journals Restore brought back: the server's first
+	// baseline leaves them as they are.
+	kept      map[key]bool
+	restarted bool   // Restore ran and no result has said so yet
+	gen       uint64 // bumped when a journal changes (Generation)
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
@@ -174,6 +179,7 @@ func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options
 		insts:   map[key]*instance{},
 		journal: map[key]*journal{},
 		told:    map[string]bool{},
+		kept:    map[key]bool{},
 	}
 	if opts.IdleTimeout > 0 {
 		ctx, cancel := context.WithCancel(runCtx)
