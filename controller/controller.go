@@ -510,6 +510,12 @@ func (c *Controller) open(ctx context.Context, spec RunSpec, sb sandbox.Sandbox,
 		env.Persist("questions", r.questions)
 	}
 	env.Gate = permission.New(*c.cfg.Permissions, r.questions, permission.Options{Timeout: c.cfg.PermissionTimeout})
+	if b := env.Adopted("permission"); b != nil {
+		if err := env.Gate.Restore(b); err != nil {
+			problems = append(problems, fmt.Sprintf("run %s: %v", id, err))
+		}
+	}
+	env.Persist("permission", env.Gate)
 	env.problems = &problems
 	for _, bind := range c.cfg.Tools {
 		if err := bind(ctx, r.reg, env); err != nil {
