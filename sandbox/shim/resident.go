@@ -77,8 +77,11 @@ func (s *Sandbox) Resident(ctx context.Context, spec sandbox.ResidentSpec) (sand
 		return nil, err
 	}
 	r.hold = hold
-	r.stopPing, r.pingDone = make(chan struct{}), make(chan struct{})
-	go r.ping(hold) // ends with letGo
+	stop := make(chan struct{})
+	r.mu.Lock()
+	r.stopPing, r.pingDone = stop, make(chan struct{})
+	r.mu.Unlock()
+	go r.ping(hold, stop, r.pingDone) // ends with letGo
 	if err := track(s, s.residents, r); err != nil {
 		r.letGo()
 		return nil, err
@@ -89,13 +92,13 @@ func (s *Sandbox) Resident(ctx context.Context, spec sandbox.ResidentSpec) (sand
 // ping sends a sign of life on the hold connection every
 // agent.ResidentPing until letGo: the resident counts a silent berth as
 // gone, also where the engine never ends a dead berth's streams.
-func (r *resident) ping(hold sandbox.Conn) {
-	defer close(r.pingDone)
+func (r *resident) ping(hold sandbox.Conn, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
 	t := time.NewTicker(agent.ResidentPing)
 	defer t.Stop()
 	for {
 		select {
-		case <-r.stopPing:
+		case <-stop:
 			return
 		case <-t.C:
 		}
@@ -391,12 +394,12 @@ func (r *resident) mark(flag *bool) ([]*process, bool) {
 func (r *resident) letGo() {
 	r.mu.Lock()
 	hold := r.hold
-	stop := r.stopPing
+	stop, done := r.stopPing, r.pingDone
 	r.stopPing = nil
 	r.mu.Unlock()
 	if stop != nil {
 		close(stop)
-		<-r.pingDone
+		<-done
 	}
 	if hold != nil {
 		hold.Close()
