@@ -40,6 +40,50 @@ func durableBerth(t *testing.T, stateDir string, flags ...string) (*berthtest.Se
 	return s, &berthtest.Client{URL: s.URL, Token: durableToken}
 }
 
+// durableRun is a run of a berth serve on a state directory in a
+// container, with x = 41 set in its Python kernel.
+type durableRun struct {
+	ctr    *container
+	state  string
+	server *berthtest.Server
+	client *berthtest.Client
+	run    berthtest.RunInfo
+}
+
+// startDurable starts a container, berth serve (with flags) on a new
+// state directory, a run in the container, and x = 41 in its kernel.
+func startDurable(t *testing.T, flags ...string) durableRun {
+	t.Helper()
+	const image = "berth-test-python"
+	needImage(t, image, false)
+	durableBackend(t)
+	d := durableRun{ctr: startContainer(t, image), state: t.TempDir()}
+	d.server, d.client = durableBerth(t, d.state, flags...)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	var err error
+	if d.run, err = d.client.OpenRun(ctx, durableSpec(d.ctr)); err != nil {
+		t.Fatal(err)
+	}
+	evalText(t, d.client, d.run.ID, "x = 41")
+	return d
+}
+
+// answersGone fails unless a cell in run answers 410 sandbox_gone with
+// want in its message; what names the case.
+func answersGone(t *testing.T, c *berthtest.Client, run, what, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	st, body, err := c.Do(ctx, "POST", "/v1/runs/"+run+"/tools/eval", map[string]any{"args": map[string]any{"code": "x", "description": "read x after the run was lost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != http.StatusGone || !strings.Contains(string(body), "sandbox_gone") || !strings.Contains(string(body), want) {
+		t.Fatalf("%s: a call answered %d %s; want 410 sandbox_gone saying %q", what, st, body, want)
+	}
+}
+
 // durableSpec is the run of ctr: found by its label on Docker, named by
 // its containerd reference through containerd.
 func durableSpec(ctr *container) map[string]any {
@@ -104,20 +148,10 @@ func oneOfEach(t *testing.T, ctr *container, when string, n int) {
 }
 
 func TestRunSurvivesBerthRestart(t *testing.T) {
-	const image = "berth-test-python"
-	needImage(t, image, false)
-	durableBackend(t)
-	ctr := startContainer(t, image)
-	state := t.TempDir()
-
-	s1, c1 := durableBerth(t, state)
+	d := startDurable(t)
+	ctr, state, s1, c1, info := d.ctr, d.state, d.server, d.client, d.run
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	info, err := c1.OpenRun(ctx, durableSpec(ctr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	evalText(t, c1, info.ID, "x = 41")
 	ctr.put(t, "requirements.txt", "")
 	ctr.put(t, "app/main.py", debugtest.PyProgram)
 	debugCall(t, c1, info.ID, map[string]any{"op": "breakpoints", "file": "app/main.py", "lines": []any{7, 11}})
@@ -181,21 +215,10 @@ func TestRunSurvivesBerthRestart(t *testing.T) {
 }
 
 func TestResidentGraceEndsEverything(t *testing.T) {
-	const image = "berth-test-python"
-	needImage(t, image, false)
-	durableBackend(t)
-	ctr := startContainer(t, image)
-	state := t.TempDir()
-	s1, c1 := durableBerth(t, state, "--resident-grace", "3s")
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	info, err := c1.OpenRun(ctx, durableSpec(ctr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	evalText(t, c1, info.ID, "x = 41")
+	d := startDurable(t, "--resident-grace", "3s")
+	ctr := d.ctr
 	oneOfEach(t, ctr, "before berth went away", 1)
-	s1.Kill()
+	d.server.Kill()
 	waitFor(t, time.Minute, "the resident supervisor to end its kernel and itself after its grace (and, through containerd, after the dead berth's hold went silent)", func() bool {
 		res, kern := berthProcs(t, ctr)
 		return len(res) == 0 && len(kern) == 0
@@ -207,40 +230,16 @@ func TestResidentGraceEndsEverything(t *testing.T) {
 
 	// The next berth finds the run's resident gone: the run is reported
 	// gone, not half alive.
-	_, c2 := durableBerth(t, state)
-	st, body, err := c2.Do(ctx, "POST", "/v1/runs/"+info.ID+"/tools/eval", map[string]any{"args": map[string]any{"code": "x", "description": "read x after the grace passed"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st != http.StatusGone || !strings.Contains(string(body), "sandbox_gone") {
-		t.Fatalf("a call to a run whose resident ended answered %d %s; want 410 sandbox_gone", st, body)
-	}
+	_, c2 := durableBerth(t, d.state)
+	answersGone(t, c2, d.run.ID, "the resident ended after its grace", "grace")
 }
 
 func TestContainerRestartedWhileBerthWasDown(t *testing.T) {
-	const image = "berth-test-python"
-	needImage(t, image, false)
-	durableBackend(t)
-	ctr := startContainer(t, image)
-	state := t.TempDir()
-	s1, c1 := durableBerth(t, state)
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	info, err := c1.OpenRun(ctx, durableSpec(ctr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	evalText(t, c1, info.ID, "x = 41")
-	s1.Kill()
-	mustDocker(t, "restart", "-t", "1", ctr.id)
-	_, c2 := durableBerth(t, state)
-	st, body, err := c2.Do(ctx, "POST", "/v1/runs/"+info.ID+"/tools/eval", map[string]any{"args": map[string]any{"code": "x", "description": "read x after the container restarted"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st != http.StatusGone || !strings.Contains(string(body), "sandbox_gone") {
-		t.Fatalf("a call to a run whose container restarted answered %d %s; want 410 sandbox_gone", st, body)
-	}
+	d := startDurable(t)
+	d.server.Kill()
+	mustDocker(t, "restart", "-t", "1", d.ctr.id)
+	_, c2 := durableBerth(t, d.state)
+	answersGone(t, c2, d.run.ID, "the container restarted while berth was down", "restarted")
 }
 
 func TestSecondBerthOnOneStateDirRefused(t *testing.T) {
@@ -380,21 +379,10 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool, 
 // nothing of the run is left in the container — and answers their ids
 // with sandbox_gone.
 func TestDamagedStoreLeavesNoOrphan(t *testing.T) {
-	const image = "berth-test-python"
-	needImage(t, image, false)
-	durableBackend(t)
-	ctr := startContainer(t, image)
-	state := t.TempDir()
-	s1, c1 := durableBerth(t, state)
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	info, err := c1.OpenRun(ctx, durableSpec(ctr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	evalText(t, c1, info.ID, "x = 41")
-	s1.Kill()
-	db := filepath.Join(state, "runs.db")
+	d := startDurable(t)
+	ctr, info := d.ctr, d.run
+	d.server.Kill()
+	db := filepath.Join(d.state, "runs.db")
 	f, err := os.OpenFile(db, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -404,7 +392,7 @@ func TestDamagedStoreLeavesNoOrphan(t *testing.T) {
 	}
 	f.Close()
 
-	s2, c2 := durableBerth(t, state)
+	s2, c2 := durableBerth(t, d.state)
 	waitFor(t, 30*time.Second, "the run's resident supervisor and kernel to be ended by the berth that found the store damaged", func() bool {
 		res, kern := berthProcs(t, ctr)
 		return len(res) == 0 && len(kern) == 0
@@ -412,13 +400,7 @@ func TestDamagedStoreLeavesNoOrphan(t *testing.T) {
 	if log := s2.Log(); !strings.Contains(log, info.ID) || !strings.Contains(log, "damaged") {
 		t.Errorf("berth's log does not say the store was damaged and name the run it could not adopt:\n%s", log)
 	}
-	st, body, err := c2.Do(ctx, "POST", "/v1/runs/"+info.ID+"/tools/eval", map[string]any{"args": map[string]any{"code": "x", "description": "read x after the store was damaged"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st != http.StatusGone || !strings.Contains(string(body), "damaged") {
-		t.Fatalf("a call to a run of the damaged store answered %d %s; want 410 sandbox_gone saying the store was damaged", st, body)
-	}
+	answersGone(t, c2, info.ID, "the run store was damaged", "damaged")
 	if matches, _ := filepath.Glob(db + ".corrupt-*"); len(matches) != 1 {
 		t.Errorf("the damaged file was not kept aside: %v", matches)
 	}
