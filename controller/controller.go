@@ -1132,13 +1132,7 @@ func (r *Run) Close() error {
 	r.c.remove(r.id)
 	r.cancel()
 
-	waited := make(chan struct{})
-	go func() { r.calls.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-time.After(r.c.cfg.CloseGrace):
-		r.log.Warn("in-flight calls did not return after cancellation; closing the sandbox under them", "grace", r.c.cfg.CloseGrace)
-	}
+	r.waitCalls("in-flight calls did not return after cancellation; closing the sandbox under them")
 	r.closeErr = r.closeResources()
 	r.done = true
 	r.log.Info("run closed", "err", r.closeErr)
@@ -1177,4 +1171,16 @@ func (r *Run) runEnders(detach bool) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// waitCalls waits for the run's calls in flight, at most the close grace,
+// and logs warning when they outlast it.
+func (r *Run) waitCalls(warning string) {
+	waited := make(chan struct{})
+	go func() { r.calls.Wait(); close(waited) }() // ends with the calls
+	select {
+	case <-waited:
+	case <-time.After(r.c.cfg.CloseGrace):
+		r.log.Warn(warning, "grace", r.c.cfg.CloseGrace)
+	}
 }

@@ -404,13 +404,7 @@ func (r *Run) detach() error {
 	r.mu.Unlock()
 	r.c.remove(r.id)
 
-	waited := make(chan struct{})
-	go func() { r.calls.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-time.After(r.c.cfg.CloseGrace):
-		r.log.Warn("in-flight calls did not return before berth shut down; detaching under them", "grace", r.c.cfg.CloseGrace)
-	}
+	r.waitCalls("in-flight calls did not return before berth shut down; detaching under them")
 	var errs []error
 	r.persist(context.Background())
 	d := r.durable

@@ -145,16 +145,8 @@ func (s *Supervisor) adopt(ctx context.Context, res sandbox.Resident, h handle) 
 // under the run's resident supervisor for the next berth to Adopt. Later
 // calls are refused as after Close.
 func (s *Supervisor) Detach() error {
-	s.mu.Lock()
-	s.closed = true
-	ks := make([]*kern, 0, len(s.kernels))
-	for _, k := range s.kernels {
-		ks = append(ks, k)
-	}
-	s.kernels = map[string]*kern{}
-	s.mu.Unlock()
 	var errs []error
-	for _, k := range ks {
+	for _, k := range s.takeKernels() {
 		if k.resident == "" {
 			errs = append(errs, k.stop(context.Background())) // a plain process ends with berth anyway
 			continue

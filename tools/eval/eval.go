@@ -151,19 +151,26 @@ func Register(r *tools.Registry, sb sandbox.Sandbox, ws sandbox.FS, runCtx conte
 
 // Close shuts every kernel down and refuses later calls.
 func (s *Supervisor) Close() error {
+	ks := s.takeKernels()
+	var errs []error
+	for _, k := range ks {
+		errs = append(errs, k.stop(context.Background()))
+	}
+	return errors.Join(errs...)
+}
+
+// takeKernels refuses later calls and returns the kernels, which the
+// caller ends or lets go of.
+func (s *Supervisor) takeKernels() []*kern {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.closed = true
 	ks := make([]*kern, 0, len(s.kernels))
 	for _, k := range s.kernels {
 		ks = append(ks, k)
 	}
 	s.kernels = map[string]*kern{}
-	s.mu.Unlock()
-	var errs []error
-	for _, k := range ks {
-		errs = append(errs, k.stop(context.Background()))
-	}
-	return errors.Join(errs...)
+	return ks
 }
 
 // kern is one running kernel.
