@@ -683,11 +683,17 @@ func (c *Controller) List() []RunInfo { return c.ListFor(AllTenants) }
 // the runs that did not close cleanly.
 func (c *Controller) Close() error {
 	c.stopBackground()
+	return c.eachRun((*Run).Close)
+}
+
+// eachRun calls end for every open run, all at once, and joins their
+// errors.
+func (c *Controller) eachRun(end func(*Run) error) error {
 	runs := c.openRuns()
 	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
 	for i, r := range runs {
-		wg.Go(func() { errs[i] = r.Close() })
+		wg.Go(func() { errs[i] = end(r) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

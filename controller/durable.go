@@ -381,14 +381,7 @@ func (c *Controller) Detach() error {
 		return c.Close()
 	}
 	c.stopBackground()
-	runs := c.openRuns()
-	errs := make([]error, len(runs))
-	var wg sync.WaitGroup
-	for i, r := range runs {
-		wg.Go(func() { errs[i] = r.detach() })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return c.eachRun((*Run).detach)
 }
 
 // detach is Close for a berth that leaves: the run stays in the store.

@@ -28,9 +28,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"berth.dev/berth/runstore"
+	"berth.dev/berth/tests/kubetest"
 )
 
 // testTimeout bounds each test's calls, only so that a broken cluster
@@ -54,28 +54,7 @@ type cluster struct {
 // $KUBECONFIG names none that answers.
 func need(t *testing.T) *cluster {
 	t.Helper()
-	fail := t.Skipf
-	if os.Getenv("CI") == "true" {
-		fail = t.Fatalf
-	}
-	path := os.Getenv("KUBECONFIG")
-	if path == "" {
-		fail("set $KUBECONFIG to a cluster's kubeconfig to run the Kubernetes tests (tests/kube/up)")
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		fail("$KUBECONFIG: %v", err)
-	}
-	cfg.QPS, cfg.Burst = 50, 100
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		fail("client: %v", err)
-	}
-	probe := rest.CopyConfig(cfg)
-	probe.Timeout = 10 * time.Second
-	if _, err := kubernetes.NewForConfigOrDie(probe).Discovery().ServerVersion(); err != nil {
-		fail("the cluster of $KUBECONFIG (%s) does not answer: %v", cfg.Host, err)
-	}
+	cfg, cs := kubetest.Need(t)
 	return &cluster{cfg: cfg, admin: cs}
 }
 
