@@ -64,6 +64,9 @@ var berthFlags = []struct {
 	{"token-file", stringFlag},
 	{"operator-token-file", stringFlag},
 	{"mode", stringFlag},
+	{"state-dir", stringFlag},
+	{"close-runs-on-exit", boolFlag},
+	{"resident-grace", stringFlag},
 }
 
 type flagKind int
@@ -428,6 +431,12 @@ func checkCommon(t *testing.T, m *manifests, w workload, kube string) {
 		}
 		if args["allow-unlabelled"] == "true" {
 			t.Error("--allow-unlabelled is set: any caller could open any pod by kube://NAMESPACE/POD")
+		}
+		// The pod's disk (an emptyDir) does not outlive the pod: a state
+		// directory there would leave each run's resident supervisor to
+		// its grace after a restart instead of closing it.
+		if v, ok := args["state-dir"]; !ok || v != "" {
+			t.Errorf("--state-dir = %q (set: %v), want it set empty: runs stay in memory until berth keeps them in the cluster", v, ok)
 		}
 		_, p, err := net.SplitHostPort(args["addr"])
 		if err != nil {
