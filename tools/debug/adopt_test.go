@@ -194,7 +194,7 @@ func TestDebugpyAdoptAfterCrash(t *testing.T) {
 	if alive(adapter) {
 		t.Errorf("the adopted adapter (pid %d) outlived its program's end", adapter)
 	}
-	if p := processesWith(dir); len(p) > 0 {
+	if p := lingering(dir); len(p) > 0 {
 		t.Errorf("processes left: %v", p)
 	}
 }
@@ -230,7 +230,7 @@ func TestAdoptEndsExpiredSession(t *testing.T) {
 	if alive(adapter) {
 		t.Errorf("the expired session's adapter (pid %d) runs on", adapter)
 	}
-	if p := processesWith(dir); len(p) > 0 {
+	if p := lingering(dir); len(p) > 0 {
 		t.Errorf("processes left: %v", p)
 	}
 }
@@ -266,7 +266,7 @@ func TestLLDBAdoptHost(t *testing.T) {
 	if alive(adapter) {
 		t.Errorf("the adopted lldb adapter (pid %d) outlived its program's end", adapter)
 	}
-	if p := processesWith(filepath.Join(dir, "hello")); len(p) > 0 {
+	if p := lingering(filepath.Join(dir, "hello")); len(p) > 0 {
 		t.Errorf("processes left: %v", p)
 	}
 }

@@ -108,7 +108,7 @@ func (f *fixture) env() debugtest.Env {
 			if alive(pid) {
 				t.Errorf("adapter pid %d still alive after terminate", pid)
 			}
-			if p := processesWith(f.dir); len(p) > 0 {
+			if p := lingering(f.dir); len(p) > 0 {
 				t.Errorf("processes left after terminate: %v", p)
 			}
 		},
@@ -257,6 +257,21 @@ func zombiesUnder(pid int) []string {
 }
 
 // processesWith lists host processes whose command line contains s.
+// lingerWait bounds how long the supervisor of an ended adapter may take
+// to follow it (it reports the exit first, then sweeps and exits): not a
+// speed claim, room for a loaded machine.
+const lingerWait = 10 * time.Second
+
+// lingering returns the processes whose command line names s that are
+// still there after lingerWait, or none as soon as none is.
+func lingering(s string) []string {
+	p := processesWith(s)
+	for deadline := time.Now().Add(lingerWait); len(p) > 0 && time.Now().Before(deadline); p = processesWith(s) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return p
+}
+
 func processesWith(s string) []string {
 	var out []string
 	ents, _ := os.ReadDir("/proc")
@@ -1060,7 +1075,7 @@ func TestStuckAdapter(t *testing.T) {
 			if alive(pid) {
 				t.Errorf("adapter pid %d alive after terminate", pid)
 			}
-			if p := processesWith(f.dir); len(p) > 0 {
+			if p := lingering(f.dir); len(p) > 0 {
 				t.Errorf("processes left after terminate: %v", p)
 			}
 			if p := processesWith("__debug_bin"); len(p) > 0 {
