@@ -32,9 +32,14 @@ const durableToken = "durable-e2e-token"
 func durableBerth(t *testing.T, stateDir string, flags ...string) (*berthtest.Server, *berthtest.Client) {
 	t.Helper()
 	args := append([]string{"--mode", "local", "--state-dir", stateDir, "--label-key", labelKey}, flags...)
-	if backend() == backendContainerd {
+	switch backend() {
+	case backendContainerd:
 		// dockerd's labels are not in containerd: runs name their container.
 		args = append(args, "--containerd-address", dockerContainerd, "--allow-unlabelled")
+	case backendKube:
+		// The pods of the suite's namespace, through the API server of
+		// $KUBECONFIG; runs name their pod.
+		args = append(args, "--kube", "api", "--kube-namespaces", kubeNamespace, "--allow-unlabelled")
 	}
 	s := berthtest.Start(t, berthtest.Options{Args: args, Env: []string{"BERTH_TOKEN=" + durableToken}})
 	return s, &berthtest.Client{URL: s.URL, Token: durableToken}
@@ -88,18 +93,19 @@ func answersGone(t *testing.T, c *berthtest.Client, run, what, want string) {
 // its containerd reference through containerd.
 func durableSpec(ctr *container) map[string]any {
 	spec := map[string]any{"conversation_id": ctr.conv, "workspace": workspace}
-	if backend() == backendContainerd {
+	if backend() != backendDocker {
 		spec["sandbox"] = ctr.ref
 	}
 	return spec
 }
 
-// durableBackend skips on a cluster: these tests start berth serve
-// themselves, beside dockerd.
+// durableBackend skips as a node agent: these tests start berth serve
+// themselves, outside the cluster, which reaches pods through the API
+// server (kube) but not through a node's containerd.
 func durableBackend(t *testing.T) {
 	t.Helper()
-	if onKube() {
-		t.Skip("it starts berth serve beside dockerd; the cluster's replicas are tested in tests/kube")
+	if backend() == backendKubeNode {
+		t.Skip("berth serve started by the test reaches pods through the API server, not as a node agent")
 	}
 }
 
@@ -235,6 +241,9 @@ func TestResidentGraceEndsEverything(t *testing.T) {
 }
 
 func TestContainerRestartedWhileBerthWasDown(t *testing.T) {
+	if onKube() {
+		t.Skip("a pod's container is restarted by the kubelet, not by the test")
+	}
 	d := startDurable(t)
 	d.server.Kill()
 	mustDocker(t, "restart", "-t", "1", d.ctr.id)
