@@ -105,6 +105,18 @@ func TestHugeOutput(t *testing.T) {
 			// eval keeps the first and last 10,000 bytes of the line (its
 			// newline included): the rest, 99,980,001 bytes, is dropped.
 			want := "[… 99,980,001 bytes of output dropped (kept the first 10,000 and last 10,000"
+			if strings.Contains(text, "the kernel dropped") {
+				// berth's own kernel drops output a slow reader leaves
+				// queued past its bound (berth_output_dropped), as a loaded
+				// machine may: the line's end may be among what it dropped,
+				// and the result must say so.
+				t.Logf("%s dropped output before berth read it (a loaded machine)", tc.kind)
+				want = "bytes of output dropped (kept the first 10,000 and last 10,000; the kernel dropped"
+				if r.IsError || !strings.HasPrefix(text, "<xxx") || !strings.Contains(text, want) {
+					t.Errorf("result (%d bytes) %.100q … %.300q, want the line's start and %q", len(text), text, text[max(len(text)-300, 0):], want)
+				}
+				return
+			}
 			if r.IsError || !strings.HasPrefix(text, "<xxx") || !strings.HasSuffix(text, "xxx>") || !strings.Contains(text, want) {
 				t.Errorf("result (%d bytes) %.100q … %.300q, want the line's ends and %q", len(text), text, text[max(len(text)-300, 0):], want)
 			}
