@@ -27,7 +27,9 @@ func (h *hbSocket) close() {
 }
 
 // heartbeat pings every interval and reports the kernel dead when no echo
-// has come back for toDead.
+// has come back for toDead while the sandbox answered: silence while it is
+// suspended does not count, and once it answers again the heartbeat gets a
+// whole toDead to be heard again.
 func (c *Client) heartbeat() {
 	defer c.wg.Done()
 	var hb *hbSocket
@@ -37,6 +39,9 @@ func (c *Client) heartbeat() {
 		}
 	}()
 	last := time.Now()
+	// away is set while the last look found the sandbox suspended (paused,
+	// or its engine not answering).
+	away := false
 	tick := time.NewTicker(c.interval)
 	defer tick.Stop()
 	for {
@@ -58,7 +63,7 @@ func (c *Client) heartbeat() {
 		}
 		err := c.beat(hb)
 		if err == nil {
-			last = time.Now()
+			last, away = time.Now(), false
 			continue
 		}
 		hb.close()
@@ -71,6 +76,14 @@ func (c *Client) heartbeat() {
 				// Paused or out of reach: not the kernel's silence.
 				c.log.Debug("kernel: heartbeat silent while its sandbox is suspended", "silent", silent, "err", err)
 				last = time.Now()
+				away = true
+				continue
+			}
+			if away {
+				// The sandbox answers again: its silence counts from now,
+				// for the heartbeat's connection, cut or held while it was
+				// away, to be made again.
+				last, away = time.Now(), false
 				continue
 			}
 			c.markDead(fmt.Errorf("%w: no heartbeat reply for %s (last error: %v); its state is lost, start a new kernel", ErrDead, silent.Round(time.Millisecond), err))

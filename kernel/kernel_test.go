@@ -446,6 +446,61 @@ func TestDialBacksOff(t *testing.T) {
 	}
 }
 
+// TestSilenceAfterSuspensionCountsAnew: the sandbox was suspended (an
+// engine that did not answer) and answers again at the very look that
+// would otherwise end the kernel, while the heartbeat's connection is not
+// made again yet (here: the kernel still stopped, for less than toDead).
+// The kernel is not declared dead: its silence counts from the engine's
+// return. (The old rule declared it dead at that look: tests/e2e's
+// TestEngineOutage through containerd lost its kernel so once.)
+func TestSilenceAfterSuspensionCountsAnew(t *testing.T) {
+	k := startKernel(t)
+	const interval = 100 * time.Millisecond
+	var asked atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resumed := make(chan struct{})
+	c, err := Connect(ctx, Config{
+		Conn: k.info, HeartbeatInterval: interval, TimeToDead: 5 * interval,
+		Suspended: func(ctx context.Context) bool {
+			switch asked.Add(1) {
+			case 1:
+				return true // the engine is away
+			case 2:
+				// Back at this very look; the kernel answers a little later.
+				go func() {
+					time.Sleep(interval + interval/2)
+					k.cmd.Process.Signal(syscall.SIGCONT)
+					close(resumed)
+				}()
+			}
+			return false
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := k.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-resumed:
+	case <-c.Dead():
+		k.cmd.Process.Signal(syscall.SIGCONT)
+		t.Fatalf("declared dead at the look that found the engine back: %v", c.Err())
+	case <-time.After(30 * time.Second):
+		k.cmd.Process.Signal(syscall.SIGCONT)
+		t.Fatalf("Suspended asked %d times in 30 s, want 2", asked.Load())
+	}
+	if r, _ := run(t, c, "1+1", ExecuteOptions{}); r.Status != "ok" {
+		t.Fatalf("after the kernel resumed: %+v (dead: %v)", r, c.Err())
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("declared dead: %v", err)
+	}
+}
+
 // TestSlowSuspendedAnswerIsWaitedFor: a kernel frozen while the place it
 // runs in takes seconds to say it is suspended (a hung engine) is not
 // declared dead: Suspended's answer is waited for up to SuspendedTimeout,
