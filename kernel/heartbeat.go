@@ -13,6 +13,11 @@ import (
 // hbSocket is one heartbeat REQ socket and the dial scope of its
 // connection. It is thrown away after any missed beat, because a REQ
 // socket whose reply was lost is stuck in lockstep.
+// stuckBeat is how many heartbeat intervals one beat and the end of its
+// connection may take before the loop counts itself as stuck, not the
+// kernel as silent.
+const stuckBeat = 3
+
 type hbSocket struct {
 	sock  *zmtp.Socket
 	scope *dialScope
@@ -61,6 +66,7 @@ func (c *Client) heartbeat() {
 			scope := newDialScope(c.dial)
 			hb = &hbSocket{sock: zmtp.NewSocket(zmtp.Req, zmtp.Options{}, scope.dialer(network, address), DialRetry), scope: scope}
 		}
+		try := time.Now()
 		err := c.beat(hb)
 		if err == nil {
 			last, away = time.Now(), false
@@ -68,6 +74,14 @@ func (c *Client) heartbeat() {
 		}
 		hb.close()
 		hb = nil
+		if time.Since(try) > stuckBeat*c.interval {
+			// Ending the connection took far longer than a beat: closing
+			// a stream waited on an engine that did not answer. The loop
+			// did not watch the kernel meanwhile, so that time is no
+			// evidence of its silence.
+			last = time.Now()
+			continue
+		}
 		if c.ctx.Err() != nil {
 			return
 		}

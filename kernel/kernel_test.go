@@ -446,6 +446,67 @@ func TestDialBacksOff(t *testing.T) {
 	}
 }
 
+// slowClose is a connection whose Close waits while hold is set, as
+// closing a stream through an engine that does not answer does.
+type slowClose struct {
+	net.Conn
+	hold *atomic.Bool
+}
+
+func (c slowClose) Close() error {
+	for i := 0; i < 40 && c.hold.Load(); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return c.Conn.Close()
+}
+
+// TestStuckTeardownIsNotSilence: the heartbeat's connection takes seconds
+// to close (its stream's end waits on an engine that does not answer) while
+// the kernel is stopped; by the time the close returns the kernel runs
+// again. The loop did not watch the kernel while it was stuck, so that
+// time does not count as the kernel's silence, and the kernel lives.
+// (The old rule declared it dead at once: "no heartbeat reply for 2s".)
+func TestStuckTeardownIsNotSilence(t *testing.T) {
+	k := startKernel(t)
+	const interval = 100 * time.Millisecond
+	var hold atomic.Bool
+	var d net.Dialer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, Config{
+		Conn: k.info, HeartbeatInterval: interval, TimeToDead: 5 * interval,
+		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, address)
+			if err != nil {
+				return nil, err
+			}
+			return slowClose{Conn: conn, hold: &hold}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hold.Store(true)
+	if err := k.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// The first missed beat closes its connection: that close waits
+	// (up to 2 s); the kernel resumes before it returns.
+	time.Sleep(time.Second)
+	if err := k.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	hold.Store(false)
+	time.Sleep(2 * time.Second)
+	if err := c.Err(); err != nil {
+		t.Fatalf("declared dead for the time its own teardown was stuck: %v", err)
+	}
+	if r, _ := run(t, c, "1+1", ExecuteOptions{}); r.Status != "ok" {
+		t.Fatalf("after the kernel resumed: %+v", r)
+	}
+}
+
 // TestSilenceAfterSuspensionCountsAnew: the sandbox was suspended (an
 // engine that did not answer) and answers again at the very look that
 // would otherwise end the kernel, while the heartbeat's connection is not
