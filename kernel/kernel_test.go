@@ -465,7 +465,7 @@ func (c slowClose) Close() error {
 // the kernel is stopped; by the time the close returns the kernel runs
 // again. The loop did not watch the kernel while it was stuck, so that
 // time does not count as the kernel's silence, and the kernel lives.
-// (The old rule declared it dead at once: "no heartbeat reply for 2s".)
+// (The old rule declared it dead at once: "no heartbeat reply for 1.005s".)
 func TestStuckTeardownIsNotSilence(t *testing.T) {
 	k := startKernel(t)
 	const interval = 100 * time.Millisecond
