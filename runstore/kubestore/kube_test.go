@@ -562,7 +562,7 @@ func TestLeaseTakeover(t *testing.T) {
 	if h, live, err := b.Holder(ctx, id); h != "berth-a" || !live || err != nil {
 		t.Errorf("b.Holder = %q, %v, %v; want berth-a, live", h, live, err)
 	}
-	if o, err := b.Owner(ctx, id); o != (Owner{Identity: "berth-a", Address: aOpts.Address, Live: true}) || err != nil {
+	if o, err := b.Owner(ctx, id); o != (runstore.Owner{Identity: "berth-a", Address: aOpts.Address, Live: true}) || err != nil {
 		t.Errorf("b.Owner = %+v, %v; want berth-a at %s, live", o, err, aOpts.Address)
 	}
 	if !a.Holds(id) || b.Holds(id) {

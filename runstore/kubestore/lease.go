@@ -159,36 +159,24 @@ func (s *Store) Holder(ctx context.Context, id string) (identity string, live bo
 	return o.Identity, o.Live, err
 }
 
-// Owner is what a run's Lease says of the replica serving it.
-type Owner struct {
-	// Identity is the holder replica ("" when none).
-	Identity string
-	// Address is where it serves (its Options.Address; "" when it wrote
-	// none).
-	Address string
-	// Live says the holder renewed the lease within its duration: no
-	// other replica may take the run until it lapses.
-	Live bool
-}
-
 // Owner reads run id's Lease: who holds it, where that replica serves,
 // and whether the lease is live. A run without a Lease has the zero
 // Owner.
-func (s *Store) Owner(ctx context.Context, id string) (Owner, error) {
+func (s *Store) Owner(ctx context.Context, id string) (runstore.Owner, error) {
 	if err := s.begin(ctx); err != nil {
-		return Owner{}, err
+		return runstore.Owner{}, err
 	}
 	if checkID(id) != nil {
-		return Owner{}, nil
+		return runstore.Owner{}, nil
 	}
 	l, err := s.client.CoordinationV1().Leases(s.namespace).Get(ctx, Name(id), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return Owner{}, nil
+		return runstore.Owner{}, nil
 	case err != nil:
-		return Owner{}, fmt.Errorf("kubestore: reading run %s's Lease %s/%s: %w", id, s.namespace, Name(id), err)
+		return runstore.Owner{}, fmt.Errorf("kubestore: reading run %s's Lease %s/%s: %w", id, s.namespace, Name(id), err)
 	}
-	return Owner{Identity: holder(l), Address: l.Annotations[AnnotationAddress], Live: s.live(l, time.Now())}, nil
+	return runstore.Owner{Identity: holder(l), Address: l.Annotations[AnnotationAddress], Live: s.live(l, time.Now())}, nil
 }
 
 // Holds reports, without asking the API server, whether this replica

@@ -117,7 +117,10 @@ type held struct {
 	renewed time.Time
 }
 
-var _ runstore.Store = (*Store)(nil)
+var (
+	_ runstore.Store  = (*Store)(nil)
+	_ runstore.Leases = (*Store)(nil)
+)
 
 // New returns the store in namespace, for the replica identity (its pod
 // name, say: unique among the replicas sharing namespace), and starts
