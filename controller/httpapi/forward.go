@@ -151,7 +151,10 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, tenant string, 
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.Out.Host = target.Host
+			// The Host the caller sent, so that the owner's origin check
+			// sees the request as the caller made it (the console's
+			// calls carry an Origin of the name they reached).
+			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(PeerHeader, s.opts.Peer.sign(time.Now(), pr.In.Method, pr.In.URL.RequestURI(), tenant))
 		},
 		Transport:     s.peers,
