@@ -994,7 +994,11 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		res, err = a.res, a.err
 	}
 	unwatch()
-	r.persist(ctx) // what the call changed is stored before it answers
+	// What the call changed is stored before it answers; a result whose
+	// change could not be stored says so.
+	if perr := r.persist(ctx); perr != nil && res != nil && !errors.Is(perr, ErrMoving) {
+		res.AppendText(unsavedNote(perr))
+	}
 	if r.ctx.Err() != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("controller: run %s was closed during the %s call: %w", r.id, name, ErrUnknownRun)
 	}
