@@ -159,7 +159,14 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, tenant string, 
 		},
 		Transport:     s.peers,
 		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusMisdirectedRequest {
+				s.c.Misdirected(r.PathValue("id")) // it may serve the run no more: look again next time
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			s.c.Misdirected(r.PathValue("id"))
 			s.fail(w, r, fmt.Errorf("httpapi: replica %s (%s), which serves run %s, did not answer: %v: %w; if it stopped, another replica takes the run over once its lease lapses: retry in a few seconds",
 				to.Identity, to.Address, r.PathValue("id"), err, controller.ErrMoving))
 		},
