@@ -105,14 +105,30 @@ type Tool struct {
 	// at most one call of each Serial tool of a run at a time. Each has its
 	// own slot: a cell that keeps running does not hold off a debug call.
 	Serial bool
+	// Output, for a tool whose every successful result carries
+	// StructuredContent of one fixed shape, is that shape's JSON Schema
+	// (OutputOf); nil for the others. MCP lists it as the tool's
+	// outputSchema, and clients check the results against it.
+	Output *jsonschema.Schema
+}
+
+// OutputOf is the JSON Schema of T's JSON encoding, for Tool.Output. It
+// panics when T has none (a programming error).
+func OutputOf[T any]() *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("tools: output schema of %T: %v", *new(T), err))
+	}
+	return s
 }
 
 // Info is a tool as listed to a surface.
 type Info struct {
-	Name        string             `json:"name"`
-	Description string             `json:"description"`
-	Level       Level              `json:"level"`
-	InputSchema *jsonschema.Schema `json:"inputSchema"`
+	Name         string             `json:"name"`
+	Description  string             `json:"description"`
+	Level        Level              `json:"level"`
+	InputSchema  *jsonschema.Schema `json:"inputSchema"`
+	OutputSchema *jsonschema.Schema `json:"outputSchema,omitempty"`
 }
 
 // Handler runs a tool with raw JSON arguments. An error that is not a call
@@ -342,7 +358,7 @@ func (r *Registry) List(s Surface) []Info {
 	var out []Info
 	for _, e := range r.tools {
 		if e.tool.Level <= s.MaxLevel() {
-			out = append(out, Info{Name: e.tool.Name, Description: e.tool.Description, Level: e.tool.Level, InputSchema: e.schema})
+			out = append(out, Info{Name: e.tool.Name, Description: e.tool.Description, Level: e.tool.Level, InputSchema: e.schema, OutputSchema: e.tool.Output})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

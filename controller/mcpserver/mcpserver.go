@@ -165,6 +165,9 @@ func (h *handler) list() *mcp.ListToolsResult {
 		if in.InputSchema == nil {
 			t.InputSchema = json.RawMessage(`{"type":"object"}`)
 		}
+		if in.OutputSchema != nil {
+			t.OutputSchema = in.OutputSchema
+		}
 		t.Annotations = &mcp.ToolAnnotations{Title: in.Name, ReadOnlyHint: in.Level == tools.LevelRead}
 		out.Tools = append(out.Tools, t)
 	}

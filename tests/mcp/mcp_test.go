@@ -709,11 +709,13 @@ func TestStdioContainer(t *testing.T) {
 
 // tsResult is what testdata/client.mjs prints.
 type tsResult struct {
-	Elicited []string
-	Tools    []string
-	Results  map[string]struct {
-		Text    string
-		IsError bool
+	Elicited      []string
+	Tools         []string
+	OutputSchemas []string
+	Results       map[string]struct {
+		Text       string
+		IsError    bool
+		Structured bool
 	}
 	PlanTools []string
 	PlanWrite struct {
@@ -764,6 +766,11 @@ func checkTS(t *testing.T, r tsResult) {
 		if got.IsError || !strings.Contains(got.Text, want) {
 			t.Errorf("%s: want %q in a result that is not an error, got %+v", name, want, got)
 		}
+	}
+	// ast_grep's structured result has a fixed shape: the client got its
+	// output schema and checked the result against it.
+	if !slices.Equal(r.OutputSchemas, []string{"ast_grep"}) || !r.Results["ast_grep"].Structured {
+		t.Errorf("output schemas listed for %v, ast_grep's result structured: %v; want ast_grep's, checked", r.OutputSchemas, r.Results["ast_grep"].Structured)
 	}
 	if len(r.Elicited) != 1 || !strings.Contains(r.Elicited[0], "Which colour?") {
 		t.Errorf("elicitations: %q, want the ask_user question once", r.Elicited)

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/structural"
 )
 
@@ -153,4 +156,45 @@ func TestNoMatchHintStringLiteral(t *testing.T) {
 	wantOK(t, ev.call(t, "ast_grep", map[string]any{"pattern": "el.on$EVENT($H)", "path": "a.js"}), "$EVENT is part of on$EVENT in the pattern")
 	// A pattern that matches shows no hint; one without inert variables the generic one.
 	wantOK(t, ev.call(t, "ast_grep", map[string]any{"pattern": "el.missing($H)", "path": "a.js"}), "exact about nesting")
+}
+
+// TestGrepOutputSchema: ast_grep lists an output schema, and every
+// successful result's structured content — matches, a cut result, no
+// match with its hint — validates against it, as an MCP client checks.
+func TestGrepOutputSchema(t *testing.T) {
+	ev := newEnv(t, map[string]string{"http/client.py": httpClient, "a.go": "package a\n\nfunc f() { g(1, 2); g(3, 4) }\n"}, structural.Options{})
+	var schema *jsonschema.Schema
+	for _, in := range ev.r.List(tools.SurfaceDefault) {
+		switch in.Name {
+		case "ast_grep":
+			schema = in.OutputSchema
+		case "ast_edit", "resolve":
+			if in.OutputSchema != nil {
+				t.Errorf("%s lists an output schema; its results have no fixed shape", in.Name)
+			}
+		}
+	}
+	if schema == nil {
+		t.Fatal("ast_grep lists no output schema")
+	}
+	resolved, err := schema.Resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range []map[string]any{
+		{"pattern": "raise ValueError($$$)", "language": "python"},
+		{"pattern": "g($A, $B)", "language": "go", "max_results": 1},
+		{"pattern": "nothing_like_this($X)", "language": "go"},
+	} {
+		res := ev.call(t, "ast_grep", args)
+		if res.IsError || res.StructuredContent == nil {
+			t.Fatalf("%v: %s", args, res.AllText())
+		}
+		b, _ := json.Marshal(res.StructuredContent)
+		var v any
+		json.Unmarshal(b, &v)
+		if err := resolved.Validate(v); err != nil {
+			t.Errorf("%v: the structured content does not fit the output schema: %v\n%s", args, err, b)
+		}
+	}
 }

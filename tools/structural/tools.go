@@ -57,7 +57,7 @@ const resolveDescription = `Applies or drops an edit staged by ast_edit. accept 
 // bound to the workspace ws and the run's Engine e.
 func Register(r *tools.Registry, ws sandbox.FS, e *Engine) {
 	h := &handlers{fs: ws, e: e}
-	tools.Register(r, tools.Tool{Name: "ast_grep", Level: tools.LevelRead, Description: grepDescription}, h.grep)
+	tools.Register(r, tools.Tool{Name: "ast_grep", Level: tools.LevelRead, Description: grepDescription, Output: tools.OutputOf[Shown]()}, h.grep)
 	tools.Register(r, tools.Tool{Name: "ast_edit", Level: tools.LevelWrite, Description: editDescription}, h.edit)
 	tools.Register(r, tools.Tool{Name: "resolve", Level: tools.LevelWrite, Description: resolveDescription}, h.resolve, tools.Enum("action", ActionAccept, ActionDiscard))
 }
@@ -72,15 +72,15 @@ type handlers struct {
 // text, each cut to MaxLineChars, and the captures on one line each, cut
 // to MaxCaptureChars; MoreLines counts the lines left out.
 type ShownMatch struct {
-	File      string            `json:"file"`
-	StartLine int               `json:"start_line"`
-	StartCol  int               `json:"start_col"`
-	EndLine   int               `json:"end_line"`
-	EndCol    int               `json:"end_col"`
-	Enclosing string            `json:"enclosing,omitempty"`
-	Text      string            `json:"text"`
-	MoreLines int               `json:"more_lines,omitempty"`
-	Captures  map[string]string `json:"captures"`
+	File      string            `json:"file" jsonschema:"the file, relative to the workspace"`
+	StartLine int               `json:"start_line" jsonschema:"line where the match starts, from 1"`
+	StartCol  int               `json:"start_col" jsonschema:"column where the match starts, from 1"`
+	EndLine   int               `json:"end_line" jsonschema:"line where the match ends"`
+	EndCol    int               `json:"end_col" jsonschema:"column where the match ends"`
+	Enclosing string            `json:"enclosing,omitempty" jsonschema:"the function, method or class the match is in"`
+	Text      string            `json:"text" jsonschema:"the first lines of the matched text"`
+	MoreLines int               `json:"more_lines,omitempty" jsonschema:"how many more lines the match has than text shows"`
+	Captures  map[string]string `json:"captures" jsonschema:"each metavariable's capture, on one line"`
 }
 
 // Shown is a search result as ast_grep shows it, and its structuredContent:
@@ -88,14 +88,14 @@ type ShownMatch struct {
 // shown (More), the files, and the no-match hint. No field carries more
 // than the text says.
 type Shown struct {
-	Matches       []ShownMatch   `json:"matches"`
-	Total         int            `json:"total"`
-	Truncated     bool           `json:"truncated"`
-	More          int            `json:"more,omitempty"`
-	Files         int            `json:"files"`
-	FilesSearched int            `json:"files_searched"`
-	Skipped       map[string]int `json:"skipped,omitempty"`
-	Hint          string         `json:"hint,omitempty"`
+	Matches       []ShownMatch   `json:"matches" jsonschema:"the matches shown, in file order"`
+	Total         int            `json:"total" jsonschema:"how many matches were counted"`
+	Truncated     bool           `json:"truncated" jsonschema:"whether the search stopped at its limit before counting every match"`
+	More          int            `json:"more,omitempty" jsonschema:"how many more matches were counted than shown"`
+	Files         int            `json:"files" jsonschema:"how many files have matches"`
+	FilesSearched int            `json:"files_searched" jsonschema:"how many files were searched"`
+	Skipped       map[string]int `json:"skipped,omitempty" jsonschema:"files not searched, counted by reason"`
+	Hint          string         `json:"hint,omitempty" jsonschema:"why nothing matched and what to try, when nothing did"`
 }
 
 // Show bounds a search result for a model (see Shown).

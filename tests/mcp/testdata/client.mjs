@@ -40,7 +40,9 @@ const out = { elicited: [] };
 const timeout = { timeout: 120000 };
 const client = newClient(out.elicited);
 await client.connect(transport(mode, args));
-out.tools = (await client.listTools()).tools.map((t) => t.name);
+const listed = (await client.listTools()).tools;
+out.tools = listed.map((t) => t.name);
+out.outputSchemas = listed.filter((t) => t.outputSchema).map((t) => t.name);
 const calls = {
   read: { path: 'a.txt' },
   ast_grep: { pattern: 'add($A, $B)', language: 'python' },
@@ -51,7 +53,9 @@ const calls = {
 out.results = {};
 for (const [name, a] of Object.entries(calls)) {
   const r = await client.callTool({ name, arguments: a }, undefined, timeout);
-  out.results[name] = { text: text(r), isError: !!r.isError };
+  // The SDK checks structuredContent against a listed outputSchema and
+  // throws when it does not fit.
+  out.results[name] = { text: text(r), isError: !!r.isError, structured: r.structuredContent !== undefined };
 }
 await client.close();
 
