@@ -28,9 +28,10 @@
 // the SDK's session machinery (direct.go), as application/json.
 //
 // A call whose client sent a progress token reports notifications/progress
-// every [ProgressInterval] while it runs: the seconds it has run as the
-// progress, and the run's resources' states (a language server starting or
-// indexing, a kernel starting, …) as the message. Cancellation
+// while it runs: each note its tool gives (tools.Progress: a kernel
+// starting, a cell's output, a language server starting, a debug launch
+// waiting for its first stop) as it comes, and every [ProgressInterval]
+// without one the seconds it has run and the run's resources' states. Cancellation
 // (notifications/cancelled) and, over HTTP, a client that drops the POST
 // of a call cancel the call.
 //
@@ -189,7 +190,9 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		defer stop()
 	}
 	if tok := p.GetProgressToken(); tok != nil && req.Session != nil {
-		defer h.progress(ctx, req.Session, tok, p.Name)()
+		var stop func()
+		ctx, stop = h.progress(ctx, req.Session, tok, p.Name)
+		defer stop()
 	}
 	res, err := h.run.Call(ctx, h.opts.Surface, p.Name, args)
 	if err != nil {
@@ -205,44 +208,81 @@ const ProgressInterval = 2 * time.Second
 // maxProgressMessage caps a progress message.
 const maxProgressMessage = 1 << 10
 
-// progress reports, every ProgressInterval until the returned function is
-// called, how long the call has run (progress, in seconds) and what the
-// run's resources are doing (a language server starting or indexing, a
-// kernel starting, …) as the message.
-func (h *handler) progress(ctx context.Context, ss *mcp.ServerSession, tok any, tool string) (stop func()) {
+// progress reports, while the call runs, what it is doing: each note the
+// tool gives (tools.Progress: a server starting, a cell's latest output, a
+// launch waiting for its first stop) as soon as it comes, at most one per
+// minProgressGap, and every ProgressInterval without one how long the call
+// has run and the run's resources' states. The progress value is the
+// seconds run, increasing with each notification. It returns the call's
+// context, carrying the note receiver, and the function that stops it.
+func (h *handler) progress(ctx context.Context, ss *mcp.ServerSession, tok any, tool string) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
+	notes := make(chan string, 1)
+	callCtx := tools.WithProgress(ctx, func(note string) {
+		for {
+			select {
+			case notes <- note:
+				return
+			default:
+			}
+			select { // keep the latest: drop the one waiting
+			case <-notes:
+			default:
+			}
+		}
+	})
 	done := make(chan struct{})
 	start := time.Now()
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(ProgressInterval)
 		defer tick.Stop()
+		var last float64
+		send := func(msg string) {
+			p := time.Since(start).Seconds()
+			if p <= last {
+				p = last + 0.001 // progress must increase
+			}
+			last = p
+			if len(msg) > maxProgressMessage {
+				msg = msg[:maxProgressMessage] + "…"
+			}
+			if err := ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: p, Message: msg}); err != nil && ctx.Err() == nil {
+				h.opts.Logger.Debug("mcp: progress not sent", "run", h.run.ID(), "tool", tool, "err", err)
+			}
+		}
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case note := <-notes:
+				send(tool + ": " + note)
+				tick.Reset(ProgressInterval)
+				select { // at most one note per gap
+				case <-ctx.Done():
+					return
+				case <-time.After(minProgressGap):
+				}
 			case <-tick.C:
-			}
-			elapsed := time.Since(start)
-			var b strings.Builder
-			fmt.Fprintf(&b, "%s running for %s", tool, elapsed.Round(time.Second))
-			for _, r := range h.run.Resources() {
-				fmt.Fprintf(&b, "; %s %s: %s", r.Kind, r.Name, r.State)
-			}
-			msg := b.String()
-			if len(msg) > maxProgressMessage {
-				msg = msg[:maxProgressMessage] + "…"
-			}
-			if err := ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: elapsed.Seconds(), Message: msg}); err != nil && ctx.Err() == nil {
-				h.opts.Logger.Debug("mcp: progress not sent", "run", h.run.ID(), "tool", tool, "err", err)
+				var b strings.Builder
+				fmt.Fprintf(&b, "%s running for %s", tool, time.Since(start).Round(time.Second))
+				for _, r := range h.run.Resources() {
+					fmt.Fprintf(&b, "; %s %s: %s", r.Kind, r.Name, r.State)
+				}
+				send(b.String())
 			}
 		}
 	}()
-	return func() {
+	return callCtx, func() {
 		cancel()
 		<-done
 	}
 }
+
+// minProgressGap is the least time between two notes sent for a call: a
+// cell printing in a loop sends its latest line a few times a second, not
+// every line.
+const minProgressGap = 250 * time.Millisecond
 
 // callError is err as a JSON-RPC error carrying berth's code.
 func (h *handler) callError(tool string, err error) error {

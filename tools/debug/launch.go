@@ -410,6 +410,7 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 	if bl := s.listBreakpoints(ss); len(want) > 0 {
 		head += "\nbreakpoints:\n" + bl.text
 	}
+	tools.Progress(ctx, fmt.Sprintf("%sed %s with %s; waiting for the first stop (a breakpoint, an exception or the end)", command, program, av.Adapter))
 	rep, err := s.waitStop(ctx, ss, 0)
 	if err != nil {
 		return reply{}, err

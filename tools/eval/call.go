@@ -276,6 +276,11 @@ func (s *Supervisor) run(ctx context.Context, k *kern, code string) (*tools.Resu
 		OnEvent: func(e kernel.Event) {
 			w.activity()
 			out.event(e)
+			if e.Type == kernel.EventStream && tools.Following(ctx) {
+				if line := lastLine(e.Text); line != "" {
+					tools.Progress(ctx, e.Name+": "+line)
+				}
+			}
 		},
 		OnInput: func(ictx context.Context, req kernel.InputRequest) (string, error) {
 			w.pause()
@@ -532,4 +537,13 @@ func (w *watchdog) stop() {
 	if w.wall != nil {
 		w.wall.Stop()
 	}
+}
+
+// lastLine is the last non-empty line of text, for a progress note.
+func lastLine(text string) string {
+	text = strings.TrimRight(text, "\r\n \t")
+	if i := strings.LastIndexAny(text, "\r\n"); i >= 0 {
+		text = text[i+1:]
+	}
+	return text
 }

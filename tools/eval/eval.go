@@ -472,6 +472,7 @@ func (s *Supervisor) kernelFor(ctx context.Context, lang string, reset bool) (*k
 
 // start starts a kernel for lang in the sandbox and connects to it.
 func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
+	tools.Progress(ctx, "starting the "+lang+" kernel")
 	pr, err := s.probe(ctx)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/internal/proc"
 )
 
@@ -344,6 +345,7 @@ func (in *instance) waitReady(ctx context.Context, wait time.Duration) error {
 	select {
 	case <-g.ready:
 	default:
+		tools.Progress(ctx, fmt.Sprintf("starting the language server %s (%s)", in.key, g.binary))
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		select {
