@@ -32,7 +32,10 @@ const (
 // jupyterAnchor is a plain Jupyter client (jupyter_client, the library
 // every Jupyter frontend uses) talking straight to ipykernel on the host.
 // It prints the kernel's cold start, then, for each number N it reads on
-// stdin, the round trips of N trivial cells in microseconds and "done".
+// stdin, the round trips of N trivial cells in microseconds and "done";
+// for "first" it starts another kernel, waits until it is ready, times
+// that kernel's first cell ("first" and microseconds), stops it and says
+// "done".
 const jupyterAnchor = `
 import sys, time
 from jupyter_client.manager import start_new_kernel
@@ -40,6 +43,15 @@ t0 = time.perf_counter()
 km, kc = start_new_kernel(kernel_name="python3")
 print("cold", int((time.perf_counter() - t0) * 1e6), flush=True)
 for line in sys.stdin:
+    if line.strip() == "first":
+        km2, kc2 = start_new_kernel(kernel_name="python3")
+        t = time.perf_counter()
+        kc2.execute_interactive("1", timeout=30, output_hook=lambda m: None)
+        print("first", int((time.perf_counter() - t) * 1e6))
+        kc2.stop_channels()
+        km2.shutdown_kernel(now=True)
+        print("done", flush=True)
+        continue
     for i in range(int(line)):
         t = time.perf_counter()
         kc.execute_interactive("1", timeout=30, output_hook=lambda m: None)
@@ -164,10 +176,28 @@ func (a *anchorProc) line(t *testing.T) []string {
 	return strings.Fields(a.out.Text())
 }
 
+// first starts another kernel in the anchor and returns the round trip
+// of its first cell, once it was ready.
+func (a *anchorProc) first(t *testing.T) time.Duration {
+	t.Helper()
+	rts := a.ask(t, "first", "first")
+	if len(rts) != 1 {
+		t.Fatalf("jupyter_client anchor gave %d first cells", len(rts))
+	}
+	return rts[0]
+}
+
 // cells runs n trivial cells in the anchor and returns their round trips.
 func (a *anchorProc) cells(t *testing.T, n int) []time.Duration {
 	t.Helper()
-	if _, err := fmt.Fprintf(a.in, "%d\n", n); err != nil {
+	return a.ask(t, strconv.Itoa(n), "rt")
+}
+
+// ask sends the anchor a command line and collects the durations it
+// reports under key until "done".
+func (a *anchorProc) ask(t *testing.T, cmd, key string) []time.Duration {
+	t.Helper()
+	if _, err := fmt.Fprintf(a.in, "%s\n", cmd); err != nil {
 		t.Fatal(err)
 	}
 	var rts []time.Duration
@@ -176,7 +206,7 @@ func (a *anchorProc) cells(t *testing.T, n int) []time.Duration {
 		switch {
 		case len(f) == 1 && f[0] == "done":
 			return rts
-		case len(f) == 2 && f[0] == "rt":
+		case len(f) == 2 && f[0] == key:
 			v, _ := strconv.Atoi(f[1])
 			rts = append(rts, time.Duration(v)*time.Microsecond)
 		default:

@@ -284,6 +284,11 @@ type RunSpec struct {
 	Mode tools.Surface `json:"mode,omitempty"`
 	// Vibe enables the vibe_* worker tools where they are wired.
 	Vibe bool `json:"vibe,omitempty"`
+	// Prewarm names kernels ("python", "javascript") to start in the
+	// background as the run opens, so that its first eval finds them up.
+	// Starting one is decided by the run's permission gate as a call of
+	// eval; a mode that cannot run exec-level tools cannot prewarm.
+	Prewarm []string `json:"prewarm,omitempty"`
 	// Tenant owns the run: only it (and AllTenants) finds the run with
 	// Lookup and ListFor, and the run counts against its caps. It is set
 	// by the API from the caller's credential, never from the body.
@@ -424,6 +429,9 @@ func (c *Controller) Open(ctx context.Context, spec RunSpec) (*Run, error) {
 	}
 	if spec.Sandbox == "" {
 		spec.Sandbox = AutoSandbox
+	}
+	if err := checkPrewarm(&spec); err != nil {
+		return nil, err
 	}
 	if err := c.reserveRun(spec.Tenant); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -668,5 +669,35 @@ func TestCallCutWhenSandboxPauses(t *testing.T) {
 	_, err = r.Call(ctx, "", "block", nil)
 	if !errors.Is(err, sandbox.ErrUnavailable) || ctx.Err() != nil {
 		t.Fatalf("a call blocked by a pause: err = %v (ctx %v), want ErrUnavailable before the caller's deadline", err, ctx.Err())
+	}
+}
+
+// TestCheckPrewarm: prewarm names kernel languages, each kept once in
+// eval's name, and only a run that may run exec-level tools may ask.
+func TestCheckPrewarm(t *testing.T) {
+	for _, tc := range []struct {
+		mode    tools.Surface
+		prewarm []string
+		want    []string
+		bad     string
+	}{
+		{tools.SurfaceDefault, nil, nil, ""},
+		{tools.SurfaceDefault, []string{"python", "py", "node"}, []string{"python", "javascript"}, ""},
+		{tools.SurfaceDefault, []string{"ruby"}, nil, "python or javascript"},
+		{tools.SurfaceDefault, []string{""}, nil, "python or javascript"},
+		{tools.SurfaceDefault, []string{"py", "py", "py", "py", "py"}, nil, "more than 4"},
+		{tools.SurfacePlan, []string{"python"}, nil, "exec level"},
+		{tools.SurfaceReadonly, []string{"python"}, nil, "exec level"},
+	} {
+		spec := RunSpec{Mode: tc.mode, Prewarm: tc.prewarm}
+		err := checkPrewarm(&spec)
+		switch {
+		case tc.bad != "":
+			if !errors.Is(err, ErrBadSpec) || !strings.Contains(err.Error(), tc.bad) {
+				t.Errorf("%s %q: %v; want ErrBadSpec saying %q", tc.mode, tc.prewarm, err, tc.bad)
+			}
+		case err != nil || !slices.Equal(spec.Prewarm, tc.want):
+			t.Errorf("%s %q: %v %q; want %q", tc.mode, tc.prewarm, err, spec.Prewarm, tc.want)
+		}
 	}
 }

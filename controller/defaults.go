@@ -2,8 +2,11 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"berth.dev/berth/questions"
 	"berth.dev/berth/tools"
@@ -68,6 +71,25 @@ func EvalToolsWith(opts eval.Options) Binder {
 		env.Persist("eval", sup)
 		env.OnCloseOrDetach(sup.Close, sup.Detach)
 		env.AddResources(sup.Resources)
+		if len(env.Spec.Prewarm) > 0 {
+			// A kernel's start is what a call of eval does first, so the
+			// run's gate decides it as one (at once in local mode; a
+			// permission card for the operator in hosted mode).
+			evalTool := tools.Tool{Name: "eval", Level: tools.LevelExec}
+			sup.Prewarm(env.Spec.Prewarm, func(ctx context.Context, lang string) error {
+				args, _ := json.Marshal(map[string]string{"prewarm": lang})
+				err := env.Gate.Approve(ctx, env.Spec.Mode, evalTool, args)
+				if err == nil || env.Questions == nil || env.Questions.Connected() {
+					return err
+				}
+				// Nobody could be asked yet: the harness and the operator's
+				// console connect to the run's events after it opened.
+				if !waitConnected(ctx, env.Questions, prewarmApproverWait) {
+					return err
+				}
+				return env.Gate.Approve(ctx, env.Spec.Mode, evalTool, args)
+			})
+		}
 		return nil
 	}
 }
@@ -250,3 +272,54 @@ func (e unknownWorker) Unwrap() error        { return e.error }
 type publisher struct{ p *questions.Port }
 
 func (p publisher) Publish(eventType string, data any) { p.p.Publish(eventType, data) }
+
+// prewarmApproverWait is how long a prewarm that needs a permission card
+// waits for someone to connect to the run's events to draw it for.
+const prewarmApproverWait = time.Minute
+
+// waitConnected waits, at most within, until someone follows port's
+// events, and says whether someone does.
+func waitConnected(ctx context.Context, port *questions.Port, within time.Duration) bool {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.After(within)
+	for !port.Connected() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline:
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
+// MaxPrewarm bounds RunSpec.Prewarm.
+const MaxPrewarm = 4
+
+// checkPrewarm validates spec.Prewarm and puts its languages in eval's
+// names, once each.
+func checkPrewarm(spec *RunSpec) error {
+	if len(spec.Prewarm) == 0 {
+		return nil
+	}
+	if len(spec.Prewarm) > MaxPrewarm {
+		return fmt.Errorf("controller: prewarm lists %d kernels, more than %d: name each language once (python, javascript): %w", len(spec.Prewarm), MaxPrewarm, ErrBadSpec)
+	}
+	if spec.Mode.MaxLevel() < tools.LevelExec {
+		return fmt.Errorf("controller: prewarm starts kernels, which is exec level, and a %s run cannot run exec-level tools: open the run without prewarm: %w", spec.Mode, ErrBadSpec)
+	}
+	var langs []string
+	for _, name := range spec.Prewarm {
+		lang, err := eval.ParseLanguage(name)
+		if err != nil || name == "" {
+			return fmt.Errorf("controller: prewarm %q: a kernel language is python or javascript: %w", name, ErrBadSpec)
+		}
+		if !slices.Contains(langs, lang) {
+			langs = append(langs, lang)
+		}
+	}
+	spec.Prewarm = langs
+	return nil
+}

@@ -18,7 +18,7 @@
 //	GET    /v1/runs/{id}/resources     HO  live resources → {"resources":[{kind,name,state,detail}…]}
 //	GET    /v1/runs/{id}/workers       HO  vibe workers → {"workers":[WorkerInfo…]}
 //	*      /v1/runs/{id}/mcp?surface=S H   the run as an MCP server (Streamable HTTP; controller/mcpserver)
-//	*      /v1/mcp?conversation_id=…&workspace=…&sandbox=…&mode=… H   an MCP session that opens a run for its lifetime
+//	*      /v1/mcp?conversation_id=…&workspace=…&sandbox=…&mode=…&prewarm=… H   an MCP session that opens a run for its lifetime
 //	POST   /v1/runs/{id}/workers/{w}   H   a platform's report on worker w
 //	GET    /console/                       the operator console (controller/console); / redirects to it
 //	GET    /healthz                        200 "ok", never authenticated
@@ -300,11 +300,12 @@ func (w *statusRewriter) Write(p []byte) (int, error) {
 
 // openRequest is the body of POST /v1/runs.
 type openRequest struct {
-	ConversationID string `json:"conversation_id"`
-	Workspace      string `json:"workspace"`
-	Sandbox        string `json:"sandbox"`
-	Mode           string `json:"mode"`
-	Vibe           bool   `json:"vibe"`
+	ConversationID string   `json:"conversation_id"`
+	Workspace      string   `json:"workspace"`
+	Sandbox        string   `json:"sandbox"`
+	Mode           string   `json:"mode"`
+	Vibe           bool     `json:"vibe"`
+	Prewarm        []string `json:"prewarm"`
 }
 
 func (s *server) openRun(w http.ResponseWriter, r *http.Request) {
@@ -322,6 +323,7 @@ func (s *server) openRun(w http.ResponseWriter, r *http.Request) {
 		Sandbox:        req.Sandbox,
 		Mode:           tools.Surface(req.Mode),
 		Vibe:           req.Vibe,
+		Prewarm:        req.Prewarm,
 	})
 	if err != nil {
 		s.fail(w, r, err)
@@ -774,6 +776,17 @@ func (s *server) runMCP(w http.ResponseWriter, r *http.Request) {
 	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log})
 }
 
+// splitList splits a comma-separated query value; empty is none.
+func splitList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // openMCP serves MCP sessions that each open a run of the caller's tenant
 // from the URL's parameters and close it when the session ends.
 func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
@@ -787,6 +800,7 @@ func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
 			Workspace:      q.Get("workspace"),
 			Sandbox:        q.Get("sandbox"),
 			Mode:           tools.Surface(q.Get("mode")),
+			Prewarm:        splitList(q.Get("prewarm")),
 		})
 	}
 	lookup := func(id string) error {

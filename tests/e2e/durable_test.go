@@ -38,17 +38,24 @@ func durableBerth(t *testing.T, stateDir string, flags ...string) (*berthtest.Se
 func durableBerthEnv(t *testing.T, stateDir string, env []string, flags ...string) (*berthtest.Server, *berthtest.Client) {
 	t.Helper()
 	args := append([]string{"--mode", "local", "--state-dir", stateDir, "--label-key", labelKey}, flags...)
+	args = append(args, backendArgs()...)
+	s := berthtest.Start(t, berthtest.Options{Args: args, Env: append([]string{"BERTH_TOKEN=" + durableToken}, env...)})
+	return s, &berthtest.Client{URL: s.URL, Token: durableToken}
+}
+
+// backendArgs are the flags of a berth serve the test starts for the
+// suite's backend.
+func backendArgs() []string {
 	switch backend() {
 	case backendContainerd:
 		// dockerd's labels are not in containerd: runs name their container.
-		args = append(args, "--containerd-address", dockerContainerd, "--allow-unlabelled")
+		return []string{"--containerd-address", dockerContainerd, "--allow-unlabelled"}
 	case backendKube:
 		// The pods of the suite's namespace, through the API server of
 		// $KUBECONFIG; runs name their pod.
-		args = append(args, "--kube", "api", "--kube-namespaces", kubeNamespace, "--allow-unlabelled")
+		return []string{"--kube", "api", "--kube-namespaces", kubeNamespace, "--allow-unlabelled"}
 	}
-	s := berthtest.Start(t, berthtest.Options{Args: args, Env: append([]string{"BERTH_TOKEN=" + durableToken}, env...)})
-	return s, &berthtest.Client{URL: s.URL, Token: durableToken}
+	return nil
 }
 
 // durableRun is a run of a berth serve on a state directory in a

@@ -40,18 +40,12 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 	if n := len(strings.Fields(in.Description)); n < minWords || n > maxWords {
 		return tools.Errorf("description must be %d to %d words saying what the cell does (got %d), e.g. \"load the CSV and count rows per day\"", minWords, maxWords, n), nil
 	}
-	lang := strings.ToLower(strings.TrimSpace(in.Language))
-	switch lang {
-	case "", "py", "python", "python3":
-		lang = Python
-	case "js", "javascript", "node":
-		lang = JavaScript
-	default:
-		return tools.Errorf("unknown language %q: use python or javascript", in.Language), nil
+	lang, err := ParseLanguage(in.Language)
+	if err != nil {
+		return tools.Errorf("%v", err), nil
 	}
 	code := in.Code
 	if lang == Python {
-		var err error
 		if code, err = rewritePython(code); err != nil {
 			return nil, err
 		}

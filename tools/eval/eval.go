@@ -115,12 +115,17 @@ type Supervisor struct {
 	opts   Options
 	reg    *tools.Registry
 
-	mu      sync.Mutex // guards the fields below; never held across I/O
-	kernels map[string]*kern
-	notes   map[string][]string // per language, shown with the next result
-	closed  bool
-	gen     uint64 // bumped when the kernels change (Generation)
-	seq     int    // numbers the names of resident kernels
+	bg     context.Context // the run's, cancelled by Close and Detach: bounds prewarms
+	stopBg context.CancelFunc
+	wg     sync.WaitGroup // prewarms under way
+
+	mu       sync.Mutex // guards the fields below; never held across I/O
+	kernels  map[string]*kern
+	starting map[string]chan struct{} // prewarms under way, by language; closed when done
+	notes    map[string][]string      // per language, shown with the next result
+	closed   bool
+	gen      uint64 // bumped when the kernels change (Generation)
+	seq      int    // numbers the names of resident kernels
 }
 
 // New returns a supervisor whose tool() bridge calls into reg.
@@ -137,8 +142,9 @@ func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, reg *tools.R
 	if sb.Ref() == "host" {
 		opts.Host = true
 	}
-	return &Supervisor{sb: sb, ws: ws, root: path.Clean(ws.Root()), runCtx: runCtx, opts: opts, reg: reg,
-		kernels: map[string]*kern{}, notes: map[string][]string{}}
+	bg, stopBg := context.WithCancel(runCtx)
+	return &Supervisor{sb: sb, ws: ws, root: path.Clean(ws.Root()), runCtx: runCtx, opts: opts, reg: reg, bg: bg, stopBg: stopBg,
+		kernels: map[string]*kern{}, starting: map[string]chan struct{}{}, notes: map[string][]string{}}
 }
 
 // Register adds the eval tool to r and returns its supervisor; the caller
@@ -159,12 +165,16 @@ func (s *Supervisor) Close() error {
 	return errors.Join(errs...)
 }
 
-// takeKernels refuses later calls and returns the kernels, which the
-// caller ends or lets go of.
+// takeKernels refuses later calls, stops the prewarms under way and
+// returns the kernels, which the caller ends or lets go of.
 func (s *Supervisor) takeKernels() []*kern {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
+	s.mu.Unlock()
+	s.stopBg()
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	ks := make([]*kern, 0, len(s.kernels))
 	for _, k := range s.kernels {
 		ks = append(ks, k)
@@ -420,6 +430,17 @@ func (s *Supervisor) kernelFor(ctx context.Context, lang string, reset bool) (*k
 		s.mu.Unlock()
 		return nil, nil, errors.New("the run is closed; open a new run")
 	}
+	if starting := s.starting[lang]; starting != nil {
+		// Prewarmed as the run opened: wait for that kernel rather than
+		// start a second.
+		s.mu.Unlock()
+		select {
+		case <-starting:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("eval: waited for the %s kernel the run prewarms: %w", lang, ctx.Err())
+		}
+		return s.kernelFor(ctx, lang, reset)
+	}
 	k := s.kernels[lang]
 	if k != nil && k.settling != nil {
 		// An earlier call's abandoned cell is still being interrupted:
@@ -662,9 +683,17 @@ func (s *Supervisor) Resources() []tools.Resource {
 	for _, k := range s.kernels {
 		ks = append(ks, k)
 	}
+	var starting []string
+	for lang := range s.starting {
+		starting = append(starting, lang)
+	}
 	s.mu.Unlock()
 	slices.SortFunc(ks, func(a, b *kern) int { return strings.Compare(a.lang, b.lang) })
-	out := make([]tools.Resource, 0, len(ks))
+	slices.Sort(starting)
+	out := make([]tools.Resource, 0, len(ks)+len(starting))
+	for _, lang := range starting {
+		out = append(out, tools.Resource{Kind: "kernel", Name: lang, State: "starting", Detail: "prewarmed as the run opened"})
+	}
 	for _, k := range ks {
 		state := "running"
 		if why := k.dead(); why != "" {

@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -145,24 +146,51 @@ func (g *Gate) Wrap(t tools.Tool, next tools.Handler) tools.Handler {
 	return func(ctx context.Context, args json.RawMessage) (*tools.Result, error) {
 		s := tools.SurfaceOf(ctx)
 		ctx = tools.WithStepApprover(ctx, func(ctx context.Context, step tools.Step) error { return g.ApproveStep(ctx, s, step) })
-		switch g.policy.Decide(s, t) {
-		case Allow:
-			return next(ctx, args)
-		case Deny:
-			return nil, fmt.Errorf("permission: the operator's policy forbids %s on the %s surface: %w; do not call it again in this run, find another way or tell the user", t.Name, s, tools.ErrDenied)
-		}
-		g.mu.Lock()
-		ok := g.allowed[t.Name]
-		g.mu.Unlock()
-		if ok {
-			return next(ctx, args)
-		}
-		res, err := g.ask(ctx, s, t, args)
-		if res != nil || err != nil {
+		if res, err := g.decide(ctx, s, t, args); res != nil || err != nil {
 			return res, err
 		}
 		return next(ctx, args)
 	}
+}
+
+// decide is the gate's decision on a call of t with args on surface s:
+// nil and nil to run it, else the refusal (a result for the model, or a
+// call error).
+func (g *Gate) decide(ctx context.Context, s tools.Surface, t tools.Tool, args json.RawMessage) (*tools.Result, error) {
+	switch g.policy.Decide(s, t) {
+	case Allow:
+		return nil, nil
+	case Deny:
+		return nil, fmt.Errorf("permission: the operator's policy forbids %s on the %s surface: %w; do not call it again in this run, find another way or tell the user", t.Name, s, tools.ErrDenied)
+	}
+	g.mu.Lock()
+	ok := g.allowed[t.Name]
+	g.mu.Unlock()
+	if ok {
+		return nil, nil
+	}
+	return g.ask(ctx, s, t, args)
+}
+
+// Approve decides a call of t with args on surface s exactly as Wrap
+// would, for what berth does on the run's behalf that such a call would
+// do (starting a kernel before the run's first eval, asked for as the run
+// opened): nil means go ahead; an "allow for this run" answer allows t for
+// the rest of the run, as on a call's card. A refusal says why.
+func (g *Gate) Approve(ctx context.Context, s tools.Surface, t tools.Tool, args json.RawMessage) error {
+	if t.Level > s.MaxLevel() {
+		return fmt.Errorf("permission: %s is a %s-level tool and the %s surface allows only %s: %w", t.Name, t.Level, s, s.MaxLevel(), tools.ErrDenied)
+	}
+	res, err := g.decide(ctx, s, t, args)
+	switch {
+	case err != nil:
+		return err
+	case res != nil:
+		// The refusal without its advice to a model about retrying.
+		why, _, _ := strings.Cut(res.AllText(), ". Do not retry")
+		return fmt.Errorf("%s: %w", why, tools.ErrDenied)
+	}
+	return nil
 }
 
 // ask draws a permission card; a nil result and error mean approved.

@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"berth.dev/berth/tests/berthtest"
+)
+
+// kernelState reads the run's resources and returns its python kernel's
+// state ("" when it has none).
+func kernelState(t *testing.T, c *berthtest.Client, run string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	_, b, err := c.Do(ctx, "GET", "/v1/runs/"+run+"/resources", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs struct {
+		Resources []struct{ Kind, Name, State string }
+	}
+	json.Unmarshal(b, &rs)
+	for _, r := range rs.Resources {
+		if r.Kind == "kernel" && r.Name == "python" {
+			return r.State
+		}
+	}
+	return ""
+}
+
+// TestPrewarmInContainer: a run opened with "prewarm": ["python"] starts
+// its kernel in the container as it opens (resources: starting, then
+// running), and the first cell runs in that kernel — one kernel in the
+// container. In hosted mode the start is a permission card for the
+// operator (summary {"prewarm":"python"}) once someone follows the run's
+// events; "allow for this run" there lets the first cell run at once.
+func TestPrewarmInContainer(t *testing.T) {
+	const image = "berth-test-python"
+	needImage(t, image, false)
+	durableBackend(t)
+	ctr := startContainer(t, image)
+	spec := durableSpec(ctr)
+	spec["prewarm"] = []string{"python"}
+
+	t.Run("local", func(t *testing.T) {
+		_, c := durableBerth(t, "")
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		run, err := c.OpenRun(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Minute, "the prewarmed kernel to run", func() bool { return kernelState(t, c, run.ID) == "running" },
+			func() string { return kernelState(t, c, run.ID) })
+		_, kern := berthProcs(t, ctr)
+		if len(kern) != 1 {
+			t.Fatalf("kernels in the container after the prewarm: %q, want one", kern)
+		}
+		if got := evalText(t, c, run.ID, "import os; os.getpid()"); !strings.Contains(kern[0], strings.TrimSpace(got)) {
+			t.Errorf("the first cell ran in pid %s, not the prewarmed kernel %s", got, kern[0])
+		}
+		if _, kern := berthProcs(t, ctr); len(kern) != 1 {
+			t.Errorf("kernels after the first cell: %q, want the prewarmed one only", kern)
+		}
+		c.CloseRun(ctx, run.ID)
+	})
+
+	t.Run("hosted", func(t *testing.T) {
+		const harness, operator = "prewarm-harness", "prewarm-operator"
+		args := []string{"--mode", "hosted", "--label-key", labelKey}
+		args = append(args, backendArgs()...)
+		s := berthtest.Start(t, berthtest.Options{Args: args, Env: []string{"BERTH_TOKEN=" + harness, "BERTH_OPERATOR_TOKEN=" + operator}})
+		c := &berthtest.Client{URL: s.URL, Token: harness}
+		op := &berthtest.Client{URL: s.URL, Token: operator}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*callTimeout)
+		defer cancel()
+		run, err := c.OpenRun(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := kernelState(t, c, run.ID); st != "starting" {
+			t.Fatalf("before anyone approved, the kernel is %q, want starting (waiting for approval)", st)
+		}
+		// The operator follows the run's events and allows eval for the run.
+		req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/v1/runs/"+run.ID+"/events", nil)
+		req.Header.Set("Authorization", "Bearer "+operator)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		n := 0
+		for n == 0 && sc.Scan() {
+			d, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok || !strings.Contains(d, `"kind":"permission"`) {
+				continue
+			}
+			var card struct {
+				N       int
+				Tool    string
+				Summary string
+			}
+			json.Unmarshal([]byte(d), &card)
+			if card.Tool != "eval" || !strings.Contains(card.Summary, `"prewarm":"python"`) {
+				t.Fatalf("the prewarm's card: %s", d)
+			}
+			n = card.N
+		}
+		if n == 0 {
+			t.Fatalf("no permission card for the prewarm on the run's events: %v", sc.Err())
+		}
+		if st, b, err := op.Do(ctx, "POST", fmt.Sprintf("/v1/runs/%s/cards/%d", run.ID, n), map[string]any{"decision": "allow_run"}); err != nil || st != 200 {
+			t.Fatalf("allow_run: %d %s %v", st, b, err)
+		}
+		waitFor(t, 2*time.Minute, "the approved kernel to run", func() bool { return kernelState(t, c, run.ID) == "running" },
+			func() string { return kernelState(t, c, run.ID) })
+		// Allowed for the run: the first cell runs with no card.
+		if got := evalText(t, c, run.ID, "6 * 7"); !strings.Contains(got, "42") {
+			t.Fatalf("the first cell: %s", got)
+		}
+		c.CloseRun(ctx, run.ID)
+	})
+}
