@@ -207,6 +207,32 @@ type WalkOptions struct {
 // itself (a symbolic link is not followed).
 type WalkFunc func(name string, info fs.FileInfo) error
 
+// WatchOptions configure Watcher.Watch.
+type WatchOptions struct {
+	// SkipDirs are directory base names not watched (nor reported), as WalkOptions.SkipDirs.
+	SkipDirs []string
+}
+
+// WatchEvent is one batch of what changed under a watched directory.
+type WatchEvent struct {
+	// Paths changed, were created, deleted or moved (either end), relative to the FS root, slash-separated, each once per batch, sorted.
+	Paths []string
+	// Overflow: changes were lost (the kernel's queue or the agent's bound overflowed); the consumer must rescan (walk) everything it cares about. Paths may be empty.
+	Overflow bool
+}
+
+// Watch is a running watch. Events delivers batches until the watch ends; the channel is then closed and Err says why (nil after Close).
+type Watch interface {
+	Events() <-chan WatchEvent
+	Err() error
+	Close() error
+}
+
+// Watcher is an FS that can watch its files change. Watch returns once every directory under dir is watched (so a change made after it returns is reported), or an error wrapping ErrUnsupported when watching is not possible here (no inotify, the watch limit reached): the caller then walks.
+type Watcher interface {
+	Watch(ctx context.Context, dir string, opts WatchOptions) (Watch, error)
+}
+
 // MaxFileSize is the largest file [FS.ReadFile] returns.
 const MaxFileSize = 64 << 20
 
