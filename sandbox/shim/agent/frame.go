@@ -48,6 +48,15 @@ const (
 	TypeResponse byte = 'y' // agent to berth: JSON Response; ends a request
 )
 
+// Frame types of the "watch" protocol, agent to berth; berth sends only
+// TypePing (resident.go), every ProcessPing.
+const (
+	TypeWatchReady       byte = 'w' // payload: 4-byte count of directories watched; every one is
+	TypeWatchChanges     byte = 'c' // payload: JSON []string, paths relative to ROOT, sorted
+	TypeWatchOverflow    byte = 'l' // changes were lost: berth must rescan; the watch goes on
+	TypeWatchUnsupported byte = 'u' // payload: why watching is not possible here; the last frame
+)
+
 // StdinWindow is how many stdin bytes berth may send before the agent
 // acknowledges them, so the agent never blocks reading its own input while
 // the child is not reading stdin.

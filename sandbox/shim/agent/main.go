@@ -5,6 +5,7 @@
 //
 //	berth-shim run [--wait-delay=D] [--direct-stdout] [--user=UID:GID[:G1,G2...]] [--nproc=N] [--cgroup=DIR]... -- PROGRAM ARGS...
 //	berth-shim fs [--user=UID:GID[:G1,G2...]] ROOT
+//	berth-shim watch [--user=UID:GID[:G1,G2...]] [--skip=NAME]... [--max-pending=N] [--max-watches=N] [--ping-timeout=D] ROOT DIR
 //	berth-shim dial tcp 127.0.0.1:PORT | dial unix /path/to/socket
 //	berth-shim kill-fs PID ROOT
 //	berth-shim resident [--grace=D] DIR
@@ -26,7 +27,9 @@
 // server ("berth-shim fs ... ROOT"), for berth to end a server that stopped
 // answering, and succeeds when no such process is left; "resident" is a
 // run's resident supervisor, which owns processes across berth's restarts
-// and answers on DIR/sock (resident.go). The frame format is in frame.go.
+// and answers on DIR/sock (resident.go); "watch" reports the files that
+// change below ROOT/DIR, watched with inotify, as that user (watch.go).
+// The frame format is in frame.go.
 package agent
 
 import (
@@ -44,7 +47,7 @@ import (
 // process exit code.
 func Main(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "berth-shim: want a mode: run, fs, dial, resident or version")
+		fmt.Fprintln(os.Stderr, "berth-shim: want a mode: run, fs, watch, dial, resident or version")
 		return 2
 	}
 	switch args[0] {
@@ -99,6 +102,19 @@ func Main(args []string) int {
 			return 2
 		}
 		return serveFS(rest[0], os.Stdin, os.Stdout, idle)
+	case "watch":
+		o, root, dir, err := parseWatch(args[1:])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "berth-shim watch: %v\n", err)
+			return 2
+		}
+		if o.cred != nil {
+			if err := becomeUser(o.cred); err != nil {
+				fmt.Fprintf(os.Stderr, "berth-shim watch: %v\n", err)
+				return 1
+			}
+		}
+		return serveWatch(o, root, dir, os.Stdin, os.Stdout)
 	case "kill-fs":
 		if len(args) != 3 {
 			fmt.Fprintln(os.Stderr, "berth-shim kill-fs: want PID ROOT")
