@@ -36,6 +36,10 @@ type fsys struct {
 	// (see fsSession.end); closeAll waits for it. Add happens under mu
 	// while the FS is open, so never after closeAll's Wait began.
 	live sync.WaitGroup
+	// watches are the running watches (watch.go), closed by closeAll.
+	watches map[*watch]struct{}
+	// watchFlags are added to the agent's watch mode, for tests.
+	watchFlags []string
 }
 
 // fsSession is one file-server process.
@@ -304,6 +308,7 @@ func (f *fsys) closeAll() {
 	for _, ss := range idle {
 		f.retire(ss)
 	}
+	f.closeWatches()
 	f.live.Wait()
 	untrack(f.s, f.s.fss, f)
 }
