@@ -216,3 +216,30 @@ func (f *agentFS) Remove(ctx context.Context, name string) error {
 func (f *agentFS) Rename(ctx context.Context, oldname, newname string) error {
 	return f.explain(ctx, f.FS.Rename(ctx, oldname, newname))
 }
+
+// Watch watches through the agent (see the shim's FS), as the container's
+// user.
+func (f *agentFS) Watch(ctx context.Context, dir string, opts sandbox.WatchOptions) (sandbox.Watch, error) {
+	return watchFS(ctx, f.FS, dir, opts)
+}
+
+// Watch watches through the agent, as [agentFS.Watch]: the kernel reports
+// changes in the container whichever way berth reads.
+func (f *fastFS) Watch(ctx context.Context, dir string, opts sandbox.WatchOptions) (sandbox.Watch, error) {
+	return watchFS(ctx, f.FS, dir, opts)
+}
+
+// watchFS watches through fsys, or fails with sandbox.ErrUnsupported
+// when it cannot watch.
+func watchFS(ctx context.Context, fsys sandbox.FS, dir string, opts sandbox.WatchOptions) (sandbox.Watch, error) {
+	w, ok := fsys.(sandbox.Watcher)
+	if !ok {
+		return nil, fmt.Errorf("docker: watch %s: this file system cannot watch; walk it instead: %w", dir, sandbox.ErrUnsupported)
+	}
+	return w.Watch(ctx, dir, opts)
+}
+
+var (
+	_ sandbox.Watcher = (*agentFS)(nil)
+	_ sandbox.Watcher = (*fastFS)(nil)
+)

@@ -77,6 +77,7 @@ func Run(t *testing.T, newSandbox func(t *testing.T) (sandbox.Sandbox, Config)) 
 		{"FSClose", testFSClose},
 		{"FSReplyDeadline", testFSReplyDeadline},
 		{"FSServerKilled", testFSServerKilled},
+		{"FSWatch", testFSWatch},
 		{"DialTCP", func(t *testing.T, e *env) { testDial(t, e, "tcp") }},
 		{"DialUnix", func(t *testing.T, e *env) { testDial(t, e, "unix") }},
 		{"CloseKills", testCloseKills},
