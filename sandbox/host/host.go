@@ -218,8 +218,8 @@ func checkUser(u string, hu *User) error {
 }
 
 // FS returns the host directory root, which must be absolute. Without a
-// host user berth serves it itself (dirfs); with one, the agent's file
-// server does, running as that user, so that the kernel checks every
+// host user berth serves it itself (dirfs), and watches it through the
+// agent; with one, the agent's file server does, running as that user, so that the kernel checks every
 // read and write as the host user's and new files are the host user's.
 func (s *Sandbox) FS(ctx context.Context, root string) (sandbox.FS, error) {
 	if s.user != nil {
@@ -233,13 +233,12 @@ func (s *Sandbox) FS(ctx context.Context, root string) (sandbox.FS, error) {
 	if !filepath.IsAbs(root) {
 		return nil, fmt.Errorf("host: fs %q: the root must be an absolute path", root)
 	}
-	f, err := dirfs.New(root)
+	d, err := dirfs.New(root)
 	if err != nil {
 		return nil, err
 	}
-	if c, ok := f.(io.Closer); ok {
-		s.fss = append(s.fss, c)
-	}
+	f := &localFS{FS: d, s: s}
+	s.fss = append(s.fss, f)
 	return f, nil
 }
 
