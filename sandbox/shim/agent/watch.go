@@ -131,6 +131,7 @@ type watcher struct {
 	// once the initial directories are watched.
 	wds  map[int32]string
 	dirs map[string]int32
+	seen map[int32]bool // during resync: the watches found again
 
 	mu       sync.Mutex
 	pending  map[string]struct{}
@@ -405,7 +406,7 @@ func (w *watcher) readEvents(quit chan<- watchEnd) {
 func (w *watcher) handle(wd int32, mask uint32, name string) error {
 	if mask&syscall.IN_Q_OVERFLOW != 0 {
 		w.lost()
-		return nil
+		return w.resync()
 	}
 	dir, ok := w.wds[wd]
 	if !ok {
@@ -440,6 +441,30 @@ func (w *watcher) handle(wd int32, mask uint32, name string) error {
 		}
 	}
 	w.changed(p)
+	return nil
+}
+
+// resync watches again what the kernel's queue overflow may have hidden
+// from the watch: directories made or moved in meanwhile get watched, and
+// watches of directories no longer found below DIR (moved away) end.
+func (w *watcher) resync() error {
+	w.seen = make(map[int32]bool)
+	defer func() { w.seen = nil }()
+	if err := w.addTree(w.top, false); err != nil {
+		if errors.Is(err, errWatchLimit) {
+			return err
+		}
+		return fmt.Errorf("the watched directory %s is gone: %v; watch it again once it exists", path.Join(w.rootDir, w.top), err)
+	}
+	for wd, d := range w.wds {
+		if !w.seen[wd] {
+			delete(w.wds, wd)
+			if w.dirs[d] == wd {
+				delete(w.dirs, d)
+			}
+			syscall.InotifyRmWatch(w.fd, uint32(wd))
+		}
+	}
 	return nil
 }
 
@@ -529,6 +554,9 @@ func (w *watcher) addWatch(p string, f *os.File) error {
 	}
 	w.wds[id] = p
 	w.dirs[p] = id
+	if w.seen != nil {
+		w.seen[id] = true
+	}
 	return nil
 }
 

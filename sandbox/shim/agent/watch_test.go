@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -406,4 +407,43 @@ func TestParseWatch(t *testing.T) {
 			t.Errorf("parseWatch(%q) = %+v", tc.args, o)
 		}
 	}
+}
+
+// TestWatchKernelOverflow: when the kernel's event queue overflowed (the
+// agent stopped while files were made), the agent reports an overflow and
+// watches the directories made meanwhile, whose creation it never saw.
+func TestWatchKernelOverflow(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
+	if err != nil {
+		t.Skipf("no inotify queue limit to read: %v", err)
+	}
+	var queue int
+	fmt.Sscan(string(b), &queue)
+	if queue <= 0 || queue > 100000 {
+		t.Skipf("fs.inotify.max_queued_events is %d: too many events to make", queue)
+	}
+	root := t.TempDir()
+	a := startWatch(t, root, ".")
+	a.ready(t)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for i := range queue + 100 {
+		if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("f%06d", i)), nil, 0o644); err != nil {
+			a.cmd.Process.Signal(syscall.SIGCONT)
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(root, "unseen"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a.cmd.Process.Signal(syscall.SIGCONT)
+	for f := a.next(t); f.typ != TypeWatchOverflow; f = a.next(t) {
+		if f.typ != TypeWatchChanges {
+			t.Fatalf("frame %q %q, want changes or overflow", f.typ, f.payload)
+		}
+	}
+	time.Sleep(2 * WatchMaxDelay) // the agent watched unseen by now
+	mkfile(t, filepath.Join(root, "unseen/f"))
+	a.until(t, "unseen/f")
 }
