@@ -47,6 +47,9 @@ const (
 	DefaultWatchMaxPending = 10000
 )
 
+// watchReadBuffer is how many bytes of events one read takes at most.
+const watchReadBuffer = 256 << 10
+
 // watchMask is what the agent asks inotify for on every directory. Symbolic
 // links are never followed (IN_DONT_FOLLOW on a path, and directories are
 // opened through os.Root); IN_EXCL_UNLINK drops events of files unlinked
@@ -369,7 +372,7 @@ func (r readNotify) Read(p []byte) (int, error) {
 // readEvents reads inotify's events and handles them until the watch can
 // go on no longer.
 func (w *watcher) readEvents(quit chan<- watchEnd) {
-	buf := make([]byte, 256<<10)
+	buf := make([]byte, watchReadBuffer)
 	for {
 		n, err := w.file.Read(buf)
 		if err != nil {
