@@ -48,14 +48,22 @@ const (
 	TypeResponse byte = 'y' // agent to berth: JSON Response; ends a request
 )
 
-// Frame types of the "watch" protocol, agent to berth; berth sends only
-// TypePing (resident.go), every ProcessPing.
+// Frame types of the "watch" protocol, agent to berth; berth sends
+// TypePing (resident.go), every ProcessPing, and TypeWatchSync.
 const (
 	TypeWatchReady       byte = 'w' // payload: 4-byte count of directories watched; every one is
 	TypeWatchChanges     byte = 'c' // payload: JSON []string, paths relative to ROOT, sorted
 	TypeWatchOverflow    byte = 'l' // changes were lost: berth must rescan; the watch goes on
 	TypeWatchUnsupported byte = 'u' // payload: why watching is not possible here; the last frame
+	TypeWatchSynced      byte = 'm' // payload: 8-byte mark of a TypeWatchSync; every change made before it was sent before this frame
 )
+
+// TypeWatchSync is berth's barrier request in the "watch" protocol, berth
+// to agent; payload: an 8-byte big-endian mark, increasing. The agent reads
+// what the kernel queued so far, sends what is pending at once, and then
+// TypeWatchSynced with the mark (or with a higher one it was asked for
+// meanwhile).
+const TypeWatchSync byte = 'b'
 
 // StdinWindow is how many stdin bytes berth may send before the agent
 // acknowledges them, so the agent never blocks reading its own input while

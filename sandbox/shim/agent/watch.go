@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +26,11 @@ import (
 // except directories whose base name is given with --skip, and reports on
 // stdout, as frames, the paths (relative to ROOT) that changed: first
 // TypeWatchReady once every directory is watched, then TypeWatchChanges
-// batches and TypeWatchOverflow when changes were lost. When watching is
+// batches and TypeWatchOverflow when changes were lost. On berth's
+// TypeWatchSync it reads what the kernel queued so far, sends what is
+// pending at once and then TypeWatchSynced with the mark: a barrier, as
+// the kernel queues an event when the change's system call is made, so
+// every change made before berth asked is then sent. When watching is
 // not possible (no inotify, the watch limit reached, also later for a new
 // directory) it sends TypeWatchUnsupported and exits 0: berth then walks.
 // It exits when its input (berth's pings) ends, or, with --ping-timeout,
@@ -49,6 +54,11 @@ const (
 
 // watchReadBuffer is how many bytes of events one read takes at most.
 const watchReadBuffer = 256 << 10
+
+// ioctlFIONREAD is Linux's FIONREAD on amd64 and arm64 (the package
+// syscall lacks it): how many bytes of events inotify has queued. Where the
+// number differs the ioctl fails, and a sync reads until the queue is empty.
+const ioctlFIONREAD = 0x541B
 
 // watchMask is what the agent asks inotify for on every directory. Symbolic
 // links are never followed (IN_DONT_FOLLOW on a path, and directories are
@@ -142,6 +152,12 @@ type watcher struct {
 	overflow bool      // changes were lost since the last send
 	kick     chan struct{}
 
+	// smu guards syncWant, the highest mark berth asked to sync and the
+	// event reader has not yet answered (0: none).
+	smu      sync.Mutex
+	syncWant uint64
+
+	fmu sync.Mutex // serialises flushes, so that a synced frame follows every path taken before it
 	wmu sync.Mutex // serialises frames on out
 	out io.Writer
 }
@@ -192,9 +208,9 @@ func serveWatch(o watchOptions, rootDir, dir string, in io.Reader, out io.Writer
 	if err := w.send(TypeWatchReady, PutUint32s(uint32(len(w.wds)))); err != nil {
 		return 1
 	}
-	quit := make(chan watchEnd, 4)         // senders never block: main takes the first
-	go watchInput(in, o.pingTimeout, quit) // ends with the process
-	go w.readEvents(quit)                  // ends with the process
+	quit := make(chan watchEnd, 4)                        // senders never block: main takes the first
+	go watchInput(in, o.pingTimeout, quit, w.requestSync) // ends with the process
+	go w.readEvents(quit)                                 // ends with the process
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -242,6 +258,25 @@ func (w *watcher) send(typ byte, payload []byte) error {
 // flush sends what is pending: the overflow, then the paths, sorted. A
 // returned error means berth is gone.
 func (w *watcher) flush() error {
+	w.fmu.Lock()
+	defer w.fmu.Unlock()
+	return w.flushLocked()
+}
+
+// flushSynced sends what is pending and then TypeWatchSynced with mark,
+// with no other flush in between (one may have taken paths that it has not
+// sent yet).
+func (w *watcher) flushSynced(mark uint64) error {
+	w.fmu.Lock()
+	defer w.fmu.Unlock()
+	if err := w.flushLocked(); err != nil {
+		return err
+	}
+	return w.send(TypeWatchSynced, binary.BigEndian.AppendUint64(nil, mark))
+}
+
+// flushLocked is flush; the caller holds fmu.
+func (w *watcher) flushLocked() error {
 	w.mu.Lock()
 	paths := make([]string, 0, len(w.pending))
 	for p := range w.pending {
@@ -319,8 +354,9 @@ func (w *watcher) wake() {
 }
 
 // watchInput reads berth's frames until they end, or until berth sent
-// nothing for timeout (when positive), and then ends watch mode.
-func watchInput(in io.Reader, timeout time.Duration, quit chan<- watchEnd) {
+// nothing for timeout (when positive), and then ends watch mode. It passes
+// the mark of each TypeWatchSync to sync.
+func watchInput(in io.Reader, timeout time.Duration, quit chan<- watchEnd, sync func(mark uint64)) {
 	end := func(code int) {
 		select {
 		case quit <- watchEnd{code: code}:
@@ -337,7 +373,7 @@ func watchInput(in io.Reader, timeout time.Duration, quit chan<- watchEnd) {
 	}
 	fr := NewReader(in)
 	for {
-		typ, _, err := fr.Next()
+		typ, payload, err := fr.Next()
 		if err == io.EOF {
 			end(0)
 			return
@@ -347,12 +383,38 @@ func watchInput(in io.Reader, timeout time.Duration, quit chan<- watchEnd) {
 			end(1)
 			return
 		}
-		if typ != TypePing {
-			fmt.Fprintf(os.Stderr, "berth-shim watch: unexpected frame %q\n", typ)
+		switch {
+		case typ == TypePing:
+		case typ == TypeWatchSync && len(payload) == 8 && binary.BigEndian.Uint64(payload) != 0:
+			sync(binary.BigEndian.Uint64(payload))
+		default:
+			fmt.Fprintf(os.Stderr, "berth-shim watch: unexpected frame %q of %d bytes\n", typ, len(payload))
 			end(1)
 			return
 		}
 	}
+}
+
+// requestSync records that berth asked to sync mark, and wakes the event
+// reader: its read of inotify's events ends at once (a deadline in the
+// past), and it answers before it reads again.
+func (w *watcher) requestSync(mark uint64) {
+	w.smu.Lock()
+	w.syncWant = max(w.syncWant, mark)
+	w.smu.Unlock()
+	if err := w.file.SetReadDeadline(time.Now()); err != nil {
+		// Not pollable: the reader answers after its next read.
+		fmt.Fprintf(os.Stderr, "berth-shim watch: wake the event reader for a sync: %v\n", err)
+	}
+}
+
+// takeSync returns the mark berth asked to sync, or 0, and forgets it.
+func (w *watcher) takeSync() uint64 {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	m := w.syncWant
+	w.syncWant = 0
+	return m
 }
 
 // readNotify calls fn after every read that returned data.
@@ -370,38 +432,102 @@ func (r readNotify) Read(p []byte) (int, error) {
 }
 
 // readEvents reads inotify's events and handles them until the watch can
-// go on no longer.
+// go on no longer. It also answers berth's syncs (requestSync), so that
+// reading the queue, handling its events and the synced frame are in order.
 func (w *watcher) readEvents(quit chan<- watchEnd) {
 	buf := make([]byte, watchReadBuffer)
 	for {
+		// After a read that ended for a sync's deadline, whose reset
+		// comes before this: a sync asked later sets it again.
+		if mark := w.takeSync(); mark != 0 {
+			if err := w.sync(buf, mark); err != nil {
+				w.stop(err, quit)
+				return
+			}
+		}
 		n, err := w.file.Read(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.file.SetReadDeadline(time.Time{})
+			continue
+		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "berth-shim watch: read inotify events: %v\n", err)
-			quit <- watchEnd{code: 1, flush: true}
+			w.stop(fmt.Errorf("read inotify events: %w", err), quit)
 			return
 		}
-		for off := 0; off+syscall.SizeofInotifyEvent <= n; {
-			ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			nameAt := off + syscall.SizeofInotifyEvent
-			off = nameAt + int(ev.Len)
-			if off > n {
-				break
-			}
-			name := strings.TrimRight(string(buf[nameAt:off]), "\x00")
-			err := w.handle(ev.Wd, ev.Mask, name)
-			switch {
-			case err == nil:
-			case errors.Is(err, errWatchLimit):
-				w.flush()
-				quit <- watchEnd{code: w.unsupported(err.Error())}
-				return
-			default:
-				fmt.Fprintf(os.Stderr, "berth-shim watch: %v\n", err)
-				quit <- watchEnd{code: 1, flush: true}
-				return
-			}
+		if err := w.handleEvents(buf[:n]); err != nil {
+			w.stop(err, quit)
+			return
 		}
 	}
+}
+
+// stop ends watch mode for err, which readEvents could not go on after.
+func (w *watcher) stop(err error, quit chan<- watchEnd) {
+	if errors.Is(err, errWatchLimit) {
+		w.flush()
+		quit <- watchEnd{code: w.unsupported(err.Error())}
+		return
+	}
+	if !errors.Is(err, errBerthGone) {
+		fmt.Fprintf(os.Stderr, "berth-shim watch: %v\n", err)
+	}
+	quit <- watchEnd{code: 1, flush: true}
+}
+
+// errBerthGone is a frame that could not be written: berth is gone.
+var errBerthGone = errors.New("berth is gone")
+
+// sync answers berth's sync of mark: it reads, without waiting, every
+// event the kernel queued so far (each was queued at its change's system
+// call, so that is every change made before berth asked), sends what is
+// pending, and then TypeWatchSynced.
+func (w *watcher) sync(buf []byte, mark uint64) error {
+	// Read as many bytes as were queued now, not what a busy writer
+	// keeps adding meanwhile; without FIONREAD, until the queue is empty.
+	var queued int32
+	left := -1
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(w.fd), ioctlFIONREAD, uintptr(unsafe.Pointer(&queued))); errno == 0 {
+		left = int(queued)
+	}
+	for left != 0 {
+		n, err := syscall.Read(w.fd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err == syscall.EAGAIN || n == 0 {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read inotify events: %w", err)
+		}
+		if err := w.handleEvents(buf[:n]); err != nil {
+			return err
+		}
+		if left > 0 {
+			left = max(left-n, 0)
+		}
+	}
+	if err := w.flushSynced(mark); err != nil {
+		return fmt.Errorf("%w: %v", errBerthGone, err)
+	}
+	return nil
+}
+
+// handleEvents handles the events read into b.
+func (w *watcher) handleEvents(b []byte) error {
+	for off := 0; off+syscall.SizeofInotifyEvent <= len(b); {
+		ev := (*syscall.InotifyEvent)(unsafe.Pointer(&b[off]))
+		nameAt := off + syscall.SizeofInotifyEvent
+		off = nameAt + int(ev.Len)
+		if off > len(b) {
+			break
+		}
+		name := strings.TrimRight(string(b[nameAt:off]), "\x00")
+		if err := w.handle(ev.Wd, ev.Mask, name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // handle handles one event on directory wd about its entry name (empty
