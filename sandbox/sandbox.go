@@ -219,6 +219,8 @@ type WatchEvent struct {
 	Paths []string
 	// Overflow: changes were lost (the kernel's queue or the agent's bound overflowed); the consumer must rescan (walk) everything it cares about. Paths may be empty.
 	Overflow bool
+	// Synced, when non-zero, is the mark of a Sync (see Watch.Sync): every change made before that Sync was called was delivered in this event or an earlier one. An event may carry Paths, Overflow and Synced together; Paths and Overflow then belong before the mark. Several Syncs answered while the consumer was busy come as one event with the highest mark.
+	Synced uint64
 }
 
 // Watch is a running watch. Events delivers batches until the watch ends; the channel is then closed and Err says why (nil after Close).
@@ -226,6 +228,8 @@ type Watch interface {
 	Events() <-chan WatchEvent
 	Err() error
 	Close() error
+	// Sync is a barrier: it asks for every change made before the call and returns a mark; Events delivers an event with Synced >= mark after (or with) every such change. Marks increase (1, 2, 3, ...) per watch. Sync returns at once (one request written; ctx bounds only that write), not when the mark is delivered: the consumer reads Events until Synced >= mark. It returns an error when the watch ended (Close, or Err is set). A consumer that must see every change made before a query (a shell command that just returned) calls Sync and reads Events up to the mark before answering.
+	Sync(ctx context.Context) (uint64, error)
 }
 
 // Watcher is an FS that can watch its files change. Watch returns once every directory under dir is watched (so a change made after it returns is reported), or an error wrapping ErrUnsupported when watching is not possible here (no inotify, the watch limit reached): the caller then walks.

@@ -2,6 +2,7 @@ package shim
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,9 +32,13 @@ type watch struct {
 	errEOF chan struct{} // closed when the agent's stderr ended
 	events chan sandbox.WatchEvent
 
+	wmu   sync.Mutex // serialises frames to the agent: pings and syncs
+	marks uint64     // the last mark Sync handed out; under wmu
+
 	mu       sync.Mutex
 	pending  map[string]struct{} // paths not yet delivered
 	overflow bool                // an overflow not yet delivered
+	synced   uint64              // the highest synced mark not yet delivered (0: none); it goes with or after pending and overflow
 	err      error               // why the watch ended by itself
 	closing  bool                // Close began: the end is not an error
 
@@ -54,7 +59,8 @@ type watch struct {
 // bounds only the start. The returned Watch runs until Close, the
 // sandbox's or the FS's Close, or the agent's end; a consumer that does
 // not keep up gets changes merged into fewer events, and past
-// maxWatchPending paths an Overflow event instead.
+// maxWatchPending paths an Overflow event instead. Sync is a barrier: its
+// mark is delivered with or after every change made before it.
 func (f *fsys) Watch(ctx context.Context, dir string, opts sandbox.WatchOptions) (sandbox.Watch, error) {
 	if err := checkName("watch", dir); err != nil {
 		return nil, err
@@ -156,7 +162,10 @@ func (w *watch) ping() {
 			return
 		case <-t.C:
 		}
-		if agent.WriteFrame(w.in, agent.TypePing, nil) != nil {
+		w.wmu.Lock()
+		err := agent.WriteFrame(w.in, agent.TypePing, nil)
+		w.wmu.Unlock()
+		if err != nil {
 			return
 		}
 	}
@@ -190,6 +199,12 @@ func (w *watch) read() {
 			w.add(paths, false)
 		case agent.TypeWatchOverflow:
 			w.add(nil, true)
+		case agent.TypeWatchSynced:
+			if len(payload) != 8 {
+				end = fmt.Errorf("%s ended: a synced frame of %d bytes from the agent, want 8", where, len(payload))
+				break
+			}
+			w.addSynced(binary.BigEndian.Uint64(payload))
 		case agent.TypeWatchUnsupported:
 			end = fmt.Errorf("%s ended: the sandbox cannot watch more (%s); walk instead: %w", where, payload, sandbox.ErrUnsupported)
 		default:
@@ -219,26 +234,43 @@ func (w *watch) add(paths []string, overflow bool) {
 		w.pending[p] = struct{}{}
 	}
 	w.mu.Unlock()
+	w.wake()
+}
+
+// addSynced records the agent's answer to the sync of mark: everything
+// before it was added. Marks increase, so the highest pending one stands
+// for all.
+func (w *watch) addSynced(mark uint64) {
+	w.mu.Lock()
+	w.synced = max(w.synced, mark)
+	w.mu.Unlock()
+	w.wake()
+}
+
+func (w *watch) wake() {
 	select {
 	case w.kick <- struct{}{}:
 	default:
 	}
 }
 
-// take returns what is pending as one event, and empties it.
+// take returns what is pending as one event, and empties it. A synced mark
+// goes in the same event as the paths and overflow added before it (and
+// maybe some added after it), so it is never delivered ahead of them.
 func (w *watch) take() (sandbox.WatchEvent, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.pending) == 0 && !w.overflow {
+	if len(w.pending) == 0 && !w.overflow && w.synced == 0 {
 		return sandbox.WatchEvent{}, false
 	}
-	ev := sandbox.WatchEvent{Overflow: w.overflow, Paths: make([]string, 0, len(w.pending))}
+	ev := sandbox.WatchEvent{Overflow: w.overflow, Synced: w.synced, Paths: make([]string, 0, len(w.pending))}
 	for p := range w.pending {
 		ev.Paths = append(ev.Paths, p)
 	}
 	slices.Sort(ev.Paths)
 	clear(w.pending)
 	w.overflow = false
+	w.synced = 0
 	return ev, true
 }
 
@@ -276,6 +308,42 @@ func (w *watch) deliver() {
 }
 
 func (w *watch) Events() <-chan sandbox.WatchEvent { return w.events }
+
+// Sync asks the agent for every change made before the call: the agent
+// reads what the kernel queued, sends what it holds, then the mark, which
+// comes in an event after (or with) those changes' paths. It returns the
+// mark once the request is written; ctx bounds that write, and a write
+// that ctx cuts off ends the watch (the stream is closed: a frame half
+// written cannot be taken back). It fails once the watch ended.
+func (w *watch) Sync(ctx context.Context) (uint64, error) {
+	where := fmt.Sprintf("shim: sync the watch of %s in %s", path.Join(w.f.root, w.dir), w.f.s.opts.Name)
+	select {
+	case <-w.stop:
+		return 0, fmt.Errorf("%s: the watch was closed; watch again", where)
+	case <-w.readerDone:
+		if err := w.Err(); err != nil {
+			return 0, fmt.Errorf("%s: the watch ended: %w", where, err)
+		}
+		return 0, fmt.Errorf("%s: the watch ended; watch again", where)
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("%s: %w", where, err)
+	}
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	w.marks++
+	mark := w.marks
+	stop := context.AfterFunc(ctx, func() { w.stream.Close() })
+	err := agent.WriteFrame(w.in, agent.TypeWatchSync, binary.BigEndian.AppendUint64(nil, mark))
+	if !stop() {
+		return 0, fmt.Errorf("%s: the agent did not take the request before %w; the watch ended, watch again or walk", where, ctx.Err())
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: send the request: %w; the watch ended, watch again or walk", where, err)
+	}
+	return mark, nil
+}
 
 // Err says why Events was closed: nil after Close, an error wrapping
 // sandbox.ErrUnsupported when the sandbox could not watch a new directory
