@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"testing"
@@ -14,9 +15,10 @@ import (
 // testFSWatch: an FS that is a [sandbox.Watcher] reports, relative to its
 // root, the files written through it and by processes in the sandbox
 // below the watched directory, also in a directory made after the watch
-// began, and neither skipped directories nor anything outside; Close
-// closes Events with Err nil, and so does the FS's Close for a watch left
-// open. An FS that is no Watcher, or a sandbox that cannot watch
+// began, and neither skipped directories nor anything outside; a file a
+// process made comes at or before the mark of a Sync called after the
+// process returned; Close closes Events with Err nil (Sync then fails),
+// and so does the FS's Close for a watch left open. An FS that is no Watcher, or a sandbox that cannot watch
 // (ErrUnsupported), skips.
 func testFSWatch(t *testing.T, e *env) {
 	f := e.fsys(t)
@@ -72,12 +74,36 @@ func testFSWatch(t *testing.T, e *env) {
 			t.Errorf("%s reported; reported %v", p, seen)
 		}
 	}
+	// Sync is a barrier: a file made by a process that returned before
+	// it comes at or before its mark, with no wait in between.
+	var last uint64
+	for i := range 5 {
+		name := fmt.Sprintf("ws/sub/synced%d.txt", i)
+		script := `cd ` + e.dir + ` && echo x > ` + name
+		if r := run(t, e.sb, sh(script)); !r.status.Success() {
+			t.Fatalf("%s: %v %s", script, r.status, r.stderr)
+		}
+		mark, err := w.Sync(ctx)
+		if err != nil {
+			t.Fatalf("Sync: %v", err)
+		}
+		if mark <= last {
+			t.Errorf("Sync returned mark %d after mark %d", mark, last)
+		}
+		last = mark
+		if seen := untilSynced(t, w, mark); !seen[name] {
+			t.Fatalf("mark %d delivered before %s, made before the Sync; delivered %v", mark, name, seen)
+		}
+	}
 	if err := w.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	drainEvents(t, w)
 	if err := w.Err(); err != nil {
 		t.Errorf("Err after Close = %v, want nil", err)
+	}
+	if _, err := w.Sync(ctx); err == nil {
+		t.Error("Sync after Close succeeded")
 	}
 
 	// A watch left open ends with its FS.
@@ -92,6 +118,30 @@ func testFSWatch(t *testing.T, e *env) {
 	}
 	if _, err := wf.Watch(context.Background(), "nonexistent", sandbox.WatchOptions{}); err == nil {
 		t.Error("Watch of a closed FS, or of a missing directory, succeeded")
+	}
+}
+
+// untilSynced reads events until one carries Synced >= mark, and returns
+// the paths delivered meanwhile, that event's included.
+func untilSynced(t *testing.T, w sandbox.Watch, mark uint64) map[string]bool {
+	t.Helper()
+	seen := make(map[string]bool)
+	deadline := time.After(hang)
+	for {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				t.Fatalf("Events closed (Err %v) before mark %d", w.Err(), mark)
+			}
+			for _, p := range ev.Paths {
+				seen[p] = true
+			}
+			if ev.Synced >= mark {
+				return seen
+			}
+		case <-deadline:
+			t.Fatalf("mark %d not delivered within %v; delivered %v", mark, hang, seen)
+		}
 	}
 }
 
