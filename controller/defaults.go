@@ -143,6 +143,8 @@ func StructuralTools(ctx context.Context, r *tools.Registry, env *Env) error {
 	}
 	env.Persist("structural", eng)
 	structural.Register(r, env.Workspace, eng)
+	eng.Follow(env.Workspace)
+	env.OnClose(eng.Close)
 	return nil
 }
 

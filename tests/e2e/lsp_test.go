@@ -37,6 +37,7 @@ func TestLSPGoInContainer(t *testing.T) {
 	t.Run("actions", func(t *testing.T) { lsptest.CheckGo(t, e) })
 	t.Run("resolve", func(t *testing.T) { lsptest.CheckResolve(t, e, lsptest.GoResolve) })
 	t.Run("write", func(t *testing.T) { lsptest.CheckGoWriteScenario(t, e) })
+	t.Run("watched", func(t *testing.T) { lsptest.CheckWatched(t, e) })
 	t.Run("rename", func(t *testing.T) { lsptest.CheckGoRename(t, e) })
 	t.Run("lifecycle", func(t *testing.T) { lsptest.CheckLifecycle(t, e, "gopls", "main.go", 11, "Hello") })
 	t.Run("caps", func(t *testing.T) {

@@ -115,7 +115,9 @@ func (s *Supervisor) Restore(data []byte) error {
 	return nil
 }
 
-// noted prepends restartNote to the first result after a Restore.
+// noted prepends restartNote to the first result after a Restore, and the
+// note of a query that had to walk the workspace (a watch that could not
+// start, overflowed or ended).
 func noted[In any](s *Supervisor, h func(context.Context, In) (*tools.Result, error)) func(context.Context, In) (*tools.Result, error) {
 	return func(ctx context.Context, in In) (*tools.Result, error) {
 		res, err := h(ctx, in)
@@ -125,7 +127,12 @@ func noted[In any](s *Supervisor, h func(context.Context, In) (*tools.Result, er
 		s.mu.Lock()
 		first := s.restarted
 		s.restarted = false
+		walked := s.walkNote
+		s.walkNote = ""
 		s.mu.Unlock()
+		if walked != "" {
+			res.Content = append([]tools.Content{{Type: "text", Text: walked}}, res.Content...)
+		}
 		if first {
 			res.Content = append([]tools.Content{{Type: "text", Text: restartNote}}, res.Content...)
 		}

@@ -9,12 +9,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lspc "berth.dev/berth/lsp"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/internal/proc"
+	"berth.dev/berth/tools/internal/watch"
 )
 
 // errStarting reports a server that is still starting when the caller's
@@ -54,9 +56,11 @@ type generation struct {
 	stopped string // why it was stopped on purpose; "" while wanted
 
 	// stamps are the size and mtime of the root's files as last seen, for
-	// telling the server about changes made behind its back.
+	// telling the server about changes made behind its back; sub says
+	// which paths changed since (watch), so that only those are looked at.
 	syncMu sync.Mutex
 	stamps map[string]stamp
+	sub    atomic.Pointer[watch.Sub]
 
 	// indexChecked says whether a cross-file answer has looked for the
 	// server's background indexing (Server.BackgroundIndex), and indexing
@@ -290,8 +294,11 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 				return fmt.Errorf("configuring %s failed: %w", g.binary, err)
 			}
 		}
-		// Record the tree as the server saw it at start (later walks report
-		// what changed behind its back), and the diagnostics it starts with.
+		// Record the tree as the server saw it at start (the watch, or later
+		// walks, report what changed behind its back), and the diagnostics
+		// it starts with. The watch is subscribed first, so that nothing
+		// changed during the walk is missed.
+		g.sub.Store(s.watch.Subscribe(ictx))
 		g.stamps, _ = in.walk(ictx)
 		if in.spec.OpenRoot {
 			if err := in.openRoot(ictx, client, g.stamps); err != nil {
@@ -483,6 +490,9 @@ func (g *generation) shutdown(ctx context.Context) error {
 // and ends its process context.
 func (g *generation) kill() error {
 	var err error
+	if sub := g.sub.Swap(nil); sub != nil {
+		sub.Close()
+	}
 	if g.client != nil {
 		g.client.Close() // closes the stream too
 	}
@@ -525,7 +535,7 @@ func (in *instance) walk(ctx context.Context) (map[string]stamp, error) {
 		if fi.IsDir() || !fi.Mode().IsRegular() {
 			return nil
 		}
-		if _, ok := in.spec.Languages[path.Ext(name)]; !ok && !isMarker(in.spec, name) {
+		if !in.wants(name) {
 			return nil
 		}
 		if len(out) >= MaxWatchedFiles {

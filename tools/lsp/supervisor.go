@@ -27,6 +27,7 @@ import (
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/internal/proc"
+	"berth.dev/berth/tools/internal/watch"
 )
 
 // Supervision limits and defaults.
@@ -147,6 +148,13 @@ type Supervisor struct {
 	kept      map[key]bool
 	restarted bool   // Restore ran and no result has said so yet
 	gen       uint64 // bumped when a journal changes (Generation)
+	// watch follows the workspace's changes (berth's agent's inotify), so
+	// that a query reports what changed behind the servers' backs without
+	// walking the tree; walkNote is the next result's note when a query
+	// had to walk after all, and walkWhy the reason last noted.
+	watch    *watch.Hub
+	walkNote string
+	walkWhy  string
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
@@ -180,6 +188,7 @@ func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options
 		journal: map[key]*journal{},
 		told:    map[string]bool{},
 		kept:    map[key]bool{},
+		watch:   watch.New(ws, skipDirs),
 	}
 	if opts.IdleTimeout > 0 {
 		ctx, cancel := context.WithCancel(runCtx)
@@ -214,6 +223,7 @@ func (s *Supervisor) Close() error {
 		}()
 	}
 	wg.Wait()
+	errs = append(errs, s.watch.Close())
 	return errors.Join(errs...)
 }
 

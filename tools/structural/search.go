@@ -236,6 +236,25 @@ func (e *Engine) walk(ctx context.Context, fsys sandbox.FS, t *target, jobs *que
 		}
 		return send(&fileResult{name: t.name, info: fi})
 	}
+	if ls, ok := e.listed(ctx, fsys, t); ok {
+		// The files of the last walk, kept current by the watch.
+		for reason, n := range ls.skipped {
+			for range n {
+				count(reason)
+			}
+		}
+		for _, name := range ls.order {
+			if err := send(&fileResult{name: name, info: ls.files[name]}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	rec := &listing{files: map[string]fs.FileInfo{}, skipped: map[string]int{}}
+	skip := func(reason string) {
+		count(reason)
+		rec.skipped[reason]++
+	}
 	ig := newIgnoreStack()
 	if err := ig.loadAncestors(ctx, fsys, t.name); err != nil {
 		return err
@@ -247,7 +266,7 @@ func (e *Engine) walk(ctx context.Context, fsys sandbox.FS, t *target, jobs *que
 				return fs.SkipDir
 			}
 			if ig.ignored(name, isDir) {
-				count(SkipIgnored)
+				skip(SkipIgnored)
 				if isDir {
 					return fs.SkipDir
 				}
@@ -261,14 +280,17 @@ func (e *Engine) walk(ctx context.Context, fsys sandbox.FS, t *target, jobs *que
 			return nil
 		}
 		if fi.Size() > e.opts.MaxFileSize {
-			count(SkipTooLarge)
+			skip(SkipTooLarge)
 			return nil
 		}
+		rec.files[name] = fi
+		rec.order = append(rec.order, name)
 		return send(&fileResult{name: name, info: fi})
 	})
 	if err != nil {
 		return fsError(fsys, t.name, err)
 	}
+	e.keep(t, rec)
 	return nil
 }
 

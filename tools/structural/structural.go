@@ -107,6 +107,9 @@ type Engine struct {
 
 	parses, cacheHits, prefiltered, reads atomic.Int64
 	partial, noDecl, fallbacks            atomic.Int64
+
+	// list keeps the walks of warm searches current (listing.go).
+	list listings
 }
 
 // NewEngine returns an Engine with opts.

@@ -628,3 +628,48 @@ func CheckGoCaps(t *testing.T, e Env, refs, syms, limit, docLimit, wsLimit int) 
 	}
 	e.Sh(t, "rm -rf caps capsb")
 }
+
+// CheckWatched: files changed behind the tools' back (shell commands in
+// the sandbox) are seen by the next query through the workspace watch —
+// a new file calling Hello, then the file removed — with no note that the
+// workspace was walked; after more changes than the watch reports at once
+// (a watch-queue overflow: thousands of files, then one more caller) the
+// next query still sees the caller, walking, and says so; and the query
+// after that is watched again.
+func CheckWatched(t *testing.T, e Env) {
+	t.Helper()
+	refs := map[string]any{"action": "references", "file": "greet/greet.go", "line": 15, "symbol": "Hello"}
+	e.ok(t, "lsp", refs, "11:15 in main")
+	e.Sh(t, `cat > watched.go <<'EOF'
+package main
+
+import "example.com/proj/greet"
+
+var watched = greet.Hello(greet.English{}, "watched")
+EOF`)
+	r := e.ok(t, "lsp", refs, "watched.go")
+	if strings.Contains(r.Text, "walked the workspace") {
+		t.Fatalf("a change was found by walking, not by the watch:\n%s", r.Text)
+	}
+	e.Sh(t, "rm -f watched.go")
+	if r := e.ok(t, "lsp", refs, "11:15 in main"); strings.Contains(r.Text, "watched.go") {
+		t.Fatalf("the removed caller is still reported:\n%s", r.Text)
+	}
+	// A flood of changes: more paths than the watch holds unsent.
+	e.Sh(t, `mkdir -p flood && cd flood && i=0; while [ $i -lt 12000 ]; do : > f$i.txt; i=$((i + 1)); done; cd .. && cat > flooded.go <<'EOF'
+package main
+
+import "example.com/proj/greet"
+
+var flooded = greet.Hello(greet.English{}, "after the flood")
+EOF`)
+	r = e.ok(t, "lsp", refs, "flooded.go")
+	if !strings.Contains(r.Text, "walked the workspace") {
+		t.Errorf("after a watch overflow the result does not say the workspace was walked:\n%s", r.Text)
+	}
+	e.Sh(t, "rm -rf flood flooded.go")
+	r = e.ok(t, "lsp", refs, "11:15 in main")
+	if strings.Contains(r.Text, "flooded.go") || strings.Contains(r.Text, "walked the workspace") {
+		t.Fatalf("after the flood the watch does not serve again:\n%s", r.Text)
+	}
+}

@@ -1,0 +1,153 @@
+package structural
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+
+	"berth.dev/berth/sandbox"
+	"berth.dev/berth/syntax"
+	"berth.dev/berth/tools/internal/watch"
+)
+
+// Listings: a warm search of a directory takes the files to search from
+// the last walk of it, kept up to date by the workspace watch, instead of
+// walking (and so statting every file of) the tree again. A changed file
+// the listing holds is looked at again; any other change under the
+// directory (a new file, a directory, an ignore file) drops the listing,
+// and the search walks, as does every search where the workspace is not
+// watched.
+
+// listing is the result of one walk: the files it queued and the files
+// it skipped, by reason.
+type listing struct {
+	files   map[string]fs.FileInfo
+	order   []string // walk order
+	skipped map[string]int
+}
+
+type listKey struct{ dir, lang string }
+
+// listings are an Engine's walks, kept while the watch follows them.
+type listings struct {
+	mu    sync.Mutex // held across a drain and its updates
+	hub   *watch.Hub
+	sub   *watch.Sub
+	lists map[listKey]*listing
+}
+
+// Follow makes warm searches of e in ws (the workspace Register binds
+// the tools to) take their files from the last walk, kept current by
+// watching ws when it can be watched; Close ends the watch. Without it
+// every search walks.
+func (e *Engine) Follow(ws sandbox.FS) {
+	e.list.mu.Lock()
+	defer e.list.mu.Unlock()
+	if e.list.hub != nil {
+		return
+	}
+	e.list.hub = watch.New(ws, []string{".git"})
+	e.list.lists = map[listKey]*listing{}
+}
+
+// Close ends the engine's workspace watch.
+func (e *Engine) Close() error {
+	e.list.mu.Lock()
+	hub := e.list.hub
+	e.list.hub, e.list.sub, e.list.lists = nil, nil, nil
+	e.list.mu.Unlock()
+	if hub == nil {
+		return nil
+	}
+	return hub.Close()
+}
+
+// listed returns the files of t's last walk, brought up to date, or false
+// when t must be walked.
+func (e *Engine) listed(ctx context.Context, fsys sandbox.FS, t *target) (*listing, bool) {
+	l := &e.list
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hub == nil {
+		return nil, false
+	}
+	if l.sub == nil {
+		l.sub = l.hub.Subscribe(ctx)
+	}
+	changed, rescan := l.sub.Drain(ctx)
+	if rescan != "" {
+		clear(l.lists)
+		return nil, false
+	}
+	for _, p := range changed {
+		if path.Base(p) == ".gitignore" {
+			clear(l.lists) // a rule may reach into any listing below it
+			break
+		}
+		for k, ls := range l.lists {
+			if k.dir != "." && p != k.dir && !strings.HasPrefix(p, k.dir+"/") {
+				continue
+			}
+			if !ls.update(ctx, fsys, p, k.lang, e.opts.MaxFileSize) {
+				delete(l.lists, k)
+			}
+		}
+	}
+	ls := l.lists[listKey{t.name, t.lang.ID}]
+	return ls, ls != nil
+}
+
+// update takes a change of path p into ls (a listing of language lang),
+// and says whether ls still holds: a listed file changed or gone, or a
+// file of another language, keep it; a new file of the language (its
+// ignore rules unknown here) drops it, and the search walks.
+func (ls *listing) update(ctx context.Context, fsys sandbox.FS, p, lang string, maxSize int64) bool {
+	fi, err := fsys.Lstat(ctx, p)
+	_, listed := ls.files[p]
+	switch {
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return false
+	case err != nil:
+		// Gone: a listed file, or a directory with listed files under it.
+		for name := range ls.files {
+			if name == p || strings.HasPrefix(name, p+"/") {
+				ls.remove(name)
+			}
+		}
+		return true
+	case fi.IsDir():
+		return true // its files are reported one by one
+	case listed:
+		if !fi.Mode().IsRegular() || fi.Size() > maxSize {
+			return false
+		}
+		ls.files[p] = fi
+		return true
+	}
+	l := syntax.LanguageForPath(p)
+	return l == nil || l.ID != lang
+}
+
+// remove drops a listed file.
+func (ls *listing) remove(name string) {
+	delete(ls.files, name)
+	if i := slices.Index(ls.order, name); i >= 0 {
+		ls.order = slices.Delete(ls.order, i, i+1)
+	}
+}
+
+// keep stores the result of a walk of t (listed subscribed to the watch
+// before it began, so a change made while it walked is taken in later).
+func (e *Engine) keep(t *target, ls *listing) {
+	l := &e.list
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hub == nil || l.sub == nil {
+		return
+	}
+	l.lists[listKey{t.name, t.lang.ID}] = ls
+}
