@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -37,15 +36,7 @@ func TestAdoptReport(t *testing.T) {
 	}
 	rounds := envInt(envAdoptRounds, 5)
 	ctx := t.Context()
-	out, err := exec.CommandContext(ctx, "docker", "run", "-d", "--network", "none", image, "sleep", "infinity").Output()
-	if err != nil {
-		t.Skipf("cannot start %s (build it with images/build): %v", image, err)
-	}
-	ctr := strings.TrimSpace(string(out))
-	t.Cleanup(func() { exec.Command("docker", "rm", "-f", ctr).Run() })
-	if err := exec.CommandContext(ctx, "docker", "exec", ctr, "mkdir", "-p", benchWorkspace).Run(); err != nil {
-		t.Fatal(err)
-	}
+	ctr, _ := benchContainer(t, image, nil)
 	spec := map[string]any{"sandbox": "docker://" + ctr, "workspace": benchWorkspace}
 	serve := func(state string) (*berthtest.Server, *berthtest.Client, time.Time) {
 		start := time.Now()

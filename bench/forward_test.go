@@ -39,15 +39,7 @@ func TestForwardReport(t *testing.T) {
 	}
 	n := envInt(envForwardCalls, 200)
 	ctx := t.Context()
-	out, err := exec.CommandContext(ctx, "docker", "run", "-d", "--network", "none", image, "sleep", "infinity").Output()
-	if err != nil {
-		t.Skipf("cannot start %s (build it with images/build): %v", image, err)
-	}
-	ctr := strings.TrimSpace(string(out))
-	t.Cleanup(func() { exec.Command("docker", "rm", "-f", ctr).Run() })
-	if err := exec.CommandContext(ctx, "docker", "exec", ctr, "mkdir", "-p", benchWorkspace).Run(); err != nil {
-		t.Fatal(err)
-	}
+	ctr, _ := benchContainer(t, image, nil)
 
 	var b [4]byte
 	rand.Read(b[:])
