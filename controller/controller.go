@@ -259,6 +259,11 @@ type Config struct {
 	// processes while no berth is attached; zero means
 	// sandbox.DefaultResidentGrace.
 	ResidentGrace time.Duration
+	// Leases make this berth one of several replicas sharing Store (see
+	// Locate): each run is served by the replica holding its lease.
+	// They need Store and an Instance that names this replica in them.
+	// Nil: this berth alone serves every run in Store.
+	Leases runstore.Leases
 }
 
 // RunSpec says where and how to open a run.
@@ -323,6 +328,10 @@ type Controller struct {
 	janitorDone chan struct{}
 	stopPersist chan struct{} // closed by Close; nil without a store
 	persistDone chan struct{}
+	stopSweep   chan struct{} // closed by Close; nil without leases
+	sweepDone   chan struct{}
+	taking      map[string]chan struct{} // runs being taken over, closed when done
+	bg          sync.WaitGroup           // hand-overs under way (Lost)
 
 	hostRoots []string // Config.HostRoots resolved; nil: anywhere
 
@@ -370,8 +379,11 @@ func New(cfg Config) (*Controller, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Leases != nil && (cfg.Store == nil || cfg.Instance == "") {
+		return nil, errors.New("controller: Leases need a Store they cover and an Instance naming this replica in them")
+	}
 	c := &Controller{cfg: cfg, providers: map[string]sandbox.Provider{}, log: log, runs: map[string]*Run{},
-		tenants: map[string]*tenantUse{}, expired: map[string]expiredRun{}, hostRoots: roots}
+		tenants: map[string]*tenantUse{}, expired: map[string]expiredRun{}, hostRoots: roots, taking: map[string]chan struct{}{}}
 	for _, p := range cfg.Providers {
 		s := p.Scheme()
 		if _, dup := c.providers[s]; dup {
@@ -392,6 +404,10 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Store != nil {
 		c.stopPersist, c.persistDone = make(chan struct{}), make(chan struct{})
 		go c.persister(c.stopPersist, c.persistDone)
+	}
+	if cfg.Leases != nil {
+		c.stopSweep, c.sweepDone = make(chan struct{}), make(chan struct{})
+		go c.sweeper(c.stopSweep, c.sweepDone)
 	}
 	return c, nil
 }
@@ -469,6 +485,12 @@ func (c *Controller) open(ctx context.Context, spec RunSpec, sb sandbox.Sandbox,
 	} else if id, err = newID(); err != nil {
 		sb.Close()
 		return nil, nil, err
+	} else if c.cfg.Leases != nil {
+		// A new run is this replica's before anything of it is stored.
+		if ok, err := c.cfg.Leases.Acquire(ctx, id); !ok || err != nil {
+			sb.Close()
+			return nil, nil, fmt.Errorf("controller: take the new run's lease in the run store: %v (held elsewhere: %v): %w; retry", err, !ok && err == nil, ErrMoving)
+		}
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	r := &Run{
@@ -713,6 +735,11 @@ func (c *Controller) stopBackground() {
 		close(c.stopJanitor)
 		<-c.janitorDone
 	}
+	if c.stopSweep != nil {
+		close(c.stopSweep)
+		<-c.sweepDone
+	}
+	c.bg.Wait()
 	if c.stopPersist != nil {
 		close(c.stopPersist)
 		<-c.persistDone
@@ -764,10 +791,11 @@ type Run struct {
 
 	calls sync.WaitGroup // in-flight calls
 
-	mu        sync.Mutex
-	closing   bool  // Close has begun: new calls are refused
-	detaching bool  // berth is shutting down and the run lives on
-	gone      error // set once the sandbox was found gone
+	mu         sync.Mutex
+	closing    bool  // Close has begun: new calls are refused
+	detaching  bool  // berth is shutting down and the run lives on
+	handedOver bool  // detaching because another replica serves the run now
+	gone       error // set once the sandbox was found gone
 	// unavailable is set while the sandbox is paused or its engine does not
 	// answer (sandbox.ErrUnavailable): calls fail fast until retryAt, then
 	// one Check decides; backoff doubles up to UnavailableRetryMax.
@@ -887,10 +915,13 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 	r.mu.Lock()
 	for {
 		if r.closing {
-			expired, detaching := r.expired, r.detaching
+			expired, detaching, handedOver := r.expired, r.detaching, r.handedOver
 			r.mu.Unlock()
 			if expired > 0 {
 				return nil, expiredError(r.id, expired)
+			}
+			if detaching && handedOver {
+				return nil, fmt.Errorf("controller: run %s: another berth replica serves the run now: %w; retry the call", r.id, ErrMoving)
 			}
 			if detaching {
 				return nil, fmt.Errorf("controller: run %s: this berth is shutting down (%w); the run lives on: retry the call in a few seconds, when the next berth serves it", r.id, ErrClosed)

@@ -46,6 +46,7 @@ type Persister interface {
 // durable is a run's side of the store; nil without Config.Store.
 type durable struct {
 	store  runstore.Store
+	holds  func() bool     // whether this replica may write the record (Config.Leases); nil: always
 	grace  time.Duration   // the resident's grace (Config.ResidentGrace)
 	record runstore.Record // ID, the run table, Resident; State is rebuilt on each write
 
@@ -175,6 +176,9 @@ func (d *durable) write(ctx context.Context, force bool) error {
 	if !changed {
 		return nil
 	}
+	if d.holds != nil && !d.holds() {
+		return fmt.Errorf("controller: run %s: this replica no longer holds the run's lease, so it does not write its record: %w", d.record.ID, ErrMoving)
+	}
 	state := make(map[string]json.RawMessage, len(d.keys))
 	for _, k := range d.keys {
 		b, err := d.pers[k].Snapshot()
@@ -247,7 +251,11 @@ func (c *Controller) newDurable(rec runstore.Record) *durable {
 		return nil
 	}
 	rec.Owner = c.cfg.Instance
-	return &durable{store: c.cfg.Store, grace: c.cfg.ResidentGrace, record: rec, pers: map[string]Persister{}, gens: map[string]uint64{}, dirty: true}
+	d := &durable{store: c.cfg.Store, grace: c.cfg.ResidentGrace, record: rec, pers: map[string]Persister{}, gens: map[string]uint64{}, dirty: true}
+	if l := c.cfg.Leases; l != nil {
+		d.holds = func() bool { return l.Holds(rec.ID) }
+	}
+	return d
 }
 
 // AdoptReport says what Adopt did with each stored run.
@@ -267,6 +275,9 @@ type AdoptReport struct {
 	// over (the run serves on; the next result of that tool says what was
 	// lost).
 	Problems []string
+	// Elsewhere are runs another live replica serves (Config.Leases):
+	// not adopted, and forwarded there.
+	Elsewhere []string
 }
 
 // Adopt takes over the runs in Config.Store that an earlier berth left:
@@ -296,19 +307,17 @@ func (c *Controller) Adopt(ctx context.Context) (AdoptReport, error) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			actx, cancel := context.WithTimeout(ctx, adoptTimeout)
-			defer cancel()
-			problems, err := c.adopt(actx, rec)
+			problems, elsewhere, err := c.adoptLeased(ctx, rec)
 			mu.Lock()
 			defer mu.Unlock()
 			rep.Problems = append(rep.Problems, problems...)
 			switch {
+			case elsewhere:
+				rep.Elsewhere = append(rep.Elsewhere, rec.ID)
 			case err == nil:
 				rep.Adopted = append(rep.Adopted, rec.ID)
 			case errors.Is(err, sandbox.ErrGone):
 				rep.Gone[rec.ID] = err.Error()
-				c.rememberGone(rec.ID, rec.Tenant, err)
-				c.cfg.Store.Delete(context.WithoutCancel(ctx), rec.ID)
 			default:
 				// Kept in the store: the next start tries again (an engine
 				// that does not answer now may answer then).
@@ -381,11 +390,21 @@ func (c *Controller) Detach() error {
 		return c.Close()
 	}
 	c.stopBackground()
-	return c.eachRun((*Run).detach)
+	return c.eachRun(func(r *Run) error {
+		err := r.leave(true)
+		// Let go of the lease once the state is written, so that another
+		// replica takes the run over at once.
+		return errors.Join(err, c.release(r.id))
+	})
 }
 
 // detach is Close for a berth that leaves: the run stays in the store.
-func (r *Run) detach() error {
+func (r *Run) detach() error { return r.leave(true) }
+
+// leave ends this berth's part of the run without ending the run: with
+// persist (berth shuts down) its state is written first; without (another
+// replica serves it now) nothing is written.
+func (r *Run) leave(persist bool) error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
 	if r.done {
@@ -394,18 +413,21 @@ func (r *Run) detach() error {
 	r.mu.Lock()
 	r.closing = true
 	r.detaching = true
+	r.handedOver = !persist
 	r.mu.Unlock()
 	r.c.remove(r.id)
 
-	r.waitCalls("in-flight calls did not return before berth shut down; detaching under them")
+	r.waitCalls("in-flight calls did not return before berth let go of the run; detaching under them")
 	var errs []error
-	r.persist(context.Background())
 	d := r.durable
-	d.mu.Lock()
-	werr := d.err
-	d.mu.Unlock()
-	if werr != nil {
-		errs = append(errs, werr)
+	if persist {
+		r.persist(context.Background())
+		d.mu.Lock()
+		werr := d.err
+		d.mu.Unlock()
+		if werr != nil {
+			errs = append(errs, werr)
+		}
 	}
 	// The detachers first, while the run's context still lives, so that
 	// nothing under the resident is killed as the context ends.
@@ -423,7 +445,11 @@ func (r *Run) detach() error {
 	}
 	r.closeErr = errors.Join(errs...)
 	r.done = true
-	r.log.Info("run detached: it lives on in the store for the next berth", "err", r.closeErr)
+	if persist {
+		r.log.Info("run detached: it lives on in the store for the next berth", "err", r.closeErr)
+	} else {
+		r.log.Info("run handed over: another replica serves it now", "err", r.closeErr)
+	}
 	return r.closeErr
 }
 

@@ -50,6 +50,8 @@ type serveFlags struct {
 	stateDir          string
 	closeOnExit       bool
 	residentGrace     time.Duration
+	store             string
+	replicas          replicaFlags
 }
 
 // serveConfig is what berth serve is configured with beyond the
@@ -66,6 +68,9 @@ type serveConfig struct {
 	// closeOnExit closes every run at shutdown even with a store
 	// (--close-runs-on-exit).
 	closeOnExit bool
+	// store is --store: storeDir (stateDir) or storeKube (replicas).
+	store    string
+	replicas replicaFlags
 }
 
 // serveOption sets part of a serveConfig.
@@ -149,6 +154,7 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 					cfg.ResidentGrace = f.residentGrace
 				}
 				c.stateDir, c.closeOnExit = f.stateDir, f.closeOnExit
+				c.store, c.replicas = f.store, f.replicas
 			})
 		},
 	}
@@ -164,6 +170,11 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 	cmd.Flags().StringVar(&f.stateDir, "state-dir", defaultStateDir(), "directory of the run store (runs outlive berth's restarts); \"\" keeps runs in memory only")
 	cmd.Flags().BoolVar(&f.closeOnExit, "close-runs-on-exit", false, "close every run at shutdown (kill what it started) instead of leaving it for the next berth")
 	cmd.Flags().DurationVar(&f.residentGrace, "resident-grace", sandbox.DefaultResidentGrace, "how long a run's resident supervisor keeps its kernels while no berth is attached")
+	cmd.Flags().StringVar(&f.store, "store", storeDir, "where runs are kept: dir (--state-dir, one berth) or kube (Secrets and Leases in the cluster: several replicas share the runs and forward requests to the replica serving each)")
+	cmd.Flags().StringVar(&f.replicas.namespace, "store-namespace", "", "--store kube: the namespace of the run records (default: $"+envPodNamespace+", else the pod's own)")
+	cmd.Flags().StringVar(&f.replicas.replica, "replica", "", "--store kube: this replica's name in the leases, unique among the replicas (default: $"+envPodName+", else the host name)")
+	cmd.Flags().StringVar(&f.replicas.advertise, "advertise", "", "--store kube: the URL the other replicas reach this one at (default: http://$"+envPodIP+":PORT)")
+	cmd.Flags().StringVar(&f.replicas.peerKeyFile, "peer-key-file", "", "--store kube: file holding the key (32+ bytes) every replica shares, which signs requests forwarded between them")
 	cmd.Flags().StringVar(&g.serveMode, "mode", string(permission.ModeHosted), "permission mode: hosted (write and exec tools ask the operator through a permission card) or local (every tool runs)")
 	return cmd
 }
@@ -202,9 +213,17 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	if cfg.tune != nil {
 		tune = append(tune, cfg.tune)
 	}
-	var store *runstore.Dir
-	var salvaged []runstore.Record
-	if cfg.stateDir != "" {
+	var (
+		store     *runstore.Dir
+		salvaged  []runstore.Record
+		rp        *replicated
+		storeName string // for messages
+	)
+	switch cfg.store {
+	case storeDir, "":
+		if cfg.stateDir == "" {
+			break
+		}
 		st, rep, err := runstore.Open(cfg.stateDir, runstore.Options{})
 		if err != nil {
 			ln.Close()
@@ -214,27 +233,46 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		if rep.Damage != nil {
 			log.Warn("run store damaged: " + rep.String())
 		}
-		store, salvaged = st, rep.Salvaged
+		store, salvaged, storeName = st, rep.Salvaged, cfg.stateDir
 		tune = append(tune, func(c *controller.Config) { c.Store = st })
+	case storeKube:
+		if rp, err = openReplicated(cfg.replicas, ln, log); err != nil {
+			ln.Close()
+			return err
+		}
+		defer rp.store.Close()
+		storeName = "namespace " + rp.store.Namespace()
+		tune = append(tune, func(c *controller.Config) {
+			c.Store, c.Leases, c.Instance = rp.store, rp.store, rp.store.Identity()
+		})
+	default:
+		ln.Close()
+		return fmt.Errorf("berth: --store %q: use dir (--state-dir) or kube", cfg.store)
 	}
+	durable := store != nil || rp != nil
 	c, err := newController(g, b, reg, log, "", mode, tune...)
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	if store != nil {
+	var peer *httpapi.Peer
+	if rp != nil {
+		rp.ctl.Store(c)
+		peer = rp.peer
+	}
+	if durable {
 		rep, err := c.Adopt(ctx)
 		if err != nil {
 			ln.Close()
 			c.Close()
-			return fmt.Errorf("berth: adopt the runs of %s: %w", cfg.stateDir, err)
+			return fmt.Errorf("berth: adopt the runs of %s: %w", storeName, err)
 		}
-		describeAdoption(stderr, log, cfg.stateDir, rep)
+		describeAdoption(stderr, log, storeName, rep)
 		for id, err := range c.Retire(ctx, salvaged) {
 			log.Warn("run from the damaged store not adopted", "run", id, "why", err)
 		}
 	}
-	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits},
+	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer},
 		context.WithoutCancel(ctx))
 	describeCredentials(stderr, log, creds, mode)
 	fmt.Fprintf(stderr, "berth: serving on http://%s\n", ln.Addr())
@@ -249,8 +287,8 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	}
 
 	end := c.Close
-	if store != nil && !cfg.closeOnExit {
-		fmt.Fprintf(stderr, "berth: shutting down: the runs live on in %s for the next berth\n", cfg.stateDir)
+	if durable && !cfg.closeOnExit {
+		fmt.Fprintf(stderr, "berth: shutting down: the runs live on in %s for the next berth\n", storeName)
 		end = c.Detach
 	} else {
 		fmt.Fprintln(stderr, "berth: shutting down: closing all runs")
@@ -297,10 +335,13 @@ func defaultStateDir() string {
 // describeAdoption says at start which runs berth took over from the
 // store, which were gone and which it could not adopt.
 func describeAdoption(stderr io.Writer, log *slog.Logger, dir string, rep controller.AdoptReport) {
-	if n := len(rep.Adopted) + len(rep.Gone) + len(rep.Failed); n == 0 {
+	if n := len(rep.Adopted) + len(rep.Gone) + len(rep.Failed) + len(rep.Elsewhere); n == 0 {
 		return
 	}
 	fmt.Fprintf(stderr, "berth: adopted %d run(s) from %s\n", len(rep.Adopted), dir)
+	if n := len(rep.Elsewhere); n > 0 {
+		fmt.Fprintf(stderr, "berth: %d run(s) are served by other replicas; their requests are forwarded there\n", n)
+	}
 	for id, why := range rep.Gone {
 		log.Warn("run not adopted: its sandbox is gone", "run", id, "why", why)
 	}

@@ -77,6 +77,7 @@
 //	500 internal           anything else
 //	503 shutting_down      the controller is closing
 //	503 sandbox_unavailable the run's container is paused or its engine does not answer (sandbox.ErrUnavailable): the run is kept, retry
+//	503 run_moving         the run is being handed between berth replicas, or its replica does not answer (controller.ErrMoving): the run is kept, retry after Retry-After
 //	504 timeout            the call's deadline passed
 //
 // 401 and 403 refusals before the body is read close the connection
@@ -140,6 +141,10 @@ type Options struct {
 	// Limits are the server's deadlines and caps ([NewServer], [Listen]);
 	// the handler uses the write deadlines.
 	Limits Limits
+	// Peer, with a controller of several replicas (controller.Config
+	// Leases), forwards the requests of runs other replicas serve, signed
+	// with the replicas' shared key; nil forwards nothing.
+	Peer *Peer
 }
 
 type server struct {
@@ -149,6 +154,7 @@ type server struct {
 	creds  []Credential
 	log    *slog.Logger
 	mcp    *mcpserver.HTTP
+	peers  *http.Transport // forwarding to other replicas (Options.Peer)
 }
 
 // New returns the HTTP handler for c.
@@ -159,7 +165,7 @@ func New(c *controller.Controller, opts Options) http.Handler {
 
 // build returns the handler and the function that ends its MCP sessions.
 func build(c *controller.Controller, opts Options) (http.Handler, func()) {
-	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger}
+	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger, peers: newPeerTransport()}
 	s.creds = append(s.creds, opts.Credentials...)
 	if opts.Token != "" {
 		s.creds = append(s.creds, TokenCredential(opts.Token, DefaultTenant, Scopes...))
@@ -171,16 +177,16 @@ func build(c *controller.Controller, opts Options) (http.Handler, func()) {
 	v1 := http.NewServeMux()
 	v1.HandleFunc("POST /v1/runs", need(s.openRun, h))
 	v1.HandleFunc("GET /v1/runs", need(s.listRuns, h, op))
-	v1.HandleFunc("GET /v1/runs/{id}", need(s.getRun, h, op))
-	v1.HandleFunc("DELETE /v1/runs/{id}", need(s.closeRun, h))
-	v1.HandleFunc("GET /v1/runs/{id}/tools", need(s.listTools, h, op))
-	v1.HandleFunc("POST /v1/runs/{id}/tools/{name}", need(s.callTool, h))
-	v1.HandleFunc("GET /v1/runs/{id}/events", need(s.events, h, op))
-	v1.HandleFunc("GET /v1/runs/{id}/cards", need(s.listCards, h, op))
-	v1.HandleFunc("GET /v1/runs/{id}/resources", need(s.listResources, h, op))
-	v1.HandleFunc("POST /v1/runs/{id}/cards/{n}", need(s.answerCard, h, op))
-	v1.HandleFunc("GET /v1/runs/{id}/workers", need(s.listWorkers, h, op))
-	v1.HandleFunc("POST /v1/runs/{id}/workers/{worker}", need(s.reportWorker, h))
+	v1.HandleFunc("GET /v1/runs/{id}", need(s.owned(s.getRun), h, op))
+	v1.HandleFunc("DELETE /v1/runs/{id}", need(s.owned(s.closeRun), h))
+	v1.HandleFunc("GET /v1/runs/{id}/tools", need(s.owned(s.listTools), h, op))
+	v1.HandleFunc("POST /v1/runs/{id}/tools/{name}", need(s.owned(s.callTool), h))
+	v1.HandleFunc("GET /v1/runs/{id}/events", need(s.owned(s.events), h, op))
+	v1.HandleFunc("GET /v1/runs/{id}/cards", need(s.owned(s.listCards), h, op))
+	v1.HandleFunc("GET /v1/runs/{id}/resources", need(s.owned(s.listResources), h, op))
+	v1.HandleFunc("POST /v1/runs/{id}/cards/{n}", need(s.owned(s.answerCard), h, op))
+	v1.HandleFunc("GET /v1/runs/{id}/workers", need(s.owned(s.listWorkers), h, op))
+	v1.HandleFunc("POST /v1/runs/{id}/workers/{worker}", need(s.owned(s.reportWorker), h))
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI) // public: see OpenAPIPath
@@ -191,14 +197,14 @@ func build(c *controller.Controller, opts Options) (http.Handler, func()) {
 	mux.Handle("/v1/", s.authn(methodJSON(v1)))
 	// MCP's own transport answers its errors (not the JSON of methodJSON).
 	s.mcp = mcpserver.NewHTTP(s.log)
-	mux.Handle("/v1/runs/{id}/mcp", s.authn(need(s.runMCP, h)))
+	mux.Handle("/v1/runs/{id}/mcp", s.authn(need(s.owned(s.runMCP), h)))
 	mux.Handle("/v1/mcp", s.authn(need(s.openMCP, h)))
 	mux.Handle("GET "+console.Path, console.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(console.Path, http.StatusFound))
 	if opts.Gatherer != nil {
 		mux.Handle("GET /metrics", s.authn(need(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}).ServeHTTP, ScopeMetrics)))
 	}
-	return s.guard(mux), func() { s.mcp.Close() }
+	return s.guard(mux), func() { s.mcp.Close(); s.peers.CloseIdleConnections() }
 }
 
 // guard applies the checks every route shares: no foreign browser
@@ -326,7 +332,12 @@ func (s *server) openRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) listRuns(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"runs": s.c.ListFor(principalOf(r).Tenant)})
+	runs, err := s.c.ListStored(r.Context(), principalOf(r).Tenant)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
 }
 
 func (s *server) getRun(w http.ResponseWriter, r *http.Request) {
@@ -615,6 +626,9 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 // fail maps a controller or call error to a status and code.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := classify(err)
+	if code == "run_moving" {
+		w.Header().Set("Retry-After", strconv.Itoa(controller.MovingRetry))
+	}
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
@@ -652,6 +666,8 @@ func classify(err error) (int, string) {
 		return http.StatusNotFound, "sandbox_not_found"
 	case errors.Is(err, controller.ErrClosed):
 		return http.StatusServiceUnavailable, "shutting_down"
+	case errors.Is(err, controller.ErrMoving):
+		return http.StatusServiceUnavailable, "run_moving"
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "timeout"
 	case errors.Is(err, context.Canceled):

@@ -49,7 +49,11 @@
 // finds another holder, or no Lease, drops the run and calls
 // Options.OnLost. [Store.Holds] says, without a call, whether this
 // replica's last renewal was sent within the duration, so that no other
-// replica can have taken the run; [Store.Holder] reads the Lease.
+// replica can have taken the run; [Store.Owner] reads the Lease: its
+// holder, whether it is live, and where the holder serves (the
+// berth.dev/address annotation each replica writes on the leases it
+// takes, Options.Address), so that the others forward the run's
+// requests there.
 //
 // The controller is meant to use it so:
 //

@@ -540,8 +540,10 @@ func TestLeaseTakeover(t *testing.T) {
 	e := setup(t)
 	ctx := ctxT(t)
 	opts := Options{LeaseDuration: shortLease, RenewInterval: shortRenew}
-	a := e.store(t, "berth-a", opts)
-	b := e.store(t, "berth-b", opts)
+	aOpts, bOpts := opts, opts
+	aOpts.Address, bOpts.Address = "http://10.1.0.1:8080", "http://10.1.0.2:8080"
+	a := e.store(t, "berth-a", aOpts)
+	b := e.store(t, "berth-b", bOpts)
 	id := randomID()
 
 	if ok, err := a.Acquire(ctx, id); !ok || err != nil {
@@ -559,6 +561,9 @@ func TestLeaseTakeover(t *testing.T) {
 	}
 	if h, live, err := b.Holder(ctx, id); h != "berth-a" || !live || err != nil {
 		t.Errorf("b.Holder = %q, %v, %v; want berth-a, live", h, live, err)
+	}
+	if o, err := b.Owner(ctx, id); o != (runstore.Owner{Identity: "berth-a", Address: aOpts.Address, Live: true}) || err != nil {
+		t.Errorf("b.Owner = %+v, %v; want berth-a at %s, live", o, err, aOpts.Address)
 	}
 	if !a.Holds(id) || b.Holds(id) {
 		t.Errorf("Holds: a %v, b %v; want a only", a.Holds(id), b.Holds(id))
@@ -610,6 +615,14 @@ func TestLeaseTakeover(t *testing.T) {
 	}
 	if h, live, err := b.Holder(ctx, id); h != "berth-b" || !live || err != nil {
 		t.Errorf("Holder = %q, %v, %v; want berth-b, live", h, live, err)
+	}
+	// The takeover wrote the new holder's address: requests go to b now.
+	if o, err := a.Owner(ctx, id); err == nil || o.Address != "" {
+		// a is closed: Owner refuses.
+		t.Errorf("a.Owner after Close = %+v, %v; want ErrClosed", o, err)
+	}
+	if o, err := b.Owner(ctx, id); o.Address != bOpts.Address || err != nil {
+		t.Errorf("Owner after the takeover = %+v, %v; want address %s", o, err, bOpts.Address)
 	}
 }
 

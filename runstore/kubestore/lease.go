@@ -38,6 +38,18 @@ func (s *Store) live(l *coordinationv1.Lease, now time.Time) bool {
 	return l.Spec.RenewTime.Add(d).After(now)
 }
 
+// annotate writes this replica's address on l, which it is taking or
+// renewing.
+func (s *Store) annotate(l *coordinationv1.Lease) {
+	if s.address == "" {
+		return
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[AnnotationAddress] = s.address
+}
+
 func (s *Store) durationSeconds() *int32 {
 	d := int32(s.duration / time.Second)
 	return &d
@@ -89,6 +101,7 @@ func (s *Store) Acquire(ctx context.Context, id string) (bool, error) {
 					LeaseTransitions:     new(int32),
 				},
 			}
+			s.annotate(l)
 			got, err := leases.Create(ctx, l, metav1.CreateOptions{})
 			switch {
 			case err == nil:
@@ -123,6 +136,7 @@ func (s *Store) Acquire(ctx context.Context, id string) (bool, error) {
 		l.Spec.RenewTime = &stamp
 		l.Spec.LeaseDurationSeconds = s.durationSeconds()
 		l.Labels = objectLabels(id)
+		s.annotate(l)
 		got, err := leases.Update(ctx, l, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
@@ -141,20 +155,28 @@ func (s *Store) Acquire(ctx context.Context, id string) (bool, error) {
 // or no Lease) and whether that lease is live (renewed within its
 // duration).
 func (s *Store) Holder(ctx context.Context, id string) (identity string, live bool, err error) {
+	o, err := s.Owner(ctx, id)
+	return o.Identity, o.Live, err
+}
+
+// Owner reads run id's Lease: who holds it, where that replica serves,
+// and whether the lease is live. A run without a Lease has the zero
+// Owner.
+func (s *Store) Owner(ctx context.Context, id string) (runstore.Owner, error) {
 	if err := s.begin(ctx); err != nil {
-		return "", false, err
+		return runstore.Owner{}, err
 	}
 	if checkID(id) != nil {
-		return "", false, nil
+		return runstore.Owner{}, nil
 	}
 	l, err := s.client.CoordinationV1().Leases(s.namespace).Get(ctx, Name(id), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", false, nil
+		return runstore.Owner{}, nil
 	case err != nil:
-		return "", false, fmt.Errorf("kubestore: reading run %s's Lease %s/%s: %w", id, s.namespace, Name(id), err)
+		return runstore.Owner{}, fmt.Errorf("kubestore: reading run %s's Lease %s/%s: %w", id, s.namespace, Name(id), err)
 	}
-	return holder(l), s.live(l, time.Now()), nil
+	return runstore.Owner{Identity: holder(l), Address: l.Annotations[AnnotationAddress], Live: s.live(l, time.Now())}, nil
 }
 
 // Holds reports, without asking the API server, whether this replica

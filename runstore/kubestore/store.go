@@ -38,6 +38,10 @@ const (
 	StoreVersion = "v1"
 	// RecordKey is the Secret's data key holding the record's JSON.
 	RecordKey = "record"
+	// AnnotationAddress, on a run's Lease, is where the holder replica
+	// serves (Options.Address), so that the other replicas can forward
+	// the run's requests to it.
+	AnnotationAddress = "berth.dev/address"
 )
 
 const (
@@ -74,6 +78,10 @@ type Options struct {
 	OnLost func(id string)
 	// Logger receives failed renewals (Warn); nil discards them.
 	Logger *slog.Logger
+	// Address is where this replica serves (a URL such as
+	// http://10.0.0.7:8080), written on every lease it acquires
+	// (AnnotationAddress) and returned by Owner; empty writes none.
+	Address string
 }
 
 // Store is a [runstore.Store] kept in one Kubernetes namespace: a Secret
@@ -85,6 +93,7 @@ type Store struct {
 	client    kubernetes.Interface
 	namespace string
 	identity  string
+	address   string
 	duration  time.Duration
 	interval  time.Duration
 	onLost    func(id string)
@@ -108,7 +117,10 @@ type held struct {
 	renewed time.Time
 }
 
-var _ runstore.Store = (*Store)(nil)
+var (
+	_ runstore.Store  = (*Store)(nil)
+	_ runstore.Leases = (*Store)(nil)
+)
 
 // New returns the store in namespace, for the replica identity (its pod
 // name, say: unique among the replicas sharing namespace), and starts
@@ -149,6 +161,7 @@ func New(client kubernetes.Interface, namespace, identity string, opts Options) 
 		client:    client,
 		namespace: namespace,
 		identity:  identity,
+		address:   opts.Address,
 		duration:  d,
 		interval:  iv,
 		onLost:    opts.OnLost,

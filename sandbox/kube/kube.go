@@ -424,3 +424,10 @@ func apiError(host, what, ns string, err error) error {
 	}
 	return fmt.Errorf("kube: %s: %w", what, err)
 }
+
+// ClientConfig finds the cluster as New does without options ($KUBECONFIG,
+// the in-cluster account, ~/.kube/config), for other clients of the same
+// API server (berth's run store). It returns where the config came from.
+func ClientConfig() (*rest.Config, string, error) {
+	return loadConfig(&options{})
+}

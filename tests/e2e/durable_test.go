@@ -31,6 +31,12 @@ const durableToken = "durable-e2e-token"
 // flags.
 func durableBerth(t *testing.T, stateDir string, flags ...string) (*berthtest.Server, *berthtest.Client) {
 	t.Helper()
+	return durableBerthEnv(t, stateDir, nil, flags...)
+}
+
+// durableBerthEnv is durableBerth with env added to berth's environment.
+func durableBerthEnv(t *testing.T, stateDir string, env []string, flags ...string) (*berthtest.Server, *berthtest.Client) {
+	t.Helper()
 	args := append([]string{"--mode", "local", "--state-dir", stateDir, "--label-key", labelKey}, flags...)
 	switch backend() {
 	case backendContainerd:
@@ -41,7 +47,7 @@ func durableBerth(t *testing.T, stateDir string, flags ...string) (*berthtest.Se
 		// $KUBECONFIG; runs name their pod.
 		args = append(args, "--kube", "api", "--kube-namespaces", kubeNamespace, "--allow-unlabelled")
 	}
-	s := berthtest.Start(t, berthtest.Options{Args: args, Env: []string{"BERTH_TOKEN=" + durableToken}})
+	s := berthtest.Start(t, berthtest.Options{Args: args, Env: append([]string{"BERTH_TOKEN=" + durableToken}, env...)})
 	return s, &berthtest.Client{URL: s.URL, Token: durableToken}
 }
 

@@ -1,0 +1,304 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"berth.dev/berth/runstore"
+	"berth.dev/berth/sandbox"
+	"berth.dev/berth/tools"
+)
+
+// Several replicas: with Config.Leases, berth is one of several replicas
+// sharing Config.Store (on Kubernetes: runstore/kubestore). Each run is
+// served by the replica holding its lease; Locate tells the API which
+// replica that is, so that a request reaching another one is forwarded
+// there; a run whose holder stopped renewing (the replica died) or let go
+// (it shut down) is taken over by the next replica that needs it — for a
+// request (Locate) or on the periodic sweep — exactly as a restarted berth
+// adopts its runs.
+
+// ErrMoving: the run's replica cannot be confirmed or reached now (it is
+// being handed over between replicas, or the store does not answer); the
+// run is kept, and the call should be retried in a few seconds.
+var ErrMoving = errors.New("the run is moving between berth replicas")
+
+const (
+	// sweepInterval is how often a replica looks for runs whose holder
+	// stopped renewing their leases, and takes them over, so that a run
+	// nobody calls is still served (its idle expiry, its resident's
+	// grace) after its replica died.
+	sweepInterval = 15 * time.Second
+	// MovingRetry is how long a caller told ErrMoving should wait before
+	// it retries, in seconds (the API's Retry-After).
+	MovingRetry = 2
+)
+
+// Remote is the replica that serves a run this berth does not.
+type Remote struct {
+	// Identity names the replica (its pod name).
+	Identity string
+	// Address is where it serves: a URL such as http://10.0.0.7:8080.
+	Address string
+}
+
+// Locate finds who serves run id for tenant: this berth (the run), another
+// replica (Remote, for the caller to forward the request to), or nobody
+// (an error, as Lookup's). A run whose holder is gone is taken over here
+// first. Without Config.Leases it is Lookup.
+func (c *Controller) Locate(ctx context.Context, tenant, id string) (*Run, *Remote, error) {
+	r, err := c.Lookup(tenant, id)
+	leases := c.cfg.Leases
+	if leases == nil {
+		return r, nil, err
+	}
+	switch {
+	case err == nil:
+		if leases.Holds(id) {
+			return r, nil, nil
+		}
+		// Renewals failed for a while (the API server did not answer):
+		// serve on only if the lease is still, or again, this replica's.
+		ok, aerr := leases.Acquire(ctx, id)
+		if aerr != nil {
+			return nil, nil, fmt.Errorf("controller: run %s: cannot confirm that this replica still serves it (%v): %w; retry in a few seconds", id, aerr, ErrMoving)
+		}
+		if ok {
+			return r, nil, nil
+		}
+		c.handOver(r)
+	case !errors.Is(err, ErrUnknownRun):
+		return nil, nil, err // expired or gone here
+	}
+	return c.locateStored(ctx, tenant, id)
+}
+
+// locateStored finds a run this replica does not serve in the store: its
+// live holder, or, when its lease lapsed, this replica after taking it
+// over.
+func (c *Controller) locateStored(ctx context.Context, tenant, id string) (*Run, *Remote, error) {
+	rec, err := c.cfg.Store.Get(ctx, id)
+	switch {
+	case errors.Is(err, runstore.ErrNotFound):
+		return nil, nil, unknownRun(id)
+	case err != nil:
+		return nil, nil, fmt.Errorf("controller: run %s: the run store does not answer (%v): %w; retry in a few seconds", id, err, ErrMoving)
+	case tenant != AllTenants && rec.Tenant != tenant:
+		return nil, nil, unknownRun(id)
+	}
+	for range 3 {
+		o, err := c.cfg.Leases.Owner(ctx, id)
+		if err != nil {
+			return nil, nil, fmt.Errorf("controller: run %s: cannot read which replica serves it (%v): %w; retry in a few seconds", id, err, ErrMoving)
+		}
+		if o.Live && o.Identity != c.cfg.Instance {
+			if o.Address == "" {
+				return nil, nil, fmt.Errorf("controller: run %s is served by replica %s, which wrote no address to forward to: %w; retry in a few seconds", id, o.Identity, ErrMoving)
+			}
+			return nil, &Remote{Identity: o.Identity, Address: o.Address}, nil
+		}
+		r, elsewhere, err := c.takeOver(ctx, rec)
+		if err != nil {
+			if errors.Is(err, sandbox.ErrGone) || errors.Is(err, ErrClosed) {
+				return nil, nil, err
+			}
+			return nil, nil, fmt.Errorf("controller: run %s: taking it over from a replica that stopped serving it failed: %v: %w; retry in a few seconds", id, err, ErrMoving)
+		}
+		if !elsewhere {
+			return r, nil, nil
+		}
+		// Another replica took it first: look again, to forward there.
+	}
+	return nil, nil, fmt.Errorf("controller: run %s: its lease kept changing hands: %w; retry in a few seconds", id, ErrMoving)
+}
+
+// takeOver adopts rec once its lease is this replica's: elsewhere is true
+// (and r nil) when another live replica holds it. Concurrent takeovers of
+// one run wait for the first; a run already served here is returned.
+func (c *Controller) takeOver(ctx context.Context, rec runstore.Record) (r *Run, elsewhere bool, err error) {
+	for {
+		c.mu.Lock()
+		if r, ok := c.runs[rec.ID]; ok {
+			c.mu.Unlock()
+			return r, false, nil
+		}
+		wait, busy := c.taking[rec.ID]
+		if !busy {
+			c.taking[rec.ID] = make(chan struct{})
+		}
+		c.mu.Unlock()
+		if !busy {
+			break
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	defer func() {
+		c.mu.Lock()
+		close(c.taking[rec.ID])
+		delete(c.taking, rec.ID)
+		c.mu.Unlock()
+	}()
+	problems, elsewhere, err := c.adoptLeased(ctx, rec)
+	for _, p := range problems {
+		c.log.Warn("run taken over without one of its resources", "run", rec.ID, "problem", p)
+	}
+	if err != nil || elsewhere {
+		return nil, elsewhere, err
+	}
+	c.log.Info("run taken over from a replica that stopped serving it", "run", rec.ID, "previous", rec.Owner)
+	r, err = c.Lookup(AllTenants, rec.ID)
+	return r, false, err
+}
+
+// adoptLeased adopts rec when this replica gets its lease (always without
+// Config.Leases). A run whose sandbox is gone is removed from the store;
+// one that fails otherwise lets its lease go, for another try.
+func (c *Controller) adoptLeased(ctx context.Context, rec runstore.Record) (problems []string, elsewhere bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, adoptTimeout)
+	defer cancel()
+	if c.cfg.Leases != nil {
+		ok, err := c.cfg.Leases.Acquire(ctx, rec.ID)
+		if err != nil {
+			return nil, false, fmt.Errorf("controller: run %s: take its lease: %w", rec.ID, err)
+		}
+		if !ok {
+			return nil, true, nil
+		}
+	}
+	problems, err = c.adopt(ctx, rec)
+	switch {
+	case err == nil:
+	case errors.Is(err, sandbox.ErrGone):
+		c.rememberGone(rec.ID, rec.Tenant, err)
+		c.cfg.Store.Delete(context.WithoutCancel(ctx), rec.ID)
+	default:
+		c.release(rec.ID)
+	}
+	return problems, false, err
+}
+
+// release lets run id's lease go, if there are leases.
+func (c *Controller) release(id string) error {
+	if c.cfg.Leases == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adoptTimeout)
+	defer cancel()
+	if err := c.cfg.Leases.Release(ctx, id); err != nil {
+		return fmt.Errorf("controller: run %s: let its lease go: %w", id, err)
+	}
+	return nil
+}
+
+// Lost is told (by the store's renewals) that another replica holds run
+// id's lease now: this replica stops serving the run without ending
+// anything of it.
+func (c *Controller) Lost(id string) {
+	c.mu.Lock()
+	r, ok := c.runs[id]
+	c.mu.Unlock()
+	if ok {
+		c.handOver(r)
+	}
+}
+
+// handOver lets go of r, which another replica serves now, in the
+// background (the caller may be the store's renewal loop).
+func (c *Controller) handOver(r *Run) {
+	c.bg.Go(func() {
+		if err := r.leave(false); err != nil {
+			r.log.Warn("handing the run over to another replica left something behind", "err", err)
+		}
+	})
+}
+
+// sweeper takes over, every sweepInterval, the stored runs whose leases
+// lapsed, until stop is closed.
+func (c *Controller) sweeper(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(sweepInterval)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // ends with sweeper: cancel
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		c.sweep(ctx)
+	}
+}
+
+// sweep takes over every stored run nobody serves.
+func (c *Controller) sweep(ctx context.Context) {
+	recs, _, err := c.cfg.Store.List(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("cannot list the run store to take over runs of replicas that stopped", "err", err)
+		}
+		return
+	}
+	for _, rec := range recs {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := c.Lookup(AllTenants, rec.ID); err == nil {
+			continue
+		}
+		o, err := c.cfg.Leases.Owner(ctx, rec.ID)
+		if err != nil || (o.Live && o.Identity != c.cfg.Instance) {
+			continue
+		}
+		if _, _, err := c.takeOver(ctx, rec); err != nil && ctx.Err() == nil {
+			c.log.Warn("cannot take over a run of a replica that stopped", "run", rec.ID, "err", err)
+		}
+	}
+}
+
+// ListStored returns the runs of tenant (every run for AllTenants) that
+// any replica serves, oldest first: ListFor, and with Config.Leases the
+// store's other records too.
+func (c *Controller) ListStored(ctx context.Context, tenant string) ([]RunInfo, error) {
+	local := c.ListFor(tenant)
+	if c.cfg.Leases == nil {
+		return local, nil
+	}
+	recs, _, err := c.cfg.Store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("controller: list the runs of every replica: the run store does not answer (%v): %w; retry in a few seconds", err, ErrMoving)
+	}
+	seen := make(map[string]bool, len(local))
+	for _, ri := range local {
+		seen[ri.ID] = true
+	}
+	out := local
+	for _, rec := range recs {
+		if seen[rec.ID] || (tenant != AllTenants && rec.Tenant != tenant) {
+			continue
+		}
+		out = append(out, RunInfo{ID: rec.ID, Sandbox: rec.Sandbox, Workspace: rec.Workspace, ConversationID: rec.Conversation,
+			Mode: tools.Surface(rec.Mode), Vibe: rec.Vibe, Tenant: rec.Tenant, Opened: rec.Opened, Placement: rec.Placement})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Opened.Equal(out[j].Opened) {
+			return out[i].Opened.Before(out[j].Opened)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
