@@ -149,7 +149,7 @@ func TestReplicas(t *testing.T) {
 	// Three moves later: still one kernel and one resident supervisor.
 	residents, kernels, shims := runProcs(t, sandboxNS, conv)
 	if len(residents) != 1 || len(kernels) != 1 {
-		t.Errorf("before the close: want one resident supervisor and one kernel in the conversation's pod, got residents %q, kernels %q (other berth-shims %q)", residents, kernels, shims)
+		t.Errorf("before the close: want one resident supervisor and one kernel in the conversation's pod, got residents %q, kernels %q (berth's other processes %q)", residents, kernels, shims)
 	}
 	code, body, via = r.callAny("close the run", gracefulMove, "DELETE", "/v1/runs/"+r.run, "")
 	if code != http.StatusNoContent {
@@ -162,7 +162,7 @@ func TestReplicas(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s after the run closed the conversation's pod still runs residents %q, kernels %q, berth-shims %q", closeGrace, residents, kernels, shims)
+			t.Fatalf("%s after the run closed the conversation's pod still runs residents %q, kernels %q, berth's other processes %q", closeGrace, residents, kernels, shims)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -405,10 +405,10 @@ func (r *replicas) crash(pod string) bool {
 }
 
 // runProcs lists what berth runs in the conversation's pod: the run's
-// resident supervisors (their keepers), Python kernels, and any other
-// berth-shim. Zombies do not count: the pod's init is sleep, which reaps
-// nothing.
-func runProcs(t *testing.T, ns, pod string) (residents, kernels, shims []string) {
+// resident supervisors (berth-shim resident), Python kernels, and every
+// other process of berth's (a berth-shim, or a shell starting one).
+// Zombies do not count: the pod's init is sleep, which reaps nothing.
+func runProcs(t *testing.T, ns, pod string) (residents, kernels, others []string) {
 	t.Helper()
 	out := kubectl(t, "", "-n", ns, "exec", pod, "--", "ps", "-eo", "stat=,comm=,args=")
 	for _, l := range strings.Split(out, "\n") {
@@ -418,15 +418,15 @@ func runProcs(t *testing.T, ns, pod string) (residents, kernels, shims []string)
 		}
 		comm, args := f[1], strings.Join(f[2:], " ")
 		switch {
-		case strings.Contains(" "+args+" ", " resident "):
+		case comm == "berth-shim" && len(f) > 3 && f[3] == "resident":
 			residents = append(residents, args)
-		case comm != "berth-shim" && strings.Contains(args, "ipykernel_launcher"):
+		case strings.HasPrefix(comm, "python") && strings.Contains(args, "ipykernel_launcher"):
 			kernels = append(kernels, args)
-		case comm == "berth-shim":
-			shims = append(shims, args)
+		case strings.Contains(args, "berth-shim"):
+			others = append(others, args)
 		}
 	}
-	return residents, kernels, shims
+	return residents, kernels, others
 }
 
 // followLogs follows the logs of every pod matching selector in ns, from
