@@ -246,7 +246,12 @@ func call(t *testing.T, base, token, method, path, body string) (int, string) {
 
 // tryCall makes one HTTP request; err is a transport error.
 func tryCall(base, token, method, path, body string) (int, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	return tryCallContext(context.Background(), base, token, method, path, body)
+}
+
+// tryCallContext is tryCall ending early with ctx.
+func tryCallContext(ctx context.Context, base, token, method, path, body string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
 	if err != nil {

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -38,13 +39,16 @@ const (
 )
 
 // TestReplicas deploys k8s/overlays/api-replicas (two replicas sharing
-// runs through the API server) and drives one run's Python kernel through
-// both replicas and across what takes a replica away: a graceful pod
-// deletion (the pod releases the run's Lease), a rollout restart (both
-// replicas replaced) and a crash (SIGKILL, nothing released: another
-// replica takes the run once its Lease lapses). The kernel's x survives
-// all of it. Closing the run leaves neither kernel nor resident supervisor
-// in the conversation's pod.
+// runs through the API server, hosted mode as shipped) and drives one
+// run's Python kernel through both replicas and across what takes a
+// replica away: a graceful pod deletion (the pod releases the run's
+// Lease), a rollout restart (both replicas replaced) and a crash (SIGKILL,
+// nothing released: another replica takes the run once its Lease lapses).
+// The first eval asks the operator on a permission card, seen on the
+// run's event stream through the replica that does not serve the run and
+// answered "allow for this run" through the other; that answer, and the
+// kernel's x, survive every move. Closing the run leaves neither kernel
+// nor resident supervisor in the conversation's pod.
 func TestReplicas(t *testing.T) {
 	need(t)
 	start := time.Now()
@@ -54,24 +58,21 @@ func TestReplicas(t *testing.T) {
 		last = time.Now()
 	}
 	node, apiPort := apiServer(t)
-	token := randomHex(24)
+	token, operator := randomHex(24), randomHex(24)
+	patches := []kustomizePatch{{body: apiModePatch(node, apiPort)}}
+	if os.Getenv("BERTH_KUBE_VERBOSE") != "" {
+		// berth's info and debug lines (runs opened, adopted, handed
+		// over, closed; every tool call) in the logs a failure prints.
+		patches = append(patches, kustomizePatch{target: "kind: Deployment\nname: berth", body: `- op: add
+  path: /spec/template/spec/containers/0/args/-
+  value: --verbose
+`})
+	}
 	applyOverlay(t, "api-replicas", map[string]string{
 		"base/token":                     token + "\n",
-		"base/operator-token":            randomHex(24) + "\n",
+		"base/operator-token":            operator + "\n",
 		"overlays/api-replicas/peer-key": randomHex(32) + "\n",
-	}, replicaSelector,
-		kustomizePatch{body: apiModePatch(node, apiPort)},
-		// eval is exec level: in hosted mode (the overlay's) each call asks
-		// the operator on a permission card, answered on the run's event
-		// stream. This test is about where runs live, so berth runs every
-		// tool without asking.
-		kustomizePatch{target: "kind: Deployment\nname: berth", body: `- op: add
-  path: /spec/template/spec/containers/0/args/-
-  value: --mode
-- op: add
-  path: /spec/template/spec/containers/0/args/-
-  value: local
-`})
+	}, replicaSelector, patches...)
 	followLogs(t, "berth", replicaSelector)
 	kubectl(t, "", "-n", "berth", "rollout", "status", "deployment/berth", "--timeout=150s")
 	r := &replicas{t: t, token: token}
@@ -100,13 +101,49 @@ func TestReplicas(t *testing.T) {
 		t.Errorf("the run opened through %s is held by %q (%s), want the replica that opened it", a.pod, h.identity, h.address)
 	}
 
-	// The other replica forwards to the one serving the run; both see one kernel.
-	r.expect(r.eval(b, "x = 41"), "", "x = 41 through "+b.pod)
+	// The other replica forwards to the one serving the run; both see one
+	// kernel. eval is exec level, so the first cell asks the operator:
+	// someone must follow the run's events for a card to be drawn at all.
+	cards, stopEvents := r.followCards(b)
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	first := make(chan answer, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // a failure below does not leave the call waiting for its card
+	go func() {
+		status, body, err := tryCallContext(ctx, b.base, token, "POST", "/v1/runs/"+r.run+"/tools/eval", evalArgs("x = 41"))
+		first <- answer{status, body, err}
+	}()
+	var c card
+	select {
+	case c = <-cards:
+	case res := <-first:
+		t.Fatalf("eval x = 41 through %s answered without asking the operator: %+v", b.pod, res)
+	case <-time.After(wait):
+		t.Fatalf("no permission card on the event stream through %s within %s", b.pod, wait)
+	}
+	if c.Kind != "permission" || c.Tool != "eval" {
+		t.Fatalf("want a permission card for eval, got %+v", c)
+	}
+	if code, body := call(t, a.base, operator, "POST", fmt.Sprintf("/v1/runs/%s/cards/%d", r.run, c.N), `{"decision":"allow_run"}`); code != http.StatusOK {
+		t.Fatalf("the operator's allow_run of card %d through %s: %d %s", c.N, a.pod, code, body)
+	}
+	res := <-first
+	if res.err != nil || res.status != http.StatusOK {
+		t.Fatalf("eval x = 41 through %s after the operator allowed it: %+v", b.pod, res)
+	}
+	r.expect(r.text("x = 41", res.body), "", "x = 41 through "+b.pod)
+	// From here on nobody follows the events: a cell that asked again
+	// would be refused at once.
+	stopEvents()
 	if h := r.holder(); h.identity != a.pod {
 		t.Errorf("after a call through %s the run is held by %q, want still %s (a live owner's runs are forwarded to it, not taken)", b.pod, h.identity, a.pod)
 	}
 	r.expect(r.eval(a, "x + 1"), "42", "x + 1 through "+a.pod)
-	step("x = 41 through the other replica, 42 through the owner")
+	step("x = 41 through the other replica (card allowed), 42")
 
 	// A graceful stop: the owner detaches its runs and releases their
 	// Leases; the next request's replica takes the run over.
@@ -125,7 +162,14 @@ func TestReplicas(t *testing.T) {
 	before := r.pods()
 	kubectl(t, "", "-n", "berth", "rollout", "restart", "deployment/berth")
 	kubectl(t, "", "-n", "berth", "rollout", "status", "deployment/berth", "--timeout=180s")
-	step("rollout restart done")
+	// rollout status is content once the old pods are terminating; they
+	// still serve (and hold the run) until they have detached and exited.
+	for _, p := range before {
+		if out, err := tryKubectl("", "-n", "berth", "wait", "--for=delete", "pod/"+p, "--timeout=90s"); err != nil && !strings.Contains(err.Error(), "NotFound") {
+			t.Fatalf("old replica %s not gone 90 s after the rollout: %v %s", p, err, out)
+		}
+	}
+	step("rollout restart done, old replicas gone")
 	text, via = r.evalAny("x + 2", gracefulMove)
 	r.expect(text, "43", "x + 2 after the rollout (through "+via+")")
 	r.heldByLive(before...)
@@ -241,6 +285,61 @@ func (r *replicas) waitEndpoints(n int) []endpoint {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// card is a card the run's event stream announced (questions.Card).
+type card struct {
+	N    int    `json:"n"`
+	Kind string `json:"kind"`
+	Tool string `json:"tool"`
+}
+
+// followCards follows the run's event stream through ep, from when it is
+// connected (the replica serving the run counts a listener from then on),
+// and sends the cards it opens. stop ends the stream and waits for the
+// reader.
+func (r *replicas) followCards(ep endpoint) (cards <-chan card, stop func()) {
+	r.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", ep.base+"/v1/runs/"+r.run+"/events", nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	resp, err := client.Do(req)
+	if err != nil {
+		cancel()
+		r.t.Fatalf("the run's events through %s: %v", ep.pod, err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	if resp.StatusCode != http.StatusOK || !sc.Scan() || sc.Text() != ": connected" {
+		resp.Body.Close()
+		cancel()
+		r.t.Fatalf("the run's events through %s: %s, first line %q (%v); want 200 and \": connected\"", ep.pod, resp.Status, sc.Text(), sc.Err())
+	}
+	out := make(chan card, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer resp.Body.Close()
+		var event string
+		for sc.Scan() {
+			line := sc.Text()
+			if v, ok := strings.CutPrefix(line, "event: "); ok {
+				event = v
+			}
+			if v, ok := strings.CutPrefix(line, "data: "); ok && event == "card.opened" {
+				var c card
+				if json.Unmarshal([]byte(v), &c) == nil {
+					select {
+					case out <- c:
+					default: // the test reads one card; the rest are not waited for
+					}
+				}
+			}
+		}
+	}()
+	return out, func() { cancel(); <-done }
 }
 
 // pods names berth's pods that exist now.
