@@ -331,6 +331,7 @@ type Controller struct {
 	stopSweep   chan struct{} // closed by Close; nil without leases
 	sweepDone   chan struct{}
 	taking      map[string]chan struct{} // runs being taken over, closed when done
+	remotes     map[string]remote        // runs other replicas serve, as Locate found them
 	bg          sync.WaitGroup           // hand-overs under way (Lost)
 
 	hostRoots []string // Config.HostRoots resolved; nil: anywhere
@@ -383,7 +384,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, errors.New("controller: Leases need a Store they cover and an Instance naming this replica in them")
 	}
 	c := &Controller{cfg: cfg, providers: map[string]sandbox.Provider{}, log: log, runs: map[string]*Run{},
-		tenants: map[string]*tenantUse{}, expired: map[string]expiredRun{}, hostRoots: roots, taking: map[string]chan struct{}{}}
+		tenants: map[string]*tenantUse{}, expired: map[string]expiredRun{}, hostRoots: roots, taking: map[string]chan struct{}{}, remotes: map[string]remote{}}
 	for _, p := range cfg.Providers {
 		s := p.Scheme()
 		if _, dup := c.providers[s]; dup {
@@ -994,7 +995,11 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		res, err = a.res, a.err
 	}
 	unwatch()
-	r.persist(ctx) // what the call changed is stored before it answers
+	// What the call changed is stored before it answers; a result whose
+	// change could not be stored says so.
+	if perr := r.persist(ctx); perr != nil && res != nil && !errors.Is(perr, ErrMoving) {
+		res.AppendText(unsavedNote(perr))
+	}
 	if r.ctx.Err() != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("controller: run %s was closed during the %s call: %w", r.id, name, ErrUnknownRun)
 	}

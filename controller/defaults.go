@@ -204,8 +204,19 @@ func VibeTools(cfg VibeConfig) Binder {
 			opts.Notify = func(w vibe.WorkerInfo) { env.Questions.Publish("vibe.worker", w) }
 		}
 		sup := vibe.Register(r, env.Context, opts)
+		if b := env.Adopted("vibe"); b != nil {
+			lost, err := sup.Restore(b)
+			if err != nil {
+				env.Problem(fmt.Sprintf("run %s: vibe workers: %v", env.RunID, err))
+			}
+			for _, l := range lost {
+				env.Problem(fmt.Sprintf("run %s: %s", env.RunID, l))
+			}
+		}
+		env.Persist("vibe", sup)
 		env.Workers = vibeWorkers{sup}
-		env.OnClose(sup.Close)
+		// A platform's workers go on while berth restarts (Detach).
+		env.OnCloseOrDetach(sup.Close, sup.Detach)
 		env.AddResources(sup.Resources)
 		return nil
 	}

@@ -199,11 +199,11 @@ func (d *durable) write(ctx context.Context, force bool) error {
 }
 
 // persist writes the run's record if anything changed, logging a failure
-// once until a write succeeds again.
-func (r *Run) persist(ctx context.Context) {
+// once until a write succeeds again. It returns the write's failure.
+func (r *Run) persist(ctx context.Context) error {
 	d := r.durable
 	if d == nil {
-		return
+		return nil
 	}
 	err := d.write(context.WithoutCancel(ctx), false)
 	d.mu.Lock()
@@ -213,6 +213,18 @@ func (r *Run) persist(ctx context.Context) {
 	if first {
 		r.log.Error("cannot store the run's state; a restart of berth would lose what changed", "err", err)
 	}
+	return err
+}
+
+// unsavedNote is what a call's result says when the run's state it
+// changed could not be stored: what a restart of berth would lose, and
+// how to shrink the state.
+func unsavedNote(err error) string {
+	if errors.Is(err, runstore.ErrTooLarge) {
+		return "note: berth could not save this run's state, which is now over the run store's size limit (" + err.Error() + "). " +
+			"The run goes on, but if berth restarts now, what changed since the last save is lost: apply or discard staged edits (resolve) to shrink it."
+	}
+	return "note: berth could not save this run's state (" + err.Error() + "); the run goes on, but a restart of berth now would lose what changed since the last save."
 }
 
 // persister writes the state of every run that changed, every

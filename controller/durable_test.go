@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -199,5 +200,74 @@ func TestAdoptKeepsRunWhenEngineFails(t *testing.T) {
 	rep, _ = c3.Adopt(context.Background())
 	if len(rep.Adopted) != 1 {
 		t.Fatalf("report %+v; want the run adopted at the next start", rep)
+	}
+}
+
+// limitStore is a run store that holds records up to limit bytes of JSON,
+// as kubestore holds at most MaxRecord (a Secret's 1 MiB).
+type limitStore struct {
+	runstore.Store
+	limit int
+}
+
+func (s limitStore) Put(ctx context.Context, r runstore.Record) error {
+	b, _ := json.Marshal(r)
+	if len(b) > s.limit {
+		return fmt.Errorf("%w: run %s's record is %d bytes, over %d", runstore.ErrTooLarge, r.ID, len(b), s.limit)
+	}
+	return s.Store.Put(ctx, r)
+}
+
+// TestUnsavedStateIsReported: a call whose change of the run's state
+// cannot be stored (the record outgrew the store) says so in its result,
+// with what to do; a call that changed nothing after the state shrank
+// again says nothing.
+func TestUnsavedStateIsReported(t *testing.T) {
+	dir, _, err := runstore.Open(t.TempDir(), runstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	prov := &fakeProvider{scheme: "docker", containers: map[string]string{"c-1": "ctr1"}}
+	grow := func(ctx context.Context, reg *tools.Registry, env *Env) error {
+		c := &counter{}
+		env.Persist("counter", c)
+		tools.Register(reg, tools.Tool{Name: "set", Description: "set the counter", Level: tools.LevelRead},
+			func(ctx context.Context, in struct{ N int64 }) (*tools.Result, error) {
+				c.n.Store(in.N)
+				c.gen.Add(1)
+				return tools.Text("set"), nil
+			})
+		return nil
+	}
+	c, err := New(Config{Providers: []sandbox.Provider{prov}, Tools: []Binder{grow}, Registerer: prometheus.NewRegistry(),
+		Store: limitStore{Store: dir, limit: runstore.MaxRecord}, AllowUnlabelled: true, NoQuestions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Open(context.Background(), RunSpec{ConversationID: "c-1", Workspace: "/w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// From now on the record holds a counter of at most three digits.
+	rec, _ := dir.Get(context.Background(), r.ID())
+	b, _ := json.Marshal(rec)
+	r.durable.store = limitStore{Store: dir, limit: len(b) + 2}
+	for _, tc := range []struct {
+		n    int64
+		note bool
+	}{{7, false}, {123456789, true}, {8, false}} {
+		res, err := r.Call(context.Background(), tools.SurfaceDefault, "set", fmt.Appendf(nil, `{"N":%d}`, tc.n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := res.AllText()
+		if got := strings.Contains(text, "could not save this run's state") && strings.Contains(text, "resolve"); got != tc.note {
+			t.Errorf("set %d: note %v, want %v: %q", tc.n, got, tc.note, text)
+		}
+	}
+	if rec, _ := dir.Get(context.Background(), r.ID()); string(rec.State["counter"]) != "8" {
+		t.Errorf("stored state %q after the record fit again; want 8", rec.State["counter"])
 	}
 }

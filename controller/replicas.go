@@ -35,7 +35,22 @@ const (
 	// MovingRetry is how long a caller told ErrMoving should wait before
 	// it retries, in seconds (the API's Retry-After).
 	MovingRetry = 2
+	// remoteTTL is how long Locate trusts what a run's lease said of its
+	// replica without reading it again: a lease lasts 20 s, a replica that
+	// lets a run go stops answering for it (and Misdirected drops the
+	// entry), so a request forwarded on a stale entry is answered
+	// run_moving, never served twice.
+	remoteTTL = 3 * time.Second
+	// maxRemotes bounds the runs whose replica Locate remembers.
+	maxRemotes = 4096
 )
+
+// remote is what Locate remembers of a run another replica serves.
+type remote struct {
+	Remote
+	tenant string
+	until  time.Time
+}
 
 // Remote is the replica that serves a run this berth does not.
 type Remote struct {
@@ -73,7 +88,52 @@ func (c *Controller) Locate(ctx context.Context, tenant, id string) (*Run, *Remo
 	case !errors.Is(err, ErrUnknownRun):
 		return nil, nil, err // expired or gone here
 	}
+	if rm, ok := c.remembered(tenant, id); ok {
+		return nil, &rm, nil
+	}
 	return c.locateStored(ctx, tenant, id)
+}
+
+// remembered returns the replica Locate found serving run id within
+// remoteTTL, if tenant may see the run.
+func (c *Controller) remembered(tenant, id string) (Remote, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.remotes[id]
+	if !ok || time.Now().After(e.until) {
+		delete(c.remotes, id)
+		return Remote{}, false
+	}
+	if tenant != AllTenants && e.tenant != tenant {
+		return Remote{}, false
+	}
+	return e.Remote, true
+}
+
+// remember notes that replica rm serves run id of tenant.
+func (c *Controller) remember(id, tenant string, rm Remote) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.remotes) >= maxRemotes {
+		for k, e := range c.remotes {
+			if now.After(e.until) {
+				delete(c.remotes, k)
+			}
+		}
+		if len(c.remotes) >= maxRemotes {
+			return // all fresh: look the next ones up
+		}
+	}
+	c.remotes[id] = remote{Remote: rm, tenant: tenant, until: now.Add(remoteTTL)}
+}
+
+// Misdirected forgets where run id was served: a request forwarded there
+// was not answered, or answered that the run moved.
+func (c *Controller) Misdirected(id string) {
+	c.mu.Lock()
+	delete(c.remotes, id)
+	c.mu.Unlock()
 }
 
 // locateStored finds a run this replica does not serve in the store: its
@@ -98,7 +158,9 @@ func (c *Controller) locateStored(ctx context.Context, tenant, id string) (*Run,
 			if o.Address == "" {
 				return nil, nil, fmt.Errorf("controller: run %s is served by replica %s, which wrote no address to forward to: %w; retry in a few seconds", id, o.Identity, ErrMoving)
 			}
-			return nil, &Remote{Identity: o.Identity, Address: o.Address}, nil
+			rm := Remote{Identity: o.Identity, Address: o.Address}
+			c.remember(id, rec.Tenant, rm)
+			return nil, &rm, nil
 		}
 		r, elsewhere, err := c.takeOver(ctx, rec)
 		if err != nil {

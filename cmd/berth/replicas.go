@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/httpapi"
@@ -88,6 +89,12 @@ func openReplicated(f replicaFlags, ln net.Listener, log *slog.Logger) (*replica
 	cfg, source, err := kube.ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("berth: --store kube: %w", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		// client-go's default (5 per second) would hold back the lookups
+		// of runs other replicas serve, and lease renewals of many runs.
+		cfg.QPS, cfg.Burst = 50, 100
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -151,12 +151,22 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, tenant string, 
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.Out.Host = target.Host
+			// The Host the caller sent, so that the owner's origin check
+			// sees the request as the caller made it (the console's
+			// calls carry an Origin of the name they reached).
+			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(PeerHeader, s.opts.Peer.sign(time.Now(), pr.In.Method, pr.In.URL.RequestURI(), tenant))
 		},
 		Transport:     s.peers,
 		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusMisdirectedRequest {
+				s.c.Misdirected(r.PathValue("id")) // it may serve the run no more: look again next time
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			s.c.Misdirected(r.PathValue("id"))
 			s.fail(w, r, fmt.Errorf("httpapi: replica %s (%s), which serves run %s, did not answer: %v: %w; if it stopped, another replica takes the run over once its lease lapses: retry in a few seconds",
 				to.Identity, to.Address, r.PathValue("id"), err, controller.ErrMoving))
 		},

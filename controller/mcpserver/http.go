@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -44,6 +45,12 @@ type HTTP struct {
 type session struct {
 	run *controller.Run
 	srv *mcp.Server
+	h   *handler // srv's call handler, for the direct path
+	// active counts the session's requests in flight, and idle ends the
+	// session IdleTimeout after the last one ended. berth keeps this, not
+	// the SDK, because the direct path answers calls the SDK never sees.
+	active atomic.Int32
+	idle   *time.Timer
 	// owned: the session opened the run and closes it when it ends.
 	owned bool
 }
@@ -59,8 +66,30 @@ func NewHTTP(log *slog.Logger) *HTTP {
 	h.sdk = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		s, _ := r.Context().Value(serverKey{}).(*mcp.Server)
 		return s
-	}, &mcp.StreamableHTTPOptions{SessionTimeout: IdleTimeout, Logger: log})
+	}, &mcp.StreamableHTTPOptions{Logger: log})
 	return h
+}
+
+// use counts a request of s in flight until the returned function is
+// called; the idle timer runs only while none is.
+func (s *session) use() func() {
+	s.active.Add(1)
+	s.idle.Stop()
+	return func() {
+		if s.active.Add(-1) == 0 {
+			s.idle.Reset(IdleTimeout)
+		}
+	}
+}
+
+// expire ends s, idle for IdleTimeout, unless a request came meanwhile.
+func (s *session) expire() {
+	if s.active.Load() > 0 {
+		return
+	}
+	if ss := s.serverSession(); ss != nil {
+		ss.Close() // its watcher forgets it and closes a run it opened
+	}
 }
 
 // ServeRun serves an MCP request on run, which the caller looked up for
@@ -74,7 +103,10 @@ func (h *HTTP) ServeRun(w http.ResponseWriter, r *http.Request, run *controller.
 			unknownSession(w, sid)
 			return
 		}
-		h.serve(w, r, s.srv)
+		defer s.use()()
+		if !h.direct(w, r, s) {
+			h.serve(w, r, s.srv)
+		}
 		return
 	}
 	h.open(w, r, run, opts, false)
@@ -92,7 +124,10 @@ func (h *HTTP) ServeOpen(w http.ResponseWriter, r *http.Request, open func() (*c
 			unknownSession(w, sid)
 			return
 		}
-		h.serve(w, r, s.srv)
+		defer s.use()()
+		if !h.direct(w, r, s) {
+			h.serve(w, r, s.srv)
+		}
 		return
 	}
 	if r.Method != http.MethodPost {
@@ -110,6 +145,7 @@ func (h *HTTP) ServeOpen(w http.ResponseWriter, r *http.Request, open func() (*c
 // open starts a session on run with the initialize POST r.
 func (h *HTTP) open(w http.ResponseWriter, r *http.Request, run *controller.Run, opts Options, owned bool) {
 	s := &session{run: run, owned: owned}
+	s.idle = time.AfterFunc(IdleTimeout, s.expire)
 	var sid string
 	opts.sessionID = func() string {
 		sid = rand.Text()
@@ -118,7 +154,7 @@ func (h *HTTP) open(w http.ResponseWriter, r *http.Request, run *controller.Run,
 		h.mu.Unlock()
 		return sid
 	}
-	s.srv = New(run, opts)
+	s.srv, s.h = newServer(run, opts)
 	h.serve(w, r, s.srv)
 
 	// The SDK connected a session (or refused the request); watch it.
@@ -148,6 +184,7 @@ func (h *HTTP) open(w http.ResponseWriter, r *http.Request, run *controller.Run,
 
 // end forgets a session and closes the run it opened.
 func (h *HTTP) end(sid string, s *session) {
+	s.idle.Stop()
 	if sid != "" {
 		h.mu.Lock()
 		delete(h.sessions, sid)

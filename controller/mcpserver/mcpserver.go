@@ -24,6 +24,9 @@
 // elicitation nothing changes: ask_user draws its card on the event stream
 // and fails closed with nobody there.
 //
+// Over HTTP, a plain call of an initialized session is answered without
+// the SDK's session machinery (direct.go), as application/json.
+//
 // A call whose client sent a progress token reports notifications/progress
 // every [ProgressInterval] while it runs: the seconds it has run as the
 // progress, and the run's resources' states (a language server starting or
@@ -95,6 +98,12 @@ type Options struct {
 // New returns an MCP server for run. One server may serve several sessions;
 // each sees the run's tools at opts.Surface.
 func New(run *controller.Run, opts Options) *mcp.Server {
+	srv, _ := newServer(run, opts)
+	return srv
+}
+
+// newServer is New, with the handler that answers the server's calls.
+func newServer(run *controller.Run, opts Options) (*mcp.Server, *handler) {
 	if opts.Classify == nil {
 		opts.Classify = Classify
 	}
@@ -113,12 +122,18 @@ func New(run *controller.Run, opts Options) *mcp.Server {
 		GetSessionID:              opts.sessionID,
 	})
 	srv.AddReceivingMiddleware(h.middleware)
-	return srv
+	return srv, h
 }
 
 type handler struct {
 	run  *controller.Run
 	opts Options
+
+	// direct are the calls answered without the SDK ([HTTP]'s direct
+	// path) in flight, by JSON-RPC id, so that notifications/cancelled
+	// reaches them.
+	directMu sync.Mutex
+	direct   map[string]context.CancelFunc
 }
 
 // middleware answers tools/list and tools/call from the run itself, so
@@ -131,6 +146,12 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return h.list(), nil
 		case *mcp.CallToolRequest:
 			return h.call(ctx, r)
+		case *mcp.ServerRequest[*mcp.CancelledParams]:
+			if r.Params != nil {
+				if id, err := json.Marshal(r.Params.RequestID); err == nil {
+					h.cancelDirect(string(id))
+				}
+			}
 		}
 		return next(ctx, method, req)
 	}

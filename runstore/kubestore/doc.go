@@ -32,8 +32,9 @@
 // with an error wrapping [runstore.ErrTooLarge] that says what to shrink:
 // staged edits with their files' contents, most likely. runstore.Dir
 // allows 64 MiB, so a run with large staged edits that a single berth
-// could keep cannot be kept here: the controller must refuse to stage
-// more (or apply/discard) rather than lose the record.
+// could keep cannot be kept here: the run goes on, and each call whose
+// change could not be stored says so in its result, telling the model to
+// apply or discard staged edits (controller: unsavedNote).
 //
 // # Leases: which replica serves a run
 //

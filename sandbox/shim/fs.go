@@ -133,7 +133,7 @@ func (f *fsys) get(ctx context.Context, fresh bool) (ss *fsSession, reused bool,
 	}
 	f.live.Add(1)
 	f.mu.Unlock()
-	args := append(append([]string{"fs"}, f.s.opts.FSFlags...), f.root)
+	args := append(append([]string{"fs"}, f.s.opts.FSFlags...), "--idle-exit="+agent.FSIdleExit.String(), f.root)
 	st, err := f.s.exec(ctx, ExecSpec{User: f.s.opts.FSUser}, args...)
 	if err != nil {
 		f.live.Done()

@@ -75,7 +75,7 @@ func (s *Sandbox) Start(ctx context.Context, cmd *sandbox.Cmd) (sandbox.Process,
 	if delay <= 0 {
 		delay = sandbox.DefaultWaitDelay
 	}
-	args := append([]string{"run", "--wait-delay=" + delay.String(), "--direct-stdout"}, s.opts.RunFlags...)
+	args := append([]string{"run", "--wait-delay=" + delay.String(), "--direct-stdout", "--ping-timeout=" + agent.ProcessPingTimeout.String()}, s.opts.RunFlags...)
 	args = append(append(args, "--"), cmd.Args...)
 	st, err := s.exec(ctx, ExecSpec{Env: cmd.Env, Dir: cmd.Dir, User: cmd.User}, args...)
 	if err != nil {
@@ -134,6 +134,26 @@ func (p *process) serve(ctx context.Context) {
 		go p.copyStdin()
 	}
 	go p.watch(ctx)
+	go p.ping()
+}
+
+// ping tells the agent every agent.ProcessPing that berth is still there,
+// until the process ended: the agent counts a berth that sent nothing for
+// agent.ProcessPingTimeout as gone even when the engine keeps its stream
+// open (containerd), and ends the program.
+func (p *process) ping() {
+	t := time.NewTicker(agent.ProcessPing)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+		if p.send(agent.TypePing, nil) != nil {
+			return
+		}
+	}
 }
 
 // readStart reads the started or start-failure frame.

@@ -230,6 +230,16 @@ func TestResidentGraceEndsEverything(t *testing.T) {
 	d := startDurable(t, "--resident-grace", "3s")
 	ctr := d.ctr
 	oneOfEach(t, ctr, "before berth went away", 1)
+	// A language server runs too, outside the resident (language servers
+	// do not outlive berth), and a file server served the write.
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if res, err := d.client.Call(ctx, d.run.ID, "write", map[string]any{"path": "main.py", "content": "hello = 1\n"}); err != nil || res.IsError {
+		t.Fatalf("write: %v %s", err, res.Text())
+	}
+	if res, err := d.client.Call(ctx, d.run.ID, "lsp", map[string]any{"action": "hover", "file": "main.py", "line": 1, "symbol": "hello"}); err != nil || res.IsError {
+		t.Fatalf("lsp hover: %v %s", err, res.Text())
+	}
 	d.server.Kill()
 	waitFor(t, time.Minute, "the resident supervisor to end its kernel and itself after its grace (and, through containerd, after the dead berth's hold went silent)", func() bool {
 		res, kern := berthProcs(t, ctr)
@@ -238,6 +248,18 @@ func TestResidentGraceEndsEverything(t *testing.T) {
 	if out := ctr.sh(t, "ls -d /tmp/berth-run-* 2>/dev/null || true"); strings.TrimSpace(out) != "" {
 		t.Errorf("the resident directory is left after the grace: %s", out)
 	}
+	// Nothing berth started is left: not the language server, nor the
+	// file servers and relays the dead berth had open (through containerd
+	// its streams stay open: they count berth's silence), only the
+	// container's own process.
+	waitFor(t, time.Minute, "every process berth started in the container to end after berth was killed", func() bool {
+		for _, p := range ctr.procTable(t) {
+			if p.pid != 1 {
+				return false
+			}
+		}
+		return true
+	}, func() string { return fmt.Sprint(ctr.procTable(t)) })
 	noZombies(t, ctr)
 
 	// The next berth finds the run's resident gone: the run is reported

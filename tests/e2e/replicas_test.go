@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -116,14 +118,11 @@ func TestReplicas(t *testing.T) {
 	if err != nil || st != 200 || !strings.Contains(string(body), info.ID) {
 		t.Fatalf("GET /v1/runs through berth-b: %d %s %v; want the run berth-a serves", st, body, err)
 	}
-	// The event stream, through the other replica.
-	req, _ := http.NewRequestWithContext(ctx, "GET", cb.URL+"/v1/runs/"+info.ID+"/events", nil)
-	req.Header.Set("Authorization", "Bearer "+durableToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		t.Fatalf("events through berth-b: %v %v", err, resp)
-	}
-	resp.Body.Close()
+	// An ask_user card, opened with the event stream and the call both
+	// through the other replica; the card's event id, for a resumed
+	// stream after the takeover.
+	card := openCard(t, cb, info.ID)
+	cardEvent := eventID(t, cb, info.ID, "", "card.opened")
 
 	// A hostile client: a forged peer signature is refused, and a wrong
 	// token is refused before anything is forwarded.
@@ -156,6 +155,13 @@ func TestReplicas(t *testing.T) {
 		t.Fatalf("after the takeover the run is held by %q, want berth-b", h)
 	}
 	oneOfEach(t, ctr, "after the takeover", 1)
+	// The event stream resumes on the new owner where the client left
+	// it (Last-Event-ID), and the card asked before the takeover is
+	// answered there; the harness's retried question gets the answer.
+	if got := eventID(t, cb, info.ID, strconv.Itoa(cardEvent-1), "card.opened"); got != cardEvent {
+		t.Fatalf("resumed after event %d, the stream's card.opened is event %d; want %d", cardEvent-1, got, cardEvent)
+	}
+	answerRestoredCard(t, cb, info.ID, card)
 
 	// A rollout: a new replica starts, and the owner leaves on SIGTERM,
 	// letting the lease go: the new one serves the run at once.
@@ -181,4 +187,41 @@ func TestReplicas(t *testing.T) {
 	if out := mustKubectl(t, "", "-n", ns, "get", "secrets,leases", "-l", "berth.dev/run="+info.ID, "-o", "name"); strings.TrimSpace(out) != "" {
 		t.Errorf("the closed run left in the store: %s", out)
 	}
+}
+
+// eventID reads run's event stream through c (resumed after lastID when it
+// is not empty) until an event of type typ, and returns its id.
+func eventID(t *testing.T, c *berthtest.Client, run, lastID, typ string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", c.URL+"/v1/runs/"+run+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("events of run %s: %d %s", run, resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	id := -1
+	var seen []string
+	for sc.Scan() {
+		line := sc.Text()
+		seen = append(seen, line)
+		if v, ok := strings.CutPrefix(line, "id: "); ok {
+			id, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+		if strings.TrimSpace(strings.TrimPrefix(line, "event:")) == typ && strings.HasPrefix(line, "event:") {
+			return id
+		}
+	}
+	t.Fatalf("no %s event on run %s's stream (after %q): %v; read %q", typ, run, lastID, sc.Err(), seen)
+	return 0
 }

@@ -73,6 +73,14 @@ func (r *platformRunner) Run(ctx context.Context, job Job) (string, error) {
 	} else {
 		r.p.Publish(EventSend, SendEvent{WorkerID: job.WorkerID, Attempt: job.Attempt, Surface: string(job.Surface), Messages: job.Messages, Prompt: job.Prompt()})
 	}
+	return r.wait(ctx, job)
+}
+
+// wait waits for the platform's final report on job's attempt. Cancelled,
+// it tells the platform to stop the worker — unless berth only let go of
+// the run (ErrDetached): then the worker goes on, and the next berth waits
+// for its report (Resume).
+func (r *platformRunner) wait(ctx context.Context, job Job) (string, error) {
 	select {
 	case rep := <-job.Reports:
 		if rep.Status == StatusFailed {
@@ -84,7 +92,9 @@ func (r *platformRunner) Run(ctx context.Context, job Job) (string, error) {
 		}
 		return rep.Result, nil
 	case <-ctx.Done():
-		r.p.Publish(EventKill, KillEvent{WorkerID: job.WorkerID})
+		if !errors.Is(context.Cause(ctx), ErrDetached) {
+			r.p.Publish(EventKill, KillEvent{WorkerID: job.WorkerID})
+		}
 		return "", ctx.Err()
 	}
 }

@@ -108,10 +108,12 @@ type Supervisor struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // one per attempt goroutine
 
-	mu      sync.Mutex // guards the fields below; never held across a Run
-	workers map[string]*worker
-	nextID  int
-	closed  bool
+	mu       sync.Mutex // guards the fields below; never held across a Run
+	workers  map[string]*worker
+	nextID   int
+	closed   bool
+	detached bool   // Detach: berth let go of the run; the table stays as it was
+	gen      uint64 // counts changes of the table (Generation)
 }
 
 // worker is one row of the table; its fields are guarded by Supervisor.mu.
@@ -129,6 +131,7 @@ type worker struct {
 	result          string
 	killed          bool
 	cancel          context.CancelFunc // ends the current attempt
+	detach          func()             // ends it for a berth that lets go of the run (cause ErrDetached)
 	reports         chan Report        // the current attempt's platform reports
 	attemptDone     chan struct{}      // closed when the current attempt's goroutine has finished
 	changed         chan struct{}      // closed and replaced on every change
@@ -274,33 +277,45 @@ func (s *Supervisor) refuseLocked() string {
 // startLocked starts the worker's next attempt in a goroutine the
 // supervisor owns.
 func (s *Supervisor) startLocked(w *worker) {
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := context.WithCancelCause(s.ctx)
 	w.attempt++
 	w.status = StatusRunning
 	w.killed = false
 	w.progress = ""
 	w.started, w.ended = time.Now(), time.Time{}
-	w.cancel = cancel
+	w.cancel = func() { cancel(context.Canceled) }
+	w.detach = func() { cancel(ErrDetached) }
 	w.reports = make(chan Report, 1)
 	w.attemptDone = make(chan struct{})
-	job := Job{
+	job := w.jobLocked()
+	s.changedLocked(w)
+	s.wg.Add(1)
+	go s.run(ctx, w.cancel, w, job, w.attemptDone, s.opts.Runner.Run)
+}
+
+// jobLocked is the current attempt of w as its runner gets it.
+func (w *worker) jobLocked() Job {
+	return Job{
 		WorkerID: w.id, Token: w.token, Label: w.label, Tier: w.tier, Surface: w.surface, Attempt: w.attempt,
 		Brief: w.brief, Messages: append([]string(nil), w.messages...),
 		Previous: w.result, Reports: w.reports,
 	}
-	w.broadcastLocked()
-	s.wg.Add(1)
-	go s.run(ctx, cancel, w, job, w.attemptDone)
 }
 
-// run is one attempt's goroutine.
-func (s *Supervisor) run(ctx context.Context, cancel context.CancelFunc, w *worker, job Job, done chan struct{}) {
+// run is one attempt's goroutine: attempt is the runner's Run (or Resume).
+func (s *Supervisor) run(ctx context.Context, cancel context.CancelFunc, w *worker, job Job, done chan struct{}, attempt func(context.Context, Job) (string, error)) {
 	defer s.wg.Done()
 	defer close(done)
-	res, err := s.opts.Runner.Run(ctx, job)
+	res, err := attempt(ctx, job)
 	cancel()
 
 	s.mu.Lock()
+	if s.detached {
+		// berth let go of the run: the stored table says the attempt
+		// runs, for the next berth to take up.
+		s.mu.Unlock()
+		return
+	}
 	now := time.Now()
 	switch {
 	case w.killed || s.closed || s.ctx.Err() != nil:
@@ -322,7 +337,7 @@ func (s *Supervisor) run(ctx context.Context, cancel context.CancelFunc, w *work
 	}
 	w.ended = now
 	w.cancel = nil
-	w.broadcastLocked()
+	s.changedLocked(w)
 	if len(w.queued) > 0 && w.status != StatusKilled {
 		w.messages = append(w.messages, w.queued...)
 		w.queued = nil
@@ -527,7 +542,7 @@ func (s *Supervisor) Report(workerID, status, result string) error {
 	switch status {
 	case StatusRunning:
 		w.progress = clip(strings.TrimSpace(result), MaxListResultChars)
-		w.broadcastLocked()
+		s.changedLocked(w)
 		info := w.infoLocked(time.Now())
 		s.mu.Unlock()
 		s.notify(info)
@@ -593,9 +608,13 @@ func (s *Supervisor) Close() error {
 	}
 	s.mu.Unlock()
 	s.cancel()
+	return s.wait0()
+}
 
+// wait0 waits, at most stopTimeout, for every attempt to end.
+func (s *Supervisor) wait0() error {
 	done := make(chan struct{})
-	go func() {
+	go func() { // ends with the attempts, which are cancelled
 		s.wg.Wait()
 		close(done)
 	}()
@@ -615,7 +634,9 @@ func (s *Supervisor) notify(info WorkerInfo) {
 	}
 }
 
-func (w *worker) broadcastLocked() {
+// changedLocked wakes w's waiters and counts a change of the table.
+func (s *Supervisor) changedLocked(w *worker) {
+	s.gen++
 	close(w.changed)
 	w.changed = make(chan struct{})
 }

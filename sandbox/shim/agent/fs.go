@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+	"time"
 )
 
 // infoBatch is how many entries one TypeInfos frame carries at most.
@@ -27,15 +28,29 @@ type fileServer struct {
 	out     io.Writer
 }
 
-// serveFS serves requests from in until it ends.
-func serveFS(rootDir string, in io.Reader, out io.Writer) int {
+// serveFS serves requests from in until it ends, or, with idle > 0, until
+// no request came for idle: berth keeps idle servers for its next calls
+// and starts a new one when it finds one ended, and a berth that died may
+// leave the server's input open forever (containerd's shim holds a FIFO
+// open), so an idle server is not worth keeping.
+func serveFS(rootDir string, in io.Reader, out io.Writer, idle time.Duration) int {
 	s := &fileServer{rootDir: rootDir, in: NewReader(in), out: out}
 	s.root, s.rootErr = os.OpenRoot(rootDir)
 	if s.root != nil {
 		defer s.root.Close()
 	}
+	var idleExit *time.Timer
+	if idle > 0 {
+		idleExit = time.AfterFunc(idle, func() { os.Exit(0) })
+	}
 	for {
+		if idleExit != nil {
+			idleExit.Reset(idle)
+		}
 		typ, payload, err := s.in.Next()
+		if idleExit != nil {
+			idleExit.Stop()
+		}
 		if err == io.EOF {
 			return 0
 		}

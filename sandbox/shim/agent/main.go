@@ -67,28 +67,38 @@ func Main(args []string) int {
 		return run(rest[1:], o)
 	case "fs":
 		rest := args[1:]
-		if len(rest) == 2 {
-			v, ok := strings.CutPrefix(rest[0], "--user=")
-			if !ok {
+		var idle time.Duration
+		for len(rest) > 1 {
+			flag, v, _ := strings.Cut(rest[0], "=")
+			switch flag {
+			case "--user":
+				c, err := parseCredential(v)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "berth-shim fs: bad --user %q: %v; want UID:GID or UID:GID:G1,G2,...\n", v, err)
+					return 2
+				}
+				if err := becomeUser(c); err != nil {
+					fmt.Fprintf(os.Stderr, "berth-shim fs: %v\n", err)
+					return 1
+				}
+			case "--idle-exit":
+				d, err := time.ParseDuration(v)
+				if err != nil || d <= 0 {
+					fmt.Fprintf(os.Stderr, "berth-shim fs: bad --idle-exit %q\n", v)
+					return 2
+				}
+				idle = d
+			default:
 				fmt.Fprintf(os.Stderr, "berth-shim fs: unknown flag %q\n", rest[0])
 				return 2
-			}
-			c, err := parseCredential(v)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "berth-shim fs: bad --user %q: %v; want UID:GID or UID:GID:G1,G2,...\n", v, err)
-				return 2
-			}
-			if err := becomeUser(c); err != nil {
-				fmt.Fprintf(os.Stderr, "berth-shim fs: %v\n", err)
-				return 1
 			}
 			rest = rest[1:]
 		}
 		if len(rest) != 1 {
-			fmt.Fprintln(os.Stderr, "berth-shim fs: want [--user=UID:GID[:GROUPS]] ROOT")
+			fmt.Fprintln(os.Stderr, "berth-shim fs: want [--user=UID:GID[:GROUPS]] [--idle-exit=DURATION] ROOT")
 			return 2
 		}
-		return serveFS(rest[0], os.Stdin, os.Stdout)
+		return serveFS(rest[0], os.Stdin, os.Stdout, idle)
 	case "kill-fs":
 		if len(args) != 3 {
 			fmt.Fprintln(os.Stderr, "berth-shim kill-fs: want PID ROOT")
@@ -138,6 +148,10 @@ type runOptions struct {
 	// cgroups are control group directories the agent moves itself into
 	// before it starts the program, so that every descendant is counted.
 	cgroups []string
+	// pingTimeout, when positive, is how long berth may send nothing
+	// before the agent counts it gone (berth pings every ProcessPing):
+	// an engine may keep a dead berth's stdin open, as containerd does.
+	pingTimeout time.Duration
 }
 
 // parseRun reads the flags of "run" up to "--" and returns the rest,
@@ -162,6 +176,12 @@ func parseRun(args []string) (runOptions, []string, error) {
 				return o, nil, fmt.Errorf("bad --user %q: %v; want UID:GID or UID:GID:G1,G2,...", val, err)
 			}
 			o.cred = c
+		case "--ping-timeout":
+			d, err := time.ParseDuration(val)
+			if err != nil || d <= 0 {
+				return o, nil, fmt.Errorf("bad --ping-timeout %q", val)
+			}
+			o.pingTimeout = d
 		case "--cgroup":
 			if !strings.HasPrefix(val, "/") {
 				return o, nil, fmt.Errorf("bad --cgroup %q: want an absolute directory", val)

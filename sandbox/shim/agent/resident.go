@@ -58,6 +58,12 @@ const TypePing byte = 'k'
 const (
 	ResidentPing        = 5 * time.Second
 	ResidentHoldTimeout = 4 * ResidentPing
+	// ProcessPing and ProcessPingTimeout are the same for a program berth
+	// runs directly ("run --ping-timeout"), and FSIdleExit is how long a
+	// file server waits for a request before it exits ("fs --idle-exit").
+	ProcessPing        = ResidentPing
+	ProcessPingTimeout = ResidentHoldTimeout
+	FSIdleExit         = 30 * time.Second
 )
 
 // Operations of a ResidentRequest.

@@ -39,10 +39,11 @@ type supervisor struct {
 	direct         bool
 	outDev, outIno uint64
 
-	input io.Reader // berth's frames (the agent's stdin)
-	stdin *pollFile // the child's stdin, written by the stdin goroutines
-	fail  chan struct{}
-	once  sync.Once
+	input       io.Reader     // berth's frames (the agent's stdin)
+	pingTimeout time.Duration // runOptions.pingTimeout
+	stdin       *pollFile     // the child's stdin, written by the stdin goroutines
+	fail        chan struct{}
+	once        sync.Once
 }
 
 // send writes one frame; a failed write means berth is gone.
@@ -93,7 +94,7 @@ func run(args []string, o runOptions) int {
 	// The child's parent-death signal is tied to the thread that starts
 	// it: this one, kept for the supervisor's whole life.
 	runtime.LockOSThread()
-	s := &supervisor{delay: delay, direct: direct, input: pollable(os.Stdin), fail: make(chan struct{})}
+	s := &supervisor{delay: delay, direct: direct, input: pollable(os.Stdin), fail: make(chan struct{}), pingTimeout: o.pingTimeout}
 	if direct {
 		s.out = pollable(os.Stderr)
 	} else {
@@ -465,8 +466,20 @@ func (s *supervisor) readInput() {
 	f.cond = sync.NewCond(&f.mu)
 	go s.writeStdin(f)
 	fr := NewReader(s.input)
+	var silent *time.Timer
+	if s.pingTimeout > 0 {
+		// berth pings every ProcessPing; this long without a frame, it
+		// is gone even if its stream was not closed.
+		silent = time.AfterFunc(s.pingTimeout, func() {
+			f.close()
+			s.lost()
+		})
+	}
 	for {
 		typ, payload, err := fr.Next()
+		if silent != nil {
+			silent.Reset(s.pingTimeout)
+		}
 		if err != nil {
 			// berth went away without waiting for the exit frame.
 			f.close()

@@ -1,0 +1,180 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The direct path: a POST that carries one tools/call of an initialized
+// session, whose answer needs nothing of the session's stream — no
+// progress token, no card this client is to answer as elicitation — is
+// answered by berth itself, as an application/json response (which
+// Streamable HTTP allows for any request), instead of going through the
+// SDK's session machinery: its per-message goroutines, channels and event
+// stream made a trivial call over MCP cost twice one over /v1 (tests/mcp
+// BenchmarkTrivialCall). Everything else — initialize, tools/list, calls
+// with a progress token or that may elicit, batches, notifications, a
+// request the SDK would refuse (a wrong header, no session) — goes to the
+// SDK exactly as before. The call itself is the same: handler.call's run
+// call, result and error mapping.
+
+// directRequest is what the direct path reads of a POST's body.
+type directRequest struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  *struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+		Meta      json.RawMessage `json:"_meta"`
+	} `json:"params"`
+}
+
+// direct answers r when it is a call the direct path may answer, and says
+// whether it did; when it did not, r's body is as it came.
+func (h *HTTP) direct(w http.ResponseWriter, r *http.Request, s *session) bool {
+	if r.Method != http.MethodPost || !directHeaders(r) {
+		return false
+	}
+	ss := s.serverSession()
+	if ss == nil || ss.InitializeParams() == nil {
+		return false
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body)) // the SDK reads it when this path does not answer
+	if err != nil {
+		return false
+	}
+	var req directRequest
+	if err := json.Unmarshal(body, &req); err != nil || req.JSONRPC != "2.0" || req.Method != "tools/call" ||
+		req.Params == nil || req.Params.Meta != nil || !plainID(req.ID) {
+		return false
+	}
+	name := req.Params.Name
+	if canElicit(ss) && (name == "ask_user" || s.h.opts.ClientIsOperator) {
+		return false
+	}
+	args := req.Params.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	id := string(req.ID)
+	ctx, cancel := context.WithCancel(r.Context()) // a client that drops the POST cancels the call
+	defer cancel()
+	defer s.h.trackDirect(id, cancel)()
+	res, err := s.h.run.Call(ctx, s.h.opts.Surface, name, args)
+	out := map[string]any{"jsonrpc": "2.0", "id": req.ID}
+	if err != nil {
+		out["error"] = s.h.callError(name, err)
+	} else {
+		out["result"] = Result(res)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		b, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req.ID,
+			"error": &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "mcp: encoding the result: " + err.Error()}})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+	return true
+}
+
+// directHeaders reports whether r's headers are those the SDK accepts
+// for a session's call: a JSON body, both response types accepted, and a
+// protocol version header naming one this server negotiates.
+func directHeaders(r *http.Request) bool {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return false
+	}
+	var jsonOK, streamOK bool
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
+			switch strings.TrimSpace(mt) {
+			case "application/json":
+				jsonOK = true
+			case "text/event-stream":
+				streamOK = true
+			case "*/*":
+				jsonOK, streamOK = true, true
+			}
+		}
+	}
+	return jsonOK && streamOK && slices.Contains(ProtocolVersions, r.Header.Get("Mcp-Protocol-Version"))
+}
+
+// plainID reports whether id is a JSON-RPC request id: a string or a
+// number.
+func plainID(id json.RawMessage) bool {
+	id = bytes.TrimSpace(id)
+	if len(id) == 0 {
+		return false
+	}
+	switch id[0] {
+	case '"':
+		var s string
+		return json.Unmarshal(id, &s) == nil
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		var n json.Number
+		return json.Unmarshal(id, &n) == nil
+	}
+	return false
+}
+
+// trackDirect registers the cancel of a direct call with JSON-RPC id (as
+// encoded), for notifications/cancelled; the returned function forgets it.
+func (h *handler) trackDirect(id string, cancel context.CancelFunc) func() {
+	id = canonicalID(id)
+	h.directMu.Lock()
+	if h.direct == nil {
+		h.direct = map[string]context.CancelFunc{}
+	}
+	h.direct[id] = cancel
+	h.directMu.Unlock()
+	return func() {
+		h.directMu.Lock()
+		delete(h.direct, id)
+		h.directMu.Unlock()
+	}
+}
+
+// cancelDirect cancels the direct call with JSON-RPC id (as encoded), if
+// one is in flight.
+func (h *handler) cancelDirect(id string) {
+	id = canonicalID(id)
+	h.directMu.Lock()
+	cancel := h.direct[id]
+	h.directMu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// canonicalID makes a number id and the same number decoded and encoded
+// again (9, 9.0) one key.
+func canonicalID(id string) string {
+	var v any
+	if json.Unmarshal([]byte(id), &v) != nil {
+		return id
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// serverSession is the SDK's session of s, once it connected.
+func (s *session) serverSession() *mcp.ServerSession {
+	for ss := range s.srv.Sessions() {
+		return ss
+	}
+	return nil
+}
