@@ -94,6 +94,21 @@ func TestReplicas(t *testing.T) {
 		t.Fatalf("open run: %v: %s", err, body)
 	}
 	r.run = run.ID
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// Where the run stood: its record (metadata only: the record
+		// holds the run's secrets), its Lease, and what runs in the
+		// conversation's pod.
+		secrets, err := tryKubectl("", "-n", "berth", "get", "secrets", "-l", "berth.dev/store=v1", "-o",
+			"custom-columns=NAME:.metadata.name,CREATED:.metadata.creationTimestamp,VERSION:.metadata.resourceVersion,DELETING:.metadata.deletionTimestamp")
+		t.Logf("the run store's Secrets: %s %v", secrets, err)
+		leases, err := tryKubectl("", "-n", "berth", "get", "leases", "-o", "yaml")
+		t.Logf("Leases in namespace berth: %s %v", leases, err)
+		ps, err := tryKubectl("", "-n", sandboxNS, "exec", conv, "--", "ps", "-eo", "pid,stat,lstart,args")
+		t.Logf("processes in the conversation's pod: %s %v", ps, err)
+	})
 	if want := "kube://" + sandboxNS + "/" + conv + "/main"; run.Sandbox != want {
 		t.Errorf("run placed in %q, want %q", run.Sandbox, want)
 	}
@@ -475,32 +490,48 @@ func (r *replicas) heldByLive(gone ...string) {
 	r.t.Logf("the run is held by %s (%s)", h.identity, h.address)
 }
 
-// crash kills berth in pod with SIGKILL through the node's containerd, so
-// that it releases nothing, then force-deletes the pod so that the kubelet
-// does not start it again under the same name. Without the node's
-// containerd ($BERTH_KUBE_CONTAINERD, another cluster) the force delete
-// alone stands in: the kubelet then sends SIGTERM and SIGKILL 2 s later,
-// and berth may release its runs in between. It says whether berth was
-// killed.
+// crash ends berth in pod as a crash would, releasing nothing. Through
+// the node's containerd it freezes berth's container (no renewal goes
+// out, no signal is handled), force-deletes the pod, so that the kubelet
+// does not start berth again in it under the same name (that berth would
+// take the run back as the same replica: a restart, not a crash), then
+// kills it with SIGKILL, which ends it before it could run its SIGTERM
+// handler. Without the node's containerd ($BERTH_KUBE_CONTAINERD, another
+// cluster) the forced delete alone stands in: the kubelet then sends
+// SIGTERM and SIGKILL 2 s later, and berth may release its runs in
+// between. It says whether berth was killed through containerd.
 func (r *replicas) crash(pod string) bool {
 	r.t.Helper()
 	sock := os.Getenv("BERTH_KUBE_CONTAINERD")
 	id := strings.TrimSpace(kubectl(r.t, "", "-n", "berth", "get", "pod", pod, "-o", `jsonpath={.status.containerStatuses[?(@.name=="berth")].containerID}`))
 	id, onContainerd := strings.CutPrefix(id, "containerd://")
-	killed := false
-	if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 && onContainerd {
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 || !onContainerd {
+		r.t.Logf("no containerd socket for pod %s (BERTH_KUBE_CONTAINERD %q, container %q): a forced delete stands in for the crash", pod, sock, id)
+		kubectl(r.t, "", "-n", "berth", "delete", "pod", pod, "--grace-period=0", "--force")
+		return false
+	}
+	ctr := func(args ...string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, "ctr", "-a", sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "ctr", append([]string{"-a", sock, "-n", "k8s.io", "tasks"}, args...)...).CombinedOutput()
 		if err != nil {
-			r.t.Fatalf("ctr tasks kill %s (berth in %s): %v: %s", id, pod, err, out)
+			return fmt.Errorf("ctr tasks %s: %v: %s", strings.Join(args, " "), err, out)
 		}
-		killed = true
-	} else {
-		r.t.Logf("no containerd socket for pod %s (BERTH_KUBE_CONTAINERD %q, container %q): a forced delete stands in for the crash", pod, sock, id)
+		return nil
+	}
+	if err := ctr("pause", id); err != nil {
+		r.t.Fatalf("freeze berth in %s: %v", pod, err)
 	}
 	kubectl(r.t, "", "-n", "berth", "delete", "pod", pod, "--grace-period=0", "--force")
-	return killed
+	if err := ctr("kill", "-s", "SIGKILL", id); err != nil {
+		r.t.Fatalf("kill berth in %s: %v", pod, err)
+	}
+	// runc thaws a container it kills; the task may be gone already.
+	if err := ctr("resume", id); err != nil && !strings.Contains(err.Error(), "not found") {
+		r.t.Fatalf("thaw the killed berth in %s: %v", pod, err)
+	}
+	return true
 }
 
 // runProcs lists what berth runs in the conversation's pod: the run's
@@ -529,34 +560,43 @@ func runProcs(t *testing.T, ns, pod string) (residents, kernels, others []string
 }
 
 // followLogs follows the logs of every pod matching selector in ns, from
-// when it first appears, and logs them when the test failed: pods this
-// test deletes take their logs with them.
+// when its container starts, and of the containers the kubelet restarts
+// in it, and logs them when the test failed: pods this test deletes take
+// their logs with them.
 func followLogs(t *testing.T, ns, selector string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	logs := map[string]*bytes.Buffer{}
 	var order []string
+	// follow follows each container pod runs in turn (the kubelet
+	// restarts a killed one in the same pod) until the pod is gone.
 	follow := func(pod string) {
 		defer wg.Done()
+		var last string
 		for ctx.Err() == nil {
-			cmd := exec.CommandContext(ctx, "kubectl", "-n", ns, "logs", "-f", "pod/"+pod)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			cmd.Run()
-			mu.Lock()
-			logs[pod].Write(out.Bytes())
-			mu.Unlock()
-			// A container not yet started has no logs to follow; once it
-			// had some, the stream ended with the container.
-			if strings.Contains(out.String(), "is waiting to start") || strings.Contains(out.String(), "ContainerCreating") {
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
+			id, err := tryKubectl("", "-n", ns, "get", "pod", pod, "-o", "jsonpath={.status.containerStatuses[0].containerID}")
+			if err != nil && strings.Contains(err.Error(), "NotFound") {
+				return
+			}
+			if id = strings.TrimSpace(id); err == nil && id != "" && id != last {
+				cmd := exec.CommandContext(ctx, "kubectl", "-n", ns, "logs", "-f", "pod/"+pod)
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				cmd.Run()
+				mu.Lock()
+				if last != "" {
+					fmt.Fprintf(logs[pod], "--- container %s (the kubelet restarted it) ---\n", id)
 				}
+				logs[pod].Write(out.Bytes())
+				mu.Unlock()
+				last = id
 				continue
 			}
-			return
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
 	}
 	wg.Add(1)
