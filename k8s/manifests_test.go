@@ -2,13 +2,17 @@
 // API, decodes every object strictly with client-go's scheme and checks what
 // docs/kubernetes.md promises of them: least-privilege RBAC equal to
 // kube.Rules() in each sandbox namespace and to kubestore.Rules() in
-// berth's own, a fail-closed token, probes, the NetworkPolicy, the scrape
-// annotations, the security contexts and berth's command line.
+// berth's own, a fail-closed token and peer key, probes, the
+// NetworkPolicies, the scrape annotations, the security contexts, berth's
+// command line, and for the replicas overlay what sharing runs needs (the
+// kube run store, the peer key, the pod's identity, a rollout that keeps a
+// replica up).
 package k8s_test
 
 import (
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -23,6 +27,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -67,6 +72,11 @@ var berthFlags = []struct {
 	{"state-dir", stringFlag},
 	{"close-runs-on-exit", boolFlag},
 	{"resident-grace", stringFlag},
+	{"store", stringFlag},
+	{"store-namespace", stringFlag},
+	{"replica", stringFlag},
+	{"advertise", stringFlag},
+	{"peer-key-file", stringFlag},
 }
 
 type flagKind int
@@ -85,18 +95,40 @@ const (
 	operatorTokenKey = "operator-token"
 	image            = "berth:dev"
 	harnessLabel     = "berth.dev/harness"
+	peerSecret       = "berth-peer"
+	peerKey          = "key"
+	// minReplicas: with one replica a restart leaves nobody to take its runs.
+	minReplicas = 2
+	// minGrace: on SIGTERM a replica detaches its runs, stores them and
+	// releases their Leases after the requests in flight (up to 10 s); a pod
+	// killed before that leaves its runs to the Leases' 20 s expiry.
+	minGrace = 30
 )
+
+// operatorFiles are the secrets the operator writes before `kubectl apply
+// -k` (paths under k8s/, ignored by git), with the content the tests use.
+var operatorFiles = map[string]string{
+	"base/token":                     "test-token\n",
+	"base/operator-token":            "test-operator-token\n",
+	"overlays/api-replicas/peer-key": "test-peer-key-0123456789abcdef0123456789abcdef\n",
+}
 
 // overlay is one deployment mode and what only it must satisfy.
 type overlay struct {
-	dir   string
-	kube  string // the value of --kube
-	check func(t *testing.T, m *manifests, w workload)
+	dir  string
+	kube string // the value of --kube
+	// shared: the replicas share their runs through the API server
+	// (--store=kube) and forward requests to each other.
+	shared bool
+	// secrets are the operator's files (keys of operatorFiles) it needs.
+	secrets []string
+	check   func(t *testing.T, m *manifests, w workload)
 }
 
 var overlays = []overlay{
-	{dir: "overlays/api", kube: "api", check: checkAPI},
-	{dir: "overlays/node-agent", kube: "node", check: checkNodeAgent},
+	{dir: "overlays/api", kube: "api", secrets: []string{"base/token", "base/operator-token"}, check: checkAPI},
+	{dir: "overlays/api-replicas", kube: "api", shared: true, secrets: []string{"base/token", "base/operator-token", "overlays/api-replicas/peer-key"}, check: checkReplicas},
+	{dir: "overlays/node-agent", kube: "node", secrets: []string{"base/token", "base/operator-token"}, check: checkNodeAgent},
 }
 
 func TestOverlays(t *testing.T) {
@@ -104,37 +136,42 @@ func TestOverlays(t *testing.T) {
 		t.Run(o.dir, func(t *testing.T) {
 			m := render(t, o.dir)
 			w := m.workload(t)
-			checkCommon(t, m, w, o.kube)
+			checkCommon(t, m, w, o)
 			o.check(t, m, w)
 		})
 	}
 }
 
-// TestTokenFailsClosed: without the operator's token file nothing renders,
-// so `kubectl apply -k` applies nothing, and no token is shipped.
+// TestTokenFailsClosed: without one of the operator's secret files (the
+// tokens, the replicas' peer key) nothing renders, so `kubectl apply -k`
+// applies nothing, and no secret is shipped.
 func TestTokenFailsClosed(t *testing.T) {
-	if _, err := os.Lstat("base/token"); err == nil {
-		t.Log("k8s/base/token exists here (an operator's token); the check below uses a copy without it")
+	for f := range operatorFiles {
+		if _, err := os.Lstat(f); err == nil {
+			t.Logf("k8s/%s exists here (an operator's secret); the checks below use a copy without it", f)
+		}
 	}
 	for _, o := range overlays {
-		t.Run(o.dir, func(t *testing.T) {
-			dir := copyTree(t)
-			if err := os.Remove(filepath.Join(dir, "base", "token")); err != nil {
-				t.Fatal(err)
-			}
-			_, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, o.dir))
-			if err == nil {
-				t.Fatal("the overlay renders without k8s/base/token; it must fail so that no Secret without a token is applied")
-			}
-			if !strings.Contains(err.Error(), "token") {
-				t.Errorf("the error does not name the missing token file: %v", err)
-			}
-		})
+		for _, f := range o.secrets {
+			t.Run(o.dir+"/without "+f, func(t *testing.T) {
+				dir := copyTree(t)
+				if err := os.Remove(filepath.Join(dir, f)); err != nil {
+					t.Fatal(err)
+				}
+				_, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, o.dir))
+				if err == nil {
+					t.Fatalf("the overlay renders without k8s/%s; it must fail so that no Secret without it is applied", f)
+				}
+				if !strings.Contains(err.Error(), path.Base(f)) {
+					t.Errorf("the error does not name the missing file %s: %v", path.Base(f), err)
+				}
+			})
+		}
 	}
 	ignore, err := os.ReadFile(".gitignore")
-	for _, f := range []string{"/base/token", "/base/operator-token"} {
-		if err != nil || !slices.Contains(strings.Fields(string(ignore)), f) {
-			t.Errorf("k8s/.gitignore must list %s so that an operator's token is never committed (err %v)", f, err)
+	for f := range operatorFiles {
+		if err != nil || !slices.Contains(strings.Fields(string(ignore)), "/"+f) {
+			t.Errorf("k8s/.gitignore must list /%s so that an operator's secret is never committed (err %v)", f, err)
 		}
 	}
 }
@@ -245,8 +282,8 @@ func decode(y []byte) (runtime.Object, error) {
 }
 
 // copyTree copies the k8s directory (manifests only) into a temporary
-// directory and writes a test token into base/token there, so that the test
-// neither needs nor touches an operator's token.
+// directory and writes the test's operatorFiles there, so that the test
+// neither needs nor touches an operator's secrets.
 func copyTree(t *testing.T) string {
 	t.Helper()
 	dst := t.TempDir()
@@ -257,7 +294,7 @@ func copyTree(t *testing.T) string {
 		if d.IsDir() {
 			return os.MkdirAll(filepath.Join(dst, p), 0o755)
 		}
-		if strings.HasSuffix(p, ".go") || p == filepath.Join("base", "token") || p == filepath.Join("base", "operator-token") || !d.Type().IsRegular() {
+		if _, secret := operatorFiles[filepath.ToSlash(p)]; secret || strings.HasSuffix(p, ".go") || !d.Type().IsRegular() {
 			return nil
 		}
 		data, err := os.ReadFile(p)
@@ -269,11 +306,10 @@ func copyTree(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("copy k8s/: %v", err)
 	}
-	if err := os.WriteFile(filepath.Join(dst, "base", "token"), []byte("test-token\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dst, "base", "operator-token"), []byte("test-operator-token\n"), 0o600); err != nil {
-		t.Fatal(err)
+	for f, content := range operatorFiles {
+		if err := os.WriteFile(filepath.Join(dst, filepath.FromSlash(f)), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return dst
 }
@@ -325,6 +361,14 @@ func show[T any](p *T) string {
 		return "unset"
 	}
 	return fmt.Sprint(*p)
+}
+
+// showIntOrString prints a count or percentage.
+func showIntOrString(p *intstr.IntOrString) string {
+	if p == nil {
+		return "unset"
+	}
+	return p.String()
 }
 
 type nopWriter struct{}
@@ -380,7 +424,24 @@ func inImage(p string) string {
 	return p
 }
 
-func checkCommon(t *testing.T, m *manifests, w workload, kube string) {
+// isHarness: the peer admits exactly pods labelled berth.dev/harness=true.
+func isHarness(peer networkingv1.NetworkPolicyPeer) bool {
+	if peer.IPBlock != nil || peer.PodSelector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+	return err == nil && sel.Matches(labels.Set{harnessLabel: "true"}) &&
+		!sel.Matches(labels.Set{}) && !sel.Matches(labels.Set{harnessLabel: "false"})
+}
+
+// isOwnPods: the peer admits exactly berth's own pods (the workload's
+// selector) of the policy's namespace.
+func isOwnPods(peer networkingv1.NetworkPolicyPeer, w workload) bool {
+	return peer.IPBlock == nil && peer.NamespaceSelector == nil && peer.PodSelector != nil &&
+		reflect.DeepEqual(*peer.PodSelector, *w.sel)
+}
+
+func checkCommon(t *testing.T, m *manifests, w workload, o overlay) {
 	c := w.container(t)
 	args := serveArgs(t, c)
 	port := httpPort(t, c)
@@ -417,8 +478,8 @@ func checkCommon(t *testing.T, m *manifests, w workload, kube string) {
 	})
 
 	t.Run("flags", func(t *testing.T) {
-		if got := args["kube"]; got != kube {
-			t.Errorf("--kube = %q, want %q", got, kube)
+		if got := args["kube"]; got != o.kube {
+			t.Errorf("--kube = %q, want %q", got, o.kube)
 		}
 		// Without it a conversation with no pod runs on the "host": inside
 		// berth's container, next to its token.
@@ -432,11 +493,27 @@ func checkCommon(t *testing.T, m *manifests, w workload, kube string) {
 		if args["allow-unlabelled"] == "true" {
 			t.Error("--allow-unlabelled is set: any caller could open any pod by kube://NAMESPACE/POD")
 		}
-		// The pod's disk (an emptyDir) does not outlive the pod: a state
-		// directory there would leave each run's resident supervisor to
-		// its grace after a restart instead of closing it.
-		if v, ok := args["state-dir"]; !ok || v != "" {
-			t.Errorf("--state-dir = %q (set: %v), want it set empty: runs stay in memory until berth keeps them in the cluster", v, ok)
+		switch {
+		case o.shared:
+			// The runs live in the API server, where every replica finds
+			// them; a state directory would be one pod's alone.
+			if args["store"] != "kube" {
+				t.Errorf("--store = %q, want kube: the replicas must share their runs", args["store"])
+			}
+			if v, ok := args["state-dir"]; ok {
+				t.Errorf("--state-dir = %q with --store=kube: the runs live in the API server, drop the flag", v)
+			}
+		default:
+			// The pod's disk (an emptyDir) does not outlive the pod: a
+			// state directory there would leave each run's resident
+			// supervisor to its grace after a restart instead of closing
+			// it.
+			if v, ok := args["state-dir"]; !ok || v != "" {
+				t.Errorf("--state-dir = %q (set: %v), want it set empty: a single replica keeps its runs in memory", v, ok)
+			}
+			if v, ok := args["store"]; ok && v != "dir" {
+				t.Errorf("--store = %q: only the replicas overlay shares runs through the API server", v)
+			}
 		}
 		_, p, err := net.SplitHostPort(args["addr"])
 		if err != nil {
@@ -554,45 +631,52 @@ func checkCommon(t *testing.T, m *manifests, w workload, kube string) {
 		}
 	})
 
+	// Harness pods may call berth, and nothing else may; with shared runs
+	// berth's own pods may too (a replica forwards a request to the one that
+	// serves the run), from berth's namespace only.
 	t.Run("network policy", func(t *testing.T) {
-		var selecting []*networkingv1.NetworkPolicy
+		var selecting int
+		var harness, peers bool
 		for _, np := range objects[*networkingv1.NetworkPolicy](m) {
 			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 			if err != nil {
 				t.Fatalf("NetworkPolicy %s: %v", np.Name, err)
 			}
-			if np.Namespace == w.meta.Namespace && !sel.Empty() && sel.Matches(labels.Set(w.pod.Labels)) {
-				selecting = append(selecting, np)
-			}
-		}
-		if len(selecting) != 1 {
-			t.Fatalf("want one NetworkPolicy selecting berth's pods, got %d", len(selecting))
-		}
-		np := selecting[0]
-		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
-			t.Errorf("NetworkPolicy %s policyTypes %v, want [Ingress]", np.Name, np.Spec.PolicyTypes)
-		}
-		if len(np.Spec.Ingress) != 1 {
-			t.Fatalf("NetworkPolicy %s: want one ingress rule (harnesses only), got %d", np.Name, len(np.Spec.Ingress))
-		}
-		rule := np.Spec.Ingress[0]
-		if len(rule.From) == 0 {
-			t.Fatal("the ingress rule has no `from`: it would admit every pod")
-		}
-		harness := labels.Set{harnessLabel: "true"}
-		for i, peer := range rule.From {
-			if peer.IPBlock != nil || peer.PodSelector == nil {
-				t.Errorf("from[%d]: want a pod selector on %s, got %+v", i, harnessLabel, peer)
+			if np.Namespace != w.meta.Namespace || sel.Empty() || !sel.Matches(labels.Set(w.pod.Labels)) {
 				continue
 			}
-			sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
-			if err != nil || !sel.Matches(harness) || sel.Matches(labels.Set{}) || sel.Matches(labels.Set{harnessLabel: "false"}) {
-				t.Errorf("from[%d] pod selector %v must admit exactly pods labelled %s=true (err %v)", i, peer.PodSelector, harnessLabel, err)
+			selecting++
+			if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+				t.Errorf("NetworkPolicy %s policyTypes %v, want [Ingress]", np.Name, np.Spec.PolicyTypes)
+			}
+			for ri, rule := range np.Spec.Ingress {
+				if len(rule.From) == 0 {
+					t.Errorf("NetworkPolicy %s rule %d has no `from`: it would admit every pod", np.Name, ri)
+				}
+				for i, peer := range rule.From {
+					switch {
+					case isHarness(peer):
+						harness = true
+					case o.shared && isOwnPods(peer, w):
+						peers = true
+					default:
+						t.Errorf("NetworkPolicy %s rule %d from[%d] %+v: want only pods labelled %s=true, or (replicas) berth's own pods by its selector in its namespace", np.Name, ri, i, peer, harnessLabel)
+					}
+				}
+				if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || resolvePort(c, *rule.Ports[0].Port) != port.ContainerPort ||
+					(rule.Ports[0].Protocol != nil && *rule.Ports[0].Protocol != corev1.ProtocolTCP) {
+					t.Errorf("NetworkPolicy %s rule %d must open only berth's port %d/TCP, got %+v", np.Name, ri, port.ContainerPort, rule.Ports)
+				}
 			}
 		}
-		if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || resolvePort(c, *rule.Ports[0].Port) != port.ContainerPort ||
-			(rule.Ports[0].Protocol != nil && *rule.Ports[0].Protocol != corev1.ProtocolTCP) {
-			t.Errorf("the ingress rule must open only berth's port %d/TCP, got %+v", port.ContainerPort, rule.Ports)
+		if selecting == 0 {
+			t.Fatal("no NetworkPolicy selects berth's pods: every pod could reach them")
+		}
+		if !harness {
+			t.Errorf("no NetworkPolicy admits harness pods (%s=true)", harnessLabel)
+		}
+		if o.shared && !peers {
+			t.Error("no NetworkPolicy admits berth's own pods: a replica could not forward a request to the one serving the run")
 		}
 	})
 
@@ -782,6 +866,140 @@ func checkAPI(t *testing.T, m *manifests, w workload) {
 			if v.HostPath != nil {
 				t.Errorf("volume %s is a hostPath; API mode needs none", v.Name)
 			}
+		}
+	})
+}
+
+// checkReplicas: API mode (checkAPI) with several replicas sharing runs
+// through the API server.
+func checkReplicas(t *testing.T, m *manifests, w workload) {
+	checkAPI(t, m, w)
+	c := w.container(t)
+	args := serveArgs(t, c)
+	deps := objects[*appsv1.Deployment](m)
+	if len(deps) != 1 {
+		t.Fatalf("want one Deployment, got %d", len(deps))
+	}
+	d := deps[0]
+
+	t.Run("replicas", func(t *testing.T) {
+		if d.Spec.Replicas == nil || *d.Spec.Replicas < minReplicas {
+			t.Errorf("replicas %s, want at least %d: with one, a restart leaves nobody to take its runs", show(d.Spec.Replicas), minReplicas)
+		}
+	})
+
+	// A rollout must not stop a replica before its successor is ready.
+	t.Run("rollout", func(t *testing.T) {
+		st := d.Spec.Strategy
+		if st.Type != appsv1.RollingUpdateDeploymentStrategyType || st.RollingUpdate == nil {
+			t.Fatalf("strategy %+v, want RollingUpdate (Recreate stops every replica at once)", st)
+		}
+		replicas := 1
+		if d.Spec.Replicas != nil {
+			replicas = int(*d.Spec.Replicas)
+		}
+		unavailable, err := intstr.GetScaledValueFromIntOrPercent(st.RollingUpdate.MaxUnavailable, replicas, false)
+		if st.RollingUpdate.MaxUnavailable == nil || err != nil || unavailable != 0 {
+			t.Errorf("maxUnavailable %s (err %v), want 0", showIntOrString(st.RollingUpdate.MaxUnavailable), err)
+		}
+		surge, err := intstr.GetScaledValueFromIntOrPercent(st.RollingUpdate.MaxSurge, replicas, true)
+		if st.RollingUpdate.MaxSurge == nil || err != nil || surge < 1 {
+			t.Errorf("maxSurge %s (err %v), want at least 1: with maxUnavailable 0 the rollout could not start", showIntOrString(st.RollingUpdate.MaxSurge), err)
+		}
+		if g := w.pod.Spec.TerminationGracePeriodSeconds; g == nil || *g < minGrace {
+			t.Errorf("terminationGracePeriodSeconds %s, want at least %d: a replica stopping detaches and releases its runs", show(g), minGrace)
+		}
+	})
+
+	t.Run("disruption budget", func(t *testing.T) {
+		var found bool
+		for _, pdb := range objects[*policyv1.PodDisruptionBudget](m) {
+			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+			if err != nil || pdb.Namespace != w.meta.Namespace || sel.Empty() || !sel.Matches(labels.Set(w.pod.Labels)) {
+				continue
+			}
+			found = true
+			replicas := int(*d.Spec.Replicas)
+			if pdb.Spec.MinAvailable == nil {
+				t.Errorf("PodDisruptionBudget %s: want minAvailable", pdb.Name)
+				continue
+			}
+			n, err := intstr.GetScaledValueFromIntOrPercent(pdb.Spec.MinAvailable, replicas, true)
+			if err != nil || n < 1 || n >= replicas {
+				t.Errorf("PodDisruptionBudget %s minAvailable %s of %d replicas (err %v): want at least 1 and fewer than the replicas, or no drain could evict any", pdb.Name, pdb.Spec.MinAvailable.String(), replicas, err)
+			}
+		}
+		if !found {
+			t.Error("no PodDisruptionBudget keeps a replica up during a drain")
+		}
+	})
+
+	// Each replica's name in the Leases, its namespace and the address the
+	// others forward to: from the flags, or from the downward API.
+	t.Run("identity", func(t *testing.T) {
+		for _, tt := range []struct{ flag, env, field string }{
+			{"replica", "POD_NAME", "metadata.name"},
+			{"store-namespace", "POD_NAMESPACE", "metadata.namespace"},
+			{"advertise", "POD_IP", "status.podIP"},
+		} {
+			if _, ok := args[tt.flag]; ok {
+				continue
+			}
+			i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == tt.env })
+			if i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.FieldRef == nil || c.Env[i].ValueFrom.FieldRef.FieldPath != tt.field {
+				t.Errorf("no --%s and no $%s from the downward API (fieldRef %s)", tt.flag, tt.env, tt.field)
+			}
+		}
+	})
+
+	// The key forwarded requests are signed with: the same Secret in every
+	// replica, from the operator's file, on a read-only mount only berth's
+	// group can read.
+	t.Run("peer key", func(t *testing.T) {
+		file := args["peer-key-file"]
+		if file == "" {
+			t.Fatal("no --peer-key-file: berth refuses --store=kube without it")
+		}
+		vm, v, ok := mountFor(w, c, file)
+		if !ok || v.Secret == nil || v.Secret.SecretName != peerSecret {
+			t.Fatalf("--peer-key-file %s is not on a mount of the Secret %s", file, peerSecret)
+		}
+		if !vm.ReadOnly || vm.SubPath != "" || len(v.Secret.Items) > 0 {
+			t.Errorf("peer key mount %s: readOnly %v, subPath %q, items %v; want read-only, whole Secret", vm.MountPath, vm.ReadOnly, vm.SubPath, v.Secret.Items)
+		}
+		if mode := v.Secret.DefaultMode; mode == nil || *mode&0o007 != 0 {
+			t.Errorf("peer key defaultMode %s, want no access for others (0440)", show(mode))
+		}
+		key := strings.TrimPrefix(strings.TrimPrefix(file, vm.MountPath), "/")
+		if key != peerKey {
+			t.Errorf("--peer-key-file reads key %q, want %q", key, peerKey)
+		}
+		var found bool
+		for _, s := range objects[*corev1.Secret](m) {
+			if s.Name == peerSecret && s.Namespace == w.meta.Namespace {
+				found = true
+				if got, want := string(s.Data[key]), operatorFiles["overlays/api-replicas/peer-key"]; got != want {
+					t.Errorf("Secret %s key %q = %q, want the operator's peer-key file", s.Name, key, got)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no Secret %s in namespace %s", peerSecret, w.meta.Namespace)
+		}
+	})
+
+	// The replicas' command line is API mode's (a patch replaces the whole
+	// list) but for the run store's flags: the two must not drift apart.
+	t.Run("args as in overlays/api", func(t *testing.T) {
+		single := render(t, "overlays/api")
+		want := serveArgs(t, single.workload(t).container(t))
+		delete(want, "state-dir")
+		got := maps.Clone(args)
+		for _, f := range []string{"store", "store-namespace", "replica", "advertise", "peer-key-file"} {
+			delete(got, f)
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("args differ from overlays/api's beyond the run store's flags:\n  replicas %v\n  api      %v", got, want)
 		}
 	})
 }

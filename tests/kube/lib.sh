@@ -40,6 +40,12 @@ kubelet_sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_
 	kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 kubelet_chains=(KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT)
 
+# Pod-to-pod traffic on the bridge: with br_netfilter loaded, frames between two pods
+# on $bridge pass iptables' FORWARD chain, whose policy Docker sets to DROP, so one pod
+# could not reach another (berth's replicas forward requests to each other). up inserts
+# this one rule (tagged, so that down removes exactly it); nothing else is touched.
+pod_forward_rule=(-i "$bridge" -o "$bridge" -m comment --comment "berth-kube: pod to pod on $bridge" -j ACCEPT)
+
 now() { echo "${EPOCHREALTIME}"; }
 since() { awk -v a="$1" -v b="${EPOCHREALTIME}" 'BEGIN { printf "%.1fs", b - a }'; }
 
