@@ -550,7 +550,14 @@ func (c *Controller) open(ctx context.Context, spec RunSpec, sb sandbox.Sandbox,
 	env.problems = &problems
 	for _, bind := range c.cfg.Tools {
 		if err := bind(ctx, r.reg, env); err != nil {
-			r.closeResources()
+			if rec != nil {
+				// An adopted run that could not be wired again is let go,
+				// never closed: its record and its resident's processes
+				// stay for the next try (the next start, another replica).
+				r.leave(false)
+			} else {
+				r.closeResources()
+			}
 			return nil, problems, fmt.Errorf("controller: wire tools for run in %s: %w", ref, err)
 		}
 	}
@@ -561,8 +568,10 @@ func (c *Controller) open(ctx context.Context, spec RunSpec, sb sandbox.Sandbox,
 	if c.closed {
 		c.mu.Unlock()
 		if rec != nil {
-			// Shutting down while adopting: leave the run for the next berth.
-			r.detach()
+			// Shutting down while adopting: leave the run for the next
+			// berth as the store has it (what this adoption took over may
+			// be incomplete: nothing of it is written).
+			r.leave(false)
 			return nil, problems, fmt.Errorf("controller: %w: berth is shutting down", ErrClosed)
 		}
 		r.closeResources()

@@ -382,10 +382,19 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 	}
 	r, problems, err := c.open(ctx, spec, sb, rec.Placement, &rec, res)
 	if err != nil {
-		if res != nil {
-			res.Close()
+		// The resident is let go, not closed: its processes are the run's,
+		// and the record names it for the next try.
+		if res != nil && r == nil {
+			res.Detach()
 		}
 		return problems, err
+	}
+	if err := ctx.Err(); err != nil {
+		// Cut short (berth shuts down, the adoption's time ran out): what
+		// could not be taken over in time is not lost, so nothing is
+		// written; the run is let go for the next try.
+		r.leave(false)
+		return problems, fmt.Errorf("controller: run %s: its adoption was cut short: %w", rec.ID, err)
 	}
 	r.log.Info("run adopted", "opened", rec.Opened, "problems", len(problems))
 	return problems, nil

@@ -271,3 +271,73 @@ func TestUnsavedStateIsReported(t *testing.T) {
 		t.Errorf("stored state %q after the record fit again; want 8", rec.State["counter"])
 	}
 }
+
+// TestFailedAdoptionKeepsTheRun: an adoption that fails (a binder cannot
+// take its state over) or is cut short (berth shuts down) lets the run go
+// as it is: its record stays in the store with its state, and the next
+// start adopts it whole. Before, a failed binder closed the run, which
+// removed its record and ended its resident's kernels.
+func TestFailedAdoptionKeepsTheRun(t *testing.T) {
+	dir := t.TempDir()
+	prov := &fakeProvider{scheme: "docker", containers: map[string]string{"c-1": "ctr1"}}
+	c1, st1 := durableController(t, dir, prov, map[string]string{})
+	r, err := c1.Open(context.Background(), RunSpec{ConversationID: "c-1", Workspace: "/w", Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	callText(t, r, "bump")
+	c1.Detach()
+	st1.Close()
+
+	for _, tc := range []struct {
+		name string
+		ctx  func() context.Context
+		fail bool
+	}{
+		{"a binder fails", context.Background, true},
+		{"cut short", func() context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _, err := runstore.Open(dir, runstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			failing := func(ctx context.Context, reg *tools.Registry, env *Env) error {
+				if tc.fail && env.Adopted("counter") != nil {
+					return errors.New("cannot take the counter over")
+				}
+				return nil
+			}
+			c, err := New(Config{Providers: []sandbox.Provider{prov}, Tools: []Binder{counterTools(map[string]string{}), failing},
+				Registerer: prometheus.NewRegistry(), Store: st, AllowUnlabelled: true, NoQuestions: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := c.Adopt(tc.ctx())
+			if len(rep.Adopted) != 0 || (err == nil && rep.Failed[r.ID()] == "") {
+				t.Errorf("adopted %v, failed %v (%v); want run %s failed or not tried", rep.Adopted, rep.Failed, err, r.ID())
+			}
+			if _, err := c.Lookup("acme", r.ID()); err == nil {
+				t.Error("the run is served after its adoption failed")
+			}
+			c.Close()
+			rec, err := st.Get(context.Background(), r.ID())
+			if err != nil || string(rec.State["counter"]) != "1" {
+				t.Fatalf("after the failed adoption the store has %v %q; want the record with counter 1", err, rec.State["counter"])
+			}
+		})
+	}
+	// Adopted whole by the next start.
+	adopted := map[string]string{}
+	c3, st3 := durableController(t, dir, prov, adopted)
+	defer st3.Close()
+	defer c3.Close()
+	if rep, _ := c3.Adopt(context.Background()); len(rep.Adopted) != 1 || adopted[r.ID()] != "1" {
+		t.Fatalf("the next start adopted %v with state %q; want the run, counter 1", rep.Adopted, adopted[r.ID()])
+	}
+}

@@ -183,6 +183,11 @@ func (c *Controller) locateStored(ctx context.Context, tenant, id string) (*Run,
 func (c *Controller) takeOver(ctx context.Context, rec runstore.Record) (r *Run, elsewhere bool, err error) {
 	for {
 		c.mu.Lock()
+		if c.closed {
+			// Shutting down: another replica takes the run.
+			c.mu.Unlock()
+			return nil, false, fmt.Errorf("controller: run %s: %w: this replica is shutting down", rec.ID, ErrClosed)
+		}
 		if r, ok := c.runs[rec.ID]; ok {
 			c.mu.Unlock()
 			return r, false, nil

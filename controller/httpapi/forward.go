@@ -167,7 +167,7 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, tenant string, 
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			s.c.Misdirected(r.PathValue("id"))
-			s.fail(w, r, fmt.Errorf("httpapi: replica %s (%s), which serves run %s, did not answer: %v: %w; if it stopped, another replica takes the run over once its lease lapses: retry in a few seconds",
+			s.fail(w, r, fmt.Errorf("httpapi: replica %s (%s), which serves run %s, did not answer: %v: %w; if it stopped, another replica takes the run over once its lease lapses: retry in a few seconds (if this lasts while that replica runs, the replicas cannot reach each other on their port: see NetworkPolicy berth-peers)",
 				to.Identity, to.Address, r.PathValue("id"), err, controller.ErrMoving))
 		},
 	}
