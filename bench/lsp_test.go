@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -35,7 +37,7 @@ const (
 	envLSPQueries = "BERTH_BENCH_LSP_N"     // requests per measurement (default 300)
 	envLSPWrites  = "BERTH_BENCH_LSP_W"     // writes per measurement (default 20)
 
-	defaultLSPQueries = 300
+	defaultLSPQueries = 2000
 	defaultLSPWrites  = 20
 	benchWorkspace    = "/workspace"
 	// echoBytes is the size of the exec stream's echo probe, about an LSP
@@ -98,25 +100,28 @@ func startSide(t *testing.T, name string, rw io.ReadWriteCloser, root string, st
 	return s
 }
 
-// lspRounds is how many batches each measurement is cut into. The sides
-// take turns batch by batch, in an order that rotates every round, so that
-// each sees the same machine: on two shared CPUs the load drifts within a
-// minute, and a side measured whole after another would see other weather.
-const lspRounds = 10
+// interleaveWarmUp is how many samples of each side interleave takes
+// first and drops.
+const interleaveWarmUp = 20
 
-// warmUp is how many requests (or echoes) start each batch unmeasured: the
-// first after another side's batch pays for that side's caches.
-const warmUp = 5
-
-// interleave measures sides sides, n samples each, in lspRounds rounds:
-// batch(i, k) returns k samples of side i.
-func interleave(sides, n int, batch func(i, k int) []time.Duration) [][]time.Duration {
+// interleave takes n samples of each of sides sides, one at a time in
+// turns, the order rotating every round: sample(i) measures side i once.
+// On two shared CPUs the load drifts from one millisecond to the next, so
+// sides measured one after the other, or batch by batch, see different
+// machines, and the difference of their medians wanders by ±40 µs from run
+// to run; taken in turns they see the same one, and a difference of a few
+// µs shows.
+func interleave(sides, n int, sample func(i int) time.Duration) [][]time.Duration {
+	for range interleaveWarmUp {
+		for i := range sides {
+			sample(i)
+		}
+	}
 	out := make([][]time.Duration, sides)
-	per := max(1, n/lspRounds)
-	for r := 0; r < lspRounds; r++ {
+	for r := range n {
 		for j := range sides {
 			i := (r + j) % sides
-			out[i] = append(out[i], batch(i, per)...)
+			out[i] = append(out[i], sample(i))
 		}
 	}
 	return out
@@ -126,20 +131,26 @@ func interleave(sides, n int, batch func(i, k int) []time.Duration) [][]time.Dur
 func timeRequests(t *testing.T, s *lspSide, n int, req func(context.Context) error) []time.Duration {
 	t.Helper()
 	ctx := t.Context()
-	for range warmUp {
+	for range 20 {
 		if err := req(ctx); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 	}
 	out := make([]time.Duration, 0, n)
 	for range n {
-		start := time.Now()
-		if err := req(ctx); err != nil {
-			t.Fatalf("%s: %v", s.name, err)
-		}
-		out = append(out, time.Since(start))
+		out = append(out, timeRequest(t, s, ctx, req))
 	}
 	return out
+}
+
+// timeRequest measures one request.
+func timeRequest(t *testing.T, s *lspSide, ctx context.Context, req func(context.Context) error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := req(ctx); err != nil {
+		t.Fatalf("%s: %v", s.name, err)
+	}
+	return time.Since(start)
 }
 
 // helloPos is Hello's use in main.go (line 11), which hover and references
@@ -178,8 +189,8 @@ func interleaveRequests(t *testing.T, sides []*lspSide, n int, req func(*lspSide
 	for i, s := range sides {
 		reqs[i] = req(s)
 	}
-	return interleave(len(sides), n, func(i, k int) []time.Duration {
-		return timeRequests(t, sides[i], k, reqs[i])
+	return interleave(len(sides), n, func(i int) time.Duration {
+		return timeRequest(t, sides[i], t.Context(), reqs[i])
 	})
 }
 
@@ -259,10 +270,11 @@ func (c *countingRW) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write counts p before it writes it: the reply may be read, and the
+// request end, before a count made after the write.
 func (c *countingRW) Write(p []byte) (int, error) {
-	n, err := c.ReadWriteCloser.Write(p)
-	c.in.Add(int64(n))
-	return n, err
+	c.in.Add(int64(len(p)))
+	return c.ReadWriteCloser.Write(p)
 }
 
 // messageSizes returns the bytes one request of req writes and reads on s
@@ -335,7 +347,8 @@ func TestLSPReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	cats := []io.ReadWriter{procStream{hout, hin}, rawCat, berthCat}
-	echo := interleave(len(cats), n*3, func(i, k int) []time.Duration { return echoRTT(t, cats[i], k) })
+	msg, buf := bytes.Repeat([]byte("x"), echoBytes), make([]byte, echoBytes)
+	echo := interleave(len(cats), n*3, func(i int) time.Duration { return echoOnce(t, cats[i], msg, buf) })
 	hin.Close()
 	hostCat.Wait()
 	rawCat.Close()
@@ -395,6 +408,7 @@ func TestLSPReport(t *testing.T) {
 		r.host, r.raw, r.ctr = d[0], d[1], d[2]
 		rows = append(rows, r)
 	}
+	tp := toolPath(t, sb, ctr, max(1, n/4))
 	pub := make([][2][]time.Duration, len(sides))
 	for i, s := range sides {
 		pub[i][0], pub[i][1] = publishTimes(t, s, w)
@@ -420,6 +434,17 @@ func TestLSPReport(t *testing.T) {
 			us(median(r.raw)-median(r.host)), us(added), verdict)
 	}
 	tw.Flush()
+	fmt.Fprintf(&b, "\nthrough the lsp tool (tools/lsp: the server readied, its view refreshed, the request, the answer rendered), %d calls, in turns with the client over berth's stream:\n", max(1, n/4))
+	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "measure\tclient over berth's stream\tlsp tool\ttool over client\t\n")
+	for _, r := range tp {
+		if r.client == nil {
+			fmt.Fprintf(tw, "  piece, alone: %s\t\t%s\t\t\n", r.name, us(median(r.tool)))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", r.name, us(median(r.client)), us(median(r.tool)), us(median(r.tool)-median(r.client)))
+	}
+	tw.Flush()
 	fmt.Fprintf(&b, "\nwrite → diagnostics (gopls, signature change that breaks 2 callers, %d writes each way):\n", w)
 	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "measure\thost direct\traw docker exec\tberth's exec stream\t\n")
@@ -435,7 +460,7 @@ func TestLSPReport(t *testing.T) {
 		verdict = "NOT met"
 	}
 	fmt.Fprintf(&b, "diagnostics on write adds %s over the server's own last publish (goal < 50 ms: %s)\n", millis(added), verdict)
-	t.Logf("language-server path, median of %d requests (%d echoes) per side, the sides taking turns in %d rounds:\n%s", n, 3*n, lspRounds, b.String())
+	t.Logf("language-server path, median of %d requests (%d echoes) per side, the sides taking turns request by request:\n%s", n, 3*n, b.String())
 }
 
 func ratio(a, b []time.Duration) float64 {
@@ -445,22 +470,106 @@ func ratio(a, b []time.Duration) float64 {
 // echoRTT measures n round trips of echoBytes through rw (a cat).
 func echoRTT(t *testing.T, rw io.ReadWriter, n int) []time.Duration {
 	t.Helper()
-	msg := bytes.Repeat([]byte("x"), echoBytes)
-	buf := make([]byte, echoBytes)
+	msg, buf := bytes.Repeat([]byte("x"), echoBytes), make([]byte, echoBytes)
 	var out []time.Duration
-	for i := range n + warmUp {
-		start := time.Now()
-		if _, err := rw.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(rw, buf); err != nil {
-			t.Fatal(err)
-		}
-		if i >= warmUp {
-			out = append(out, time.Since(start))
+	for i := range n + 50 {
+		d := echoOnce(t, rw, msg, buf)
+		if i >= 50 {
+			out = append(out, d)
 		}
 	}
 	return out
+}
+
+// echoOnce measures one round trip of msg through rw (a cat), read into
+// buf.
+func echoOnce(t *testing.T, rw io.ReadWriter, msg, buf []byte) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if _, err := rw.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(rw, buf); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// toolPath times hover and references on Hello through the lsp tool
+// (tools/lsp) in the container, each in turns with the same request from
+// the minimal client over berth's exec stream (ctr, another gopls in the
+// same container), and the per-call work the supervisor adds besides the
+// request: the walk of the server's root that notices files changed behind
+// its back, a re-read of an open document, and the documentSymbol request
+// with which references names the function around each location (one per
+// file). Every tool result is checked.
+func toolPath(t *testing.T, sb sandbox.Sandbox, ctr *lspSide, n int) (rows []toolRow) {
+	t.Helper()
+	ctx := t.Context()
+	ws, err := sb.FS(ctx, benchWorkspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reg := tools.NewRegistry()
+	sup := lsp.Register(reg, sb, ws, runCtx, lsp.Options{})
+	defer sup.Close()
+	call := func(action, want string) func(context.Context) error {
+		raw, _ := json.Marshal(map[string]any{"action": action, "file": "main.go", "line": 11, "symbol": "Hello"})
+		return func(ctx context.Context) error {
+			res, err := reg.Call(ctx, tools.SurfaceDefault, "lsp", raw)
+			switch {
+			case err != nil:
+				return err
+			case res.IsError || !strings.Contains(res.AllText(), want):
+				return fmt.Errorf("lsp %s: %s", action, res.AllText())
+			}
+			return nil
+		}
+	}
+	tool := &lspSide{name: "lsp tool"}
+	if err := call("hover", "func greet.Hello")(ctx); err != nil { // starts the server
+		t.Fatal(err)
+	}
+	for _, m := range []struct {
+		name   string
+		client func(*lspSide) func(context.Context) error
+		tool   func(context.Context) error
+	}{{"hover", hoverReq, call("hover", "func greet.Hello")}, {"references", refsReq, call("references", "3 locations")}} {
+		reqs := []func(context.Context) error{m.client(ctr), m.tool}
+		d := interleave(2, n, func(i int) time.Duration { return timeRequest(t, []*lspSide{ctr, tool}[i], ctx, reqs[i]) })
+		rows = append(rows, toolRow{m.name, d[0], d[1]})
+	}
+	// The pieces, on their own.
+	walk := func(ctx context.Context) error {
+		return ws.Walk(ctx, ".", sandbox.WalkOptions{}, func(string, fs.FileInfo) error { return nil })
+	}
+	read := func(ctx context.Context) error {
+		_, err := ws.ReadFile(ctx, "main.go")
+		return err
+	}
+	symbols := func(ctx context.Context) error {
+		tree, flat, err := ctr.c.DocumentSymbols(ctx, ctr.uri("main.go"))
+		if err == nil && len(tree)+len(flat) == 0 {
+			err = fmt.Errorf("no symbols in main.go")
+		}
+		return err
+	}
+	for _, p := range []struct {
+		name string
+		req  func(context.Context) error
+	}{{"walk the workspace root (" + strconv.Itoa(len(lsptest.GoProject)) + " files)", walk}, {"re-read main.go", read}, {"documentSymbol of main.go (client)", symbols}} {
+		rows = append(rows, toolRow{name: p.name, tool: timeRequests(t, tool, n, p.req)})
+	}
+	return rows
+}
+
+// toolRow is a measure of toolPath: the request from the minimal client
+// and through the tool, or (client nil) a piece of the tool's work.
+type toolRow struct {
+	name         string
+	client, tool []time.Duration
 }
 
 // toolWrites times the edit tool in the container, without and with the
