@@ -108,9 +108,10 @@ const interleaveWarmUp = 20
 // turns, the order rotating every round: sample(i) measures side i once.
 // On two shared CPUs the load drifts from one millisecond to the next, so
 // sides measured one after the other, or batch by batch, see different
-// machines, and the difference of their medians wanders by ±40 µs from run
-// to run; taken in turns they see the same one, and a difference of a few
-// µs shows.
+// machines: berth over the anchor wandered from -56 to +92 µs between runs
+// batch by batch, and stays within about -20 to +50 µs (median of four runs
+// +8 µs for hover) taken in turns. Run the report a few times and compare
+// medians.
 func interleave(sides, n int, sample func(i int) time.Duration) [][]time.Duration {
 	for range interleaveWarmUp {
 		for i := range sides {
