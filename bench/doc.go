@@ -6,8 +6,10 @@
 //     against the ast-grep CLI on the same files, patterns and match counts;
 //     the in-process Benchmark functions are its profiling entry points.
 //   - TestLSPReport: gopls through berth's exec stream in a container against
-//     the same gopls started directly on the host (hover, references), with
-//     the exec stream's own echo round trip as the floor, and the write →
+//     the same gopls in the same container over a raw docker exec (the
+//     anchor) and started directly on the host (hover, references, a 100-byte
+//     echo), taken in turns request by request; the same requests through the
+//     lsp tool with the supervisor's per-call pieces; and the write →
 //     diagnostics path of the tools against the server's own publish time.
 //   - TestEvalReport: a trivial cell through the eval tool (on the host and
 //     into a container) against jupyter_client talking straight to ipykernel

@@ -19,10 +19,15 @@ import (
 
 // procRoot is a container's init process as this machine sees it: its pid
 // and its start time, which together name one process even after the pid
-// is reused.
+// is reused, and a pidfd of it when the kernel gives one.
 type procRoot struct {
 	pid   int
 	start string // field 22 of /proc/PID/stat
+	// pidfd refers to the process itself (pidfd_open), nil when the
+	// kernel offers none. alive asks it with one poll, about 1 µs, instead
+	// of reading /proc/PID/stat, about 20 µs: fastFS asks before every
+	// direct read, and a language-server query makes several.
+	pidfd *os.File
 }
 
 // findProcRoot returns the init process pid of container id when this
@@ -31,17 +36,47 @@ type procRoot struct {
 // the container in its cgroup or mount table: from another PID namespace
 // the same pid is some other process.
 func findProcRoot(pid int, id string) *procRoot {
+	// The pidfd is opened first: the checks below then prove it names
+	// the container's process, unless that process ended meanwhile, which
+	// the last alive says.
+	pidfd := openPidfd(pid)
 	start, err := startTime(pid)
 	if err != nil || !mentions(pid, id) {
+		closePidfd(pidfd)
 		return nil
 	}
 	f, err := os.Open(fmt.Sprintf("/proc/%d/root", pid))
 	if err != nil {
+		closePidfd(pidfd)
 		return nil
 	}
 	f.Close()
-	return &procRoot{pid: pid, start: start}
+	p := &procRoot{pid: pid, start: start, pidfd: pidfd}
+	if !p.alive() {
+		p.close()
+		return nil
+	}
+	return p
 }
+
+// openPidfd returns a pidfd of process pid, or nil when the kernel has
+// none (before Linux 5.3) or the process is gone.
+func openPidfd(pid int) *os.File {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", pid))
+}
+
+func closePidfd(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
+}
+
+// close releases the pidfd; alive reads /proc/PID/stat afterwards.
+func (p *procRoot) close() { closePidfd(p.pidfd) }
 
 // mentions reports whether process pid's cgroup or mount table names the
 // container id (/docker/<id>, /var/lib/docker/containers/<id>/hostname).
@@ -95,10 +130,44 @@ func (p *procRoot) openInRoot(name string, flags int) (int, error) {
 	})
 }
 
-// alive reports whether the recorded process still exists.
+// alive reports whether the recorded process still runs. Through the
+// pidfd, a process that exited counts as gone even before it is reaped
+// (its /proc entry and start time stay until then).
 func (p *procRoot) alive() bool {
+	if p.pidfd != nil {
+		if exited, ok := pidfdExited(p.pidfd); ok {
+			return !exited
+		}
+	}
 	start, err := startTime(p.pid)
 	return err == nil && start == p.start
+}
+
+// pidfdExited polls a pidfd, which is readable once its process exited;
+// ok is false when it could not be asked (closed).
+func pidfdExited(f *os.File) (exited, ok bool) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false, false
+	}
+	var n int
+	var perr error
+	err = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			n, perr = unix.Poll(fds, 0)
+			if perr != unix.EINTR {
+				break
+			}
+		}
+		if perr == nil && n > 0 && fds[0].Revents&unix.POLLNVAL != 0 {
+			perr = unix.EBADF
+		}
+	})
+	if err != nil || perr != nil {
+		return false, false
+	}
+	return n > 0, true
 }
 
 // openLocal opens root, a directory inside the container, through the

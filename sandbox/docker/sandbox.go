@@ -125,6 +125,9 @@ func (s *Sandbox) Close() error {
 	for _, l := range locals {
 		l.Close()
 	}
+	if s.init != nil {
+		s.init.close()
+	}
 	s.cli.Close()
 	return err
 }

@@ -9,9 +9,12 @@ import (
 	"go/token"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/moby/moby/api/types/container"
 
@@ -96,6 +99,50 @@ func TestStartTime(t *testing.T) {
 	}
 	if mentions(os.Getpid(), "0123456789abcdef0123456789abcdef") {
 		t.Fatal("the test process mentions a made-up container id")
+	}
+}
+
+// TestProcRootPidfd checks the pidfd liveness check: a process that exited
+// counts as gone at once, even while it is an unreaped zombie whose
+// /proc/PID/stat (and start time) remain, and after close the check falls
+// back to the start time.
+func TestProcRootPidfd(t *testing.T) {
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	pid := child.Process.Pid
+	start, err := startTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := &procRoot{pid: pid, start: start, pidfd: openPidfd(pid)}
+	if pr.pidfd == nil {
+		t.Skip("the kernel offers no pidfd_open (Linux 5.3 and later do)")
+	}
+	defer pr.close()
+	if !pr.alive() {
+		t.Fatal("a running child counts as gone")
+	}
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for pr.alive() {
+		if time.Now().After(deadline) {
+			t.Fatal("a killed child still counts as alive after 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Not reaped yet: the start time alone would call the zombie alive.
+	if s, err := startTime(pid); err != nil || s != start {
+		t.Fatalf("the unreaped child's stat changed: %q, %v", s, err)
+	}
+	child.Wait()
+	pr.close()
+	if pr.alive() {
+		t.Fatal("after close, a reaped child counts as alive")
 	}
 }
 
