@@ -14,4 +14,16 @@
 //   - TestEvalReport: a trivial cell through the eval tool (on the host and
 //     into a container) against jupyter_client talking straight to ipykernel
 //     on the host, in interleaved rounds, and the kernels' cold start.
+//   - TestFirstCellReport: a new run's first cell with its kernel prewarmed
+//     and without, against jupyter_client's first cell on a kernel it
+//     started earlier.
+//   - TestAdoptReport: from berth's start after a kill -9 to the adopted
+//     run's first cell, against a new run's first cell.
+//   - TestForwardReport: a cell through the replica serving the run and
+//     through another, which forwards it (needs $KUBECONFIG).
+//   - TestBigWorkspaceReport: lsp hover and a warm ast_grep on a small
+//     project alone and inside 100,000 more files (host and container),
+//     against the same workspace walked per query.
+//   - TestParseReport: parse-bound patterns against the ast-grep CLI, with
+//     peak memory.
 package bench
