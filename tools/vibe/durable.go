@@ -90,8 +90,8 @@ func (s *Supervisor) Restore(b []byte) ([]string, error) {
 	resumer, canResume := s.opts.Runner.(Resumer)
 	var lost []string
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if len(s.workers) > 0 {
+		s.mu.Unlock()
 		return nil, errors.New("vibe: Restore after workers started")
 	}
 	s.nextID = snap.NextID
@@ -108,7 +108,7 @@ func (s *Supervisor) Restore(b []byte) ([]string, error) {
 			continue
 		}
 		if canResume {
-			s.resumeLocked(w, resumer)
+			s.goLocked(w, resumer.Resume)
 			continue
 		}
 		// Its attempt ran in the berth that went away (an agent loop, or
@@ -125,25 +125,11 @@ func (s *Supervisor) Restore(b []byte) ([]string, error) {
 		notes = append(notes, w.infoLocked(time.Now()))
 	}
 	s.gen++
-	go func() { // ends at once: tells the event stream what changed
-		for _, n := range notes {
-			s.notify(n)
-		}
-	}()
+	s.mu.Unlock()
+	for _, n := range notes { // the event stream hears what changed
+		s.notify(n)
+	}
 	return lost, nil
-}
-
-// resumeLocked takes up w's attempt, which an earlier berth started, in a
-// goroutine the supervisor owns.
-func (s *Supervisor) resumeLocked(w *worker, r Resumer) {
-	ctx, cancel := context.WithCancelCause(s.ctx)
-	w.cancel = func() { cancel(context.Canceled) }
-	w.detach = func() { cancel(ErrDetached) }
-	w.reports = make(chan Report, 1)
-	w.attemptDone = make(chan struct{})
-	job := w.jobLocked()
-	s.wg.Add(1)
-	go s.run(ctx, w.cancel, w, job, w.attemptDone, r.Resume)
 }
 
 // Resume waits for the platform's report on an attempt an earlier berth
@@ -166,5 +152,5 @@ func (s *Supervisor) Detach() error {
 		}
 	}
 	s.mu.Unlock()
-	return s.wait0()
+	return s.waitAttempts()
 }

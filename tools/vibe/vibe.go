@@ -277,20 +277,27 @@ func (s *Supervisor) refuseLocked() string {
 // startLocked starts the worker's next attempt in a goroutine the
 // supervisor owns.
 func (s *Supervisor) startLocked(w *worker) {
-	ctx, cancel := context.WithCancelCause(s.ctx)
 	w.attempt++
 	w.status = StatusRunning
 	w.killed = false
 	w.progress = ""
 	w.started, w.ended = time.Now(), time.Time{}
+	s.changedLocked(w)
+	s.goLocked(w, s.opts.Runner.Run)
+}
+
+// goLocked runs w's current attempt with attempt (a runner's Run, or its
+// Resume for an attempt an earlier berth started) in a goroutine the
+// supervisor owns.
+func (s *Supervisor) goLocked(w *worker, attempt func(context.Context, Job) (string, error)) {
+	ctx, cancel := context.WithCancelCause(s.ctx)
 	w.cancel = func() { cancel(context.Canceled) }
 	w.detach = func() { cancel(ErrDetached) }
 	w.reports = make(chan Report, 1)
 	w.attemptDone = make(chan struct{})
 	job := w.jobLocked()
-	s.changedLocked(w)
 	s.wg.Add(1)
-	go s.run(ctx, w.cancel, w, job, w.attemptDone, s.opts.Runner.Run)
+	go s.run(ctx, w.cancel, w, job, w.attemptDone, attempt)
 }
 
 // jobLocked is the current attempt of w as its runner gets it.
@@ -608,11 +615,11 @@ func (s *Supervisor) Close() error {
 	}
 	s.mu.Unlock()
 	s.cancel()
-	return s.wait0()
+	return s.waitAttempts()
 }
 
-// wait0 waits, at most stopTimeout, for every attempt to end.
-func (s *Supervisor) wait0() error {
+// waitAttempts waits, at most stopTimeout, for every attempt to end.
+func (s *Supervisor) waitAttempts() error {
 	done := make(chan struct{})
 	go func() { // ends with the attempts, which are cancelled
 		s.wg.Wait()
