@@ -28,6 +28,7 @@ type listing struct {
 	files   map[string]fs.FileInfo
 	order   []string // walk order
 	skipped map[string]int
+	dirSet  map[string]bool // the directories of files (dirs), nil until asked
 }
 
 type listKey struct{ dir, lang string }
@@ -102,12 +103,21 @@ func (e *Engine) listed(ctx context.Context, fsys sandbox.FS, t *target) (*listi
 }
 
 // update takes a change of path p into ls (a listing of language lang),
-// and says whether ls still holds: a listed file changed or gone, or a
-// file of another language, keep it; a new file of the language (its
-// ignore rules unknown here) drops it, and the search walks.
+// and says whether ls still holds: a listed file changed or gone, a
+// directory of listed files gone, or a file of another language, keep
+// it; a new file of the language (its ignore rules unknown here) drops
+// it, and the search walks. Only a path that can matter is looked at.
 func (ls *listing) update(ctx context.Context, fsys sandbox.FS, p, lang string, maxSize int64) bool {
-	fi, err := fsys.Lstat(ctx, p)
 	_, listed := ls.files[p]
+	if !listed {
+		if l := syntax.LanguageForPath(p); l != nil && l.ID == lang {
+			return false
+		}
+		if !ls.dirs()[p] {
+			return true // another language's file, or a directory of none
+		}
+	}
+	fi, err := fsys.Lstat(ctx, p)
 	switch {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return false
@@ -121,20 +131,31 @@ func (ls *listing) update(ctx context.Context, fsys sandbox.FS, p, lang string, 
 		return true
 	case fi.IsDir():
 		return true // its files are reported one by one
-	case listed:
-		if !fi.Mode().IsRegular() || fi.Size() > maxSize {
-			return false
-		}
-		ls.files[p] = fi
-		return true
+	case !fi.Mode().IsRegular() || fi.Size() > maxSize:
+		return false
 	}
-	l := syntax.LanguageForPath(p)
-	return l == nil || l.ID != lang
+	ls.files[p] = fi
+	return true
+}
+
+// dirs returns the directories holding listed files, made once per
+// change of the listing.
+func (ls *listing) dirs() map[string]bool {
+	if ls.dirSet == nil {
+		ls.dirSet = map[string]bool{}
+		for name := range ls.files {
+			for d := path.Dir(name); d != "." && d != "/" && !ls.dirSet[d]; d = path.Dir(d) {
+				ls.dirSet[d] = true
+			}
+		}
+	}
+	return ls.dirSet
 }
 
 // remove drops a listed file.
 func (ls *listing) remove(name string) {
 	delete(ls.files, name)
+	ls.dirSet = nil
 	if i := slices.Index(ls.order, name); i >= 0 {
 		ls.order = slices.Delete(ls.order, i, i+1)
 	}
