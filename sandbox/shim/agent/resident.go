@@ -409,6 +409,11 @@ func (r *resident) serve(c net.Conn) {
 	typ, p, err := fr.Next()
 	if err != nil || typ != TypeHello || subtle.ConstantTimeCompare(p, r.secret) != 1 {
 		if err == nil {
+			// The caller sends its request right behind the hello: read it
+			// before answering, so that closing with it unread cannot
+			// reset the connection (or fail a relay's write) under the
+			// refusal, which the caller must get to say why.
+			fr.Next()
 			respond(ResidentResponse{Err: &Error{Op: "hello", Path: r.dir, Kind: KindPermission, Msg: "the resident refused the secret"}})
 		}
 		return
