@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -258,30 +257,39 @@ func runASTGrep(ctx context.Context, out, stderr io.Writer, f *structFlags, asJS
 			}
 		} else {
 			// Every match: each file's are formatted by the search's
-			// workers as they find them, and printed in path order
-			// at the end.
-			var (
-				mu   sync.Mutex
-				outs []fileOutput
-			)
-			res, err = eng.SearchEach(ctx, fsys, req, func(file string, ms []structural.FileMatch) {
+			// workers as they find them, and written in walk order as
+			// soon as the files before it are done, so nothing waits
+			// for the end. A failed write (a closed pipe) ends the
+			// search.
+			sctx, stop := context.WithCancel(ctx)
+			var werr error // written only by the emits, which run one at a time
+			res, err = eng.SearchEach(sctx, fsys, req, func(file string, ms []syntax.Match, enc []string) func() {
 				shown := t.display(file)
 				out := make([]byte, 0, outputSize(ms))
-				for _, m := range ms {
-					out = appendMatch(out, asJSON, shown, m)
+				var fm structural.FileMatch // one for all: its captures map is reused
+				for i, m := range ms {
+					var e string
+					if i < len(enc) {
+						e = enc[i]
+					}
+					structural.FillMatch(&fm, file, m, e)
+					out = appendMatch(out, asJSON, shown, fm)
 				}
-				mu.Lock()
-				outs = append(outs, fileOutput{file, out})
-				mu.Unlock()
+				return func() {
+					if werr != nil {
+						return
+					}
+					if _, werr = stdout.Write(out); werr != nil {
+						stop()
+					}
+				}
 			})
+			stop()
+			if werr != nil {
+				return trouble(astGrepPrefix, werr)
+			}
 			if err != nil {
 				return trouble(astGrepPrefix, err)
-			}
-			slices.SortFunc(outs, func(a, b fileOutput) int { return strings.Compare(a.file, b.file) })
-			for _, o := range outs {
-				if _, err := stdout.Write(o.out); err != nil {
-					return trouble(astGrepPrefix, err)
-				}
 			}
 			total += res.Total
 		}
@@ -296,21 +304,15 @@ func runASTGrep(ctx context.Context, out, stderr io.Writer, f *structFlags, asJS
 	return nil
 }
 
-// fileOutput is the formatted matches of one file.
-type fileOutput struct {
-	file string
-	out  []byte
-}
-
 // outputSize estimates the bytes ms print as: their texts and captures and
 // a line's worth of fields each, so a file's output buffer is allocated
 // once instead of regrown.
-func outputSize(ms []structural.FileMatch) int {
+func outputSize(ms []syntax.Match) int {
 	n := 0
 	for _, m := range ms {
 		n += len(m.Text) + 160
 		for k, c := range m.Captures {
-			n += len(k) + len(c) + 8
+			n += len(k) + len(c.Text) + 8
 		}
 	}
 	return n + n/8

@@ -115,7 +115,7 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 		firstErr error
 		links    int
 	)
-	st, err := e.scan(ctx, fsys, t, true, func(f *fileResult) {
+	st, err := e.scan(ctx, fsys, t, true, false, func(f *fileResult) {
 		if len(rules) == 1 && len(f.matches) == 0 {
 			return
 		}

@@ -89,3 +89,29 @@ func testQueueBounded(t *testing.T) {
 		t.Fatalf("drained %d files after close, want 2", n)
 	}
 }
+
+// walkCompare orders paths the way a walk visits them: component by
+// component, names sorted bytewise.
+func TestWalkCompare(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"a.go", "a.go", 0},
+		{"a/x.go", "a-b.go", -1},
+		{"a/x.go", "a.go", -1},
+		{"a-b.go", "a.go", -1},
+		{"a/b/c.go", "a/b.go", -1},
+		{"a/b", "a/b/c", -1},
+		{"b/a.go", "a/z.go", 1},
+		{"A.go", "a.go", -1},
+		{"x/y.go", "x/y.go", 0},
+	} {
+		if got := walkCompare(c.a, c.b); got != c.want {
+			t.Errorf("walkCompare(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+		if got := walkCompare(c.b, c.a); got != -c.want {
+			t.Errorf("walkCompare(%q, %q) = %d, want %d", c.b, c.a, got, -c.want)
+		}
+	}
+}

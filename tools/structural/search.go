@@ -53,6 +53,7 @@ func keep(data []byte, sets [][][]byte) bool {
 // cache parses the next file into the same memory afterwards); enclosing
 // holds the enclosing symbols of the first of matches, for those shown.
 type fileResult struct {
+	seq       int // place in the walk's order
 	name      string
 	data      []byte
 	info      fs.FileInfo
@@ -60,6 +61,9 @@ type fileResult struct {
 	matches   []syntax.Match
 	enclosing []string
 	skip      string
+	// emit, set by an ordered scan's visit, runs once every file walked
+	// before this one is done (see sequencer).
+	emit func()
 }
 
 // scanStats counts files of a scan.
@@ -138,8 +142,10 @@ func shownDir(name string) string {
 // searched, from several goroutines at once (visit synchronises itself).
 // Skipped files are counted by reason, not visited. Unless keepData is set,
 // visit must not keep f.data: without a cache a worker reads every file
-// into the same buffer.
-func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData bool, visit func(*fileResult)) (scanStats, error) {
+// into the same buffer. With ordered set, the emit a visit leaves in
+// f.emit runs in walk order, one at a time (see sequencer), and files are
+// searched in walk order so that few wait for an earlier one.
+func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData, ordered bool, visit func(*fileResult)) (scanStats, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	e.cache.begin()
@@ -152,7 +158,17 @@ func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData 
 		mu.Unlock()
 	}
 
-	jobs := newQueue(walkAhead, !e.cache.enabled())
+	// Largest first keeps a worker from being left alone with a big file
+	// at the end; an ordered scan takes files in walk order instead, or a
+	// small early file passed over again and again would hold back every
+	// later file's output.
+	jobs := newQueue(walkAhead, !e.cache.enabled() && !ordered)
+	var seq sequencer
+	finish := func(f *fileResult) {
+		if ordered {
+			seq.done(f.seq, f.emit)
+		}
+	}
 	var wg sync.WaitGroup
 	sets := t.prefilter
 	if sets == nil {
@@ -189,19 +205,19 @@ func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData 
 					return
 				}
 				err := e.process(ctx, fsys, t, sets, w, f)
-				if err != nil {
+				switch {
+				case err != nil:
 					cancel(err)
-					continue
-				}
-				if f.skip != "" {
+				case f.skip != "":
 					count(f.skip)
-					continue
+				default:
+					mu.Lock()
+					st.searched++
+					mu.Unlock()
+					visit(f)
+					f.tree = nil
 				}
-				mu.Lock()
-				st.searched++
-				mu.Unlock()
-				visit(f)
-				f.tree = nil
+				finish(f)
 			}
 		}()
 	}
@@ -219,7 +235,10 @@ func (e *Engine) scan(ctx context.Context, fsys sandbox.FS, t *target, keepData 
 
 // walk queues every file to search in jobs.
 func (e *Engine) walk(ctx context.Context, fsys sandbox.FS, t *target, jobs *queue, count func(string)) error {
+	n := 0
 	send := func(f *fileResult) error {
+		f.seq = n
+		n++
 		if !jobs.push(ctx, f) {
 			return context.Cause(ctx)
 		}
@@ -525,6 +544,69 @@ func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, sets [
 	return e.match(ctx, t, f, c.tree)
 }
 
+// sequencer runs the emits of a scan's files in walk order, one at a time:
+// each as soon as every file walked before it is done, by the worker that
+// finished the last of those.
+type sequencer struct {
+	mu       sync.Mutex
+	next     int            // the earliest file not yet done
+	ready    map[int]func() // done files after next, by place; nil emits too
+	draining bool           // a worker is running emits
+}
+
+// done records that the file at place seq is done, with emit (nil for a
+// file with nothing to emit), and runs what is now in order unless another
+// worker already does.
+func (s *sequencer) done(seq int, emit func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ready == nil {
+		s.ready = map[int]func(){}
+	}
+	s.ready[seq] = emit
+	if s.draining {
+		return
+	}
+	s.draining = true
+	for {
+		fn, ok := s.ready[s.next]
+		if !ok {
+			break
+		}
+		delete(s.ready, s.next)
+		s.next++
+		if fn != nil {
+			s.mu.Unlock()
+			fn()
+			s.mu.Lock()
+		}
+	}
+	s.draining = false
+}
+
+// walkCompare orders slash-separated paths as a walk visits them: by their
+// first differing component, so "a/x.go" comes before "a-b.go" and
+// "a.go" (a plain string comparison puts it after them, '/' being above
+// '-' and '.').
+func walkCompare(a, b string) int {
+	for {
+		ac, arest, amore := strings.Cut(a, "/")
+		bc, brest, bmore := strings.Cut(b, "/")
+		if c := strings.Compare(ac, bc); c != 0 {
+			return c
+		}
+		switch {
+		case !amore && !bmore:
+			return 0
+		case !amore:
+			return -1
+		case !bmore:
+			return 1
+		}
+		a, b = arest, brest
+	}
+}
+
 // containsAll reports whether data contains every literal (the pattern's
 // texts that every match contains verbatim).
 func containsAll(data []byte, lits [][]byte) bool {
@@ -582,12 +664,12 @@ func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest)
 		mu   sync.Mutex
 		kept []*fileResult
 	)
-	res, err := e.search(ctx, fsys, req, func(f *fileResult) {
+	res, err := e.search(ctx, fsys, req, false, func(f *fileResult) {
 		if limit > 0 && len(f.matches) > limit {
 			f.matches = f.matches[:limit]
 		}
 		mu.Lock()
-		i := sort.Search(len(kept), func(i int) bool { return kept[i].name >= f.name })
+		i := sort.Search(len(kept), func(i int) bool { return walkCompare(kept[i].name, f.name) >= 0 })
 		kept = append(kept, nil)
 		copy(kept[i+1:], kept[i:])
 		kept[i] = f
@@ -632,36 +714,39 @@ func (e *Engine) Search(ctx context.Context, fsys sandbox.FS, req SearchRequest)
 }
 
 // SearchEach is Search for a caller that takes every match as it is found
-// (the CLI): fn gets each file with matches, its matches in position order,
-// from several goroutines at once and in no particular file order, so that
-// the caller's own work on them (formatting) runs in parallel with the
-// search. req.MaxResults is ignored; the result has the counts and no
-// Matches. With req.Enclosing every match gets its enclosing symbol.
-func (e *Engine) SearchEach(ctx context.Context, fsys sandbox.FS, req SearchRequest, fn func(file string, ms []FileMatch)) (*SearchResult, error) {
-	return e.search(ctx, fsys, req, func(f *fileResult) {
+// (the CLI), without the engine holding them: each gets a file's matches
+// in position order (syntax matches, which FillMatch turns into a
+// FileMatch, so that a caller formatting them can reuse one), with their
+// enclosing symbols when req.Enclosing is set (else nil), from the
+// search's workers in parallel, so that the caller's own work on them
+// runs beside the search; the function it returns (nil for none) is called
+// in walk order (directory by directory, names sorted: the order of
+// Search's matches), one at a time, as soon as every file before it is
+// done. Only the files between the earliest one still being searched and
+// the latest one searched wait, so memory does not grow with the number of
+// matches. req.MaxResults is ignored; the result has the counts and no
+// Matches.
+func (e *Engine) SearchEach(ctx context.Context, fsys sandbox.FS, req SearchRequest, each func(file string, ms []syntax.Match, enclosing []string) func()) (*SearchResult, error) {
+	return e.search(ctx, fsys, req, true, func(f *fileResult) {
 		var enc []string
 		if req.Enclosing {
 			enc = enclosingOf(f.tree, f.matches)
 		}
-		ms := make([]FileMatch, len(f.matches))
-		for i, m := range f.matches {
-			ms[i] = fileMatch(f.name, m, at(enc, i))
-		}
-		fn(f.name, ms)
+		f.emit = each(f.name, f.matches, enc)
 	})
 }
 
 // search scans for req and calls visit, from several goroutines at once,
 // with each file that has matches (its data already dropped); the result
-// has the counts.
-func (e *Engine) search(ctx context.Context, fsys sandbox.FS, req SearchRequest, visit func(*fileResult)) (*SearchResult, error) {
+// has the counts. ordered is scan's.
+func (e *Engine) search(ctx context.Context, fsys sandbox.FS, req SearchRequest, ordered bool, visit func(*fileResult)) (*SearchResult, error) {
 	t, err := e.prepare(ctx, fsys, req.Pattern, req.Language, req.Path)
 	if err != nil {
 		return nil, err
 	}
 	var mu sync.Mutex
 	res := &SearchResult{Language: t.lang.ID}
-	st, err := e.scan(ctx, fsys, t, false, func(f *fileResult) {
+	st, err := e.scan(ctx, fsys, t, false, ordered, func(f *fileResult) {
 		if len(f.matches) == 0 {
 			return
 		}
@@ -724,18 +809,31 @@ func isLetter(c byte) bool { return c == '_' || (c|0x20 >= 'a' && c|0x20 <= 'z')
 // fileMatch converts a syntax match found in file name inside the
 // declarations enclosing.
 func fileMatch(name string, m syntax.Match, enclosing string) FileMatch {
-	fm := FileMatch{
-		File:      name,
+	fm := FileMatch{Captures: make(map[string]string, len(m.Captures))}
+	FillMatch(&fm, name, m, enclosing)
+	return fm
+}
+
+// FillMatch sets dst to the match m found in file inside the declarations
+// enclosing (see SearchEach), reusing dst.Captures: it is cleared, or made
+// when nil.
+func FillMatch(dst *FileMatch, file string, m syntax.Match, enclosing string) {
+	caps := dst.Captures
+	if caps == nil {
+		caps = make(map[string]string, len(m.Captures))
+	}
+	clear(caps)
+	for k, c := range m.Captures {
+		caps[k] = c.Text
+	}
+	*dst = FileMatch{
+		File:      file,
 		StartLine: m.Start.Line + 1, StartCol: m.Start.Column,
 		EndLine: m.End.Line + 1, EndCol: m.End.Column,
 		Enclosing: enclosing,
 		Text:      m.Text,
-		Captures:  map[string]string{},
+		Captures:  caps,
 	}
-	for k, c := range m.Captures {
-		fm.Captures[k] = c.Text
-	}
-	return fm
 }
 
 // at returns s[i], or "" past its end.

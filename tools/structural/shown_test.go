@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"berth.dev/berth/syntax"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/structural"
 )
@@ -76,10 +77,8 @@ func TestSearchEnclosing(t *testing.T) {
 		t.Errorf("uncached capped search: %v %+v", err, r)
 	}
 	var each []string
-	_, err = cold.SearchEach(context.Background(), ev.fs, structural.SearchRequest{Pattern: "raise ValueError($$$)", Path: "http", Language: "python", Enclosing: true}, func(_ string, ms []structural.FileMatch) {
-		for _, m := range ms {
-			each = append(each, m.Enclosing)
-		}
+	_, err = cold.SearchEach(context.Background(), ev.fs, structural.SearchRequest{Pattern: "raise ValueError($$$)", Path: "http", Language: "python", Enclosing: true}, func(_ string, _ []syntax.Match, enc []string) func() {
+		return func() { each = append(each, enc...) }
 	})
 	if err != nil || strings.Join(each, ",") != "HTTPConnection.putheader,HTTPConnection._validate.check,request," {
 		t.Errorf("SearchEach: %v %q", err, each)

@@ -9,15 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"sort"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/dirfs"
+	"berth.dev/berth/syntax"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/structural"
 )
@@ -328,11 +328,17 @@ func TestMaxResults(t *testing.T) {
 }
 
 // SearchEach hands over every file's matches, the same as Search finds,
-// from its workers; with no cache and with one.
+// from its workers, and runs what it returned in walk order, one file at
+// a time: the order of Search's matches; with no cache and with one. The
+// names a-b.go, a.go and a/x.go are walked a/x.go first, which a plain
+// string sort would put last.
 func TestSearchEach(t *testing.T) {
 	files := map[string]string{"skip.txt": "g(1, 2)\n", "big.go": "package p\n\nvar _ = 1 // g(9, 9) is a comment\n"}
 	for i := range 12 {
 		files[fmt.Sprintf("d%02d/f.go", i)] = fmt.Sprintf("package p\n\nfunc f() {\n\tg(%d, 0)\n\tg(%d, 1)\n}\n", i, i)
+	}
+	for _, name := range []string{"a-b.go", "a.go", "a/x.go"} {
+		files[name] = "package p\n\nfunc f() {\n\tg(1, 0)\n\tg(1, 1)\n}\n"
 	}
 	for _, opts := range []structural.Options{{CacheBytes: -1, Workers: 3}, {Workers: 2}} {
 		ev := newEnv(t, files, opts)
@@ -341,33 +347,41 @@ func TestSearchEach(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var (
-			mu  sync.Mutex
-			got []structural.FileMatch
-		)
+		var got []structural.FileMatch
+		var running atomic.Int32
 		seen := map[string]bool{}
-		res, err := ev.e.SearchEach(context.Background(), ev.fs, req, func(file string, ms []structural.FileMatch) {
-			mu.Lock()
-			defer mu.Unlock()
-			if seen[file] || len(ms) == 0 {
-				t.Errorf("SearchEach gave %s twice or with no matches (%d)", file, len(ms))
+		res, err := ev.e.SearchEach(context.Background(), ev.fs, req, func(file string, sms []syntax.Match, enc []string) func() {
+			if enc != nil {
+				t.Errorf("%s: enclosing symbols %q not asked for", file, enc)
 			}
-			seen[file] = true
+			ms := make([]structural.FileMatch, len(sms))
+			for i, m := range sms {
+				structural.FillMatch(&ms[i], file, m, "")
+			}
 			for i, m := range ms {
 				if m.File != file || (i > 0 && m.StartLine <= ms[i-1].StartLine) {
 					t.Errorf("%s: match %d is %s, out of order or of another file", file, i, pos(m))
 				}
 			}
-			got = append(got, ms...)
+			return func() {
+				if running.Add(1) != 1 {
+					t.Errorf("%s: emitted while another file's emit ran", file)
+				}
+				defer running.Add(-1)
+				if seen[file] || len(ms) == 0 {
+					t.Errorf("SearchEach gave %s twice or with no matches (%d)", file, len(ms))
+				}
+				seen[file] = true
+				got = append(got, ms...)
+			}
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		slices.SortStableFunc(got, func(a, b structural.FileMatch) int { return strings.Compare(a.File, b.File) })
-		if !reflect.DeepEqual(got, want.Matches) || len(got) != 24 {
+		if !reflect.DeepEqual(got, want.Matches) || len(got) != 30 || got[0].File != "a/x.go" || got[2].File != "a-b.go" {
 			t.Errorf("cache %d: SearchEach found %d matches, Search %d:\n%v\n%v", opts.CacheBytes, len(got), len(want.Matches), got, want.Matches)
 		}
-		if res.Total != 24 || res.Files != 12 || res.FilesSearched != want.FilesSearched || len(res.Matches) != 0 {
+		if res.Total != 30 || res.Files != 15 || res.FilesSearched != want.FilesSearched || len(res.Matches) != 0 {
 			t.Errorf("cache %d: SearchEach result %+v, Search's %+v", opts.CacheBytes, res, want)
 		}
 	}
