@@ -211,8 +211,8 @@ type FileMatch struct {
 	Captures  map[string]string `json:"captures"`
 }
 
-// SearchResult is a search's answer: the first MaxResults matches sorted by
-// file and position, the total count, and what was searched and skipped.
+// SearchResult is a search's answer: the first MaxResults matches by file,
+// in the order a walk visits them (walkCompare), then by position, the total count, and what was searched and skipped.
 type SearchResult struct {
 	Matches   []FileMatch
 	Total     int
