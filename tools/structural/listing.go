@@ -20,7 +20,9 @@ import (
 // the listing holds is looked at again; any other change under the
 // directory (a new file, a directory, an ignore file) drops the listing,
 // and the search walks, as does every search where the workspace is not
-// watched.
+// watched. The watch skips .git, so .git/info/exclude, whose rules a walk
+// honours, is looked at once per warm search instead (one Lstat): a
+// listing made under another version of it is dropped.
 
 // listing is the result of one walk: the files it queued and the files
 // it skipped, by reason.
@@ -29,6 +31,31 @@ type listing struct {
 	order   []string // walk order
 	skipped map[string]int
 	dirSet  map[string]bool // the directories of files (dirs), nil until asked
+	exclude fileStamp       // .git/info/exclude as the walk began
+}
+
+// excludePath is the workspace's own ignore file that the watch cannot
+// see (it skips .git).
+const excludePath = ".git/info/exclude"
+
+// fileStamp is what tells one version of a file from another without
+// reading it: present or not, size, modification time.
+type fileStamp struct {
+	exists bool
+	size   int64
+	mtime  int64
+}
+
+// stampOf stats name; an error other than "does not exist" gives ok false.
+func stampOf(ctx context.Context, fsys sandbox.FS, name string) (fileStamp, bool) {
+	fi, err := fsys.Lstat(ctx, name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fileStamp{}, true
+	case err != nil:
+		return fileStamp{}, false
+	}
+	return fileStamp{exists: true, size: fi.Size(), mtime: fi.ModTime().UnixNano()}, true
 }
 
 type listKey struct{ dir, lang string }
@@ -99,7 +126,14 @@ func (e *Engine) listed(ctx context.Context, fsys sandbox.FS, t *target) (*listi
 		}
 	}
 	ls := l.lists[listKey{t.name, t.lang.ID}]
-	return ls, ls != nil
+	if ls == nil {
+		return nil, false
+	}
+	if now, ok := stampOf(ctx, fsys, excludePath); !ok || now != ls.exclude {
+		clear(l.lists) // its rules reach every listing
+		return nil, false
+	}
+	return ls, true
 }
 
 // update takes a change of path p into ls (a listing of language lang),

@@ -33,7 +33,8 @@ func (w *walkCounting) Watch(ctx context.Context, dir string, opts sandbox.Watch
 // TestWarmSearchFollowsWatch: with the workspace watched, a warm search
 // does not walk the tree; a listed file changed or removed behind the
 // tools' back is seen without a walk, a file of another language changes
-// nothing, and a new file of the language is found by walking again.
+// nothing, and a new file of the language is found by walking again, as
+// is a change of an ignore file, .git/info/exclude included.
 func TestWarmSearchFollowsWatch(t *testing.T) {
 	dir := t.TempDir()
 	put := func(name, text string) {
@@ -90,4 +91,12 @@ func TestWarmSearchFollowsWatch(t *testing.T) {
 	// An ignore rule changes what is searched: walked again.
 	put(".gitignore", "sub/\n")
 	search(3, "2 matches in 1 file")
+	// .git/info/exclude is not watched (.git is skipped), yet a rule
+	// added there is honoured by the next search, which walks again, and
+	// the one after it is warm.
+	put(".git/info/exclude", "a.go\n")
+	search(4, "0 matches in 0 files")
+	search(4, "0 matches in 0 files")
+	os.Remove(filepath.Join(dir, ".git/info/exclude"))
+	search(5, "2 matches in 1 file")
 }

@@ -270,6 +270,10 @@ func (e *Engine) walk(ctx context.Context, fsys sandbox.FS, t *target, jobs *que
 		return nil
 	}
 	rec := &listing{files: map[string]fs.FileInfo{}, skipped: map[string]int{}}
+	// Stamped before the walk reads it: a change while it walks makes the
+	// next search walk again.
+	stamp, stamped := stampOf(ctx, fsys, excludePath)
+	rec.exclude = stamp
 	skip := func(reason string) {
 		count(reason)
 		rec.skipped[reason]++
@@ -309,7 +313,9 @@ func (e *Engine) walk(ctx context.Context, fsys sandbox.FS, t *target, jobs *que
 	if err != nil {
 		return fsError(fsys, t.name, err)
 	}
-	e.keep(t, rec)
+	if stamped {
+		e.keep(t, rec)
+	}
 	return nil
 }
 
