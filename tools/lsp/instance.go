@@ -68,6 +68,9 @@ type generation struct {
 	indexMu      sync.Mutex
 	indexChecked bool
 	indexing     bool
+
+	// syms are the symbol trees of files asked for, while they last.
+	syms symCache
 }
 
 type stamp struct {

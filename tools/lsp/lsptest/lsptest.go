@@ -640,6 +640,26 @@ func CheckWatched(t *testing.T, e Env) {
 	t.Helper()
 	refs := map[string]any{"action": "references", "file": "greet/greet.go", "line": 15, "symbol": "Hello"}
 	e.ok(t, "lsp", refs, "11:15 in main")
+	// The symbol a reference is in is named from the file as it is now:
+	// a caller's function renamed behind the tools' back (same size, so
+	// only the modification time tells) is named anew, and a file the
+	// server has open likewise after it changes.
+	e.Sh(t, `cat > caller.go <<'EOF'
+package main
+
+import "example.com/proj/greet"
+
+func first() string { return greet.Hello(greet.English{}, "c") }
+EOF`)
+	e.ok(t, "lsp", refs, "5:36 in first")
+	e.Sh(t, `sed -i 's/func first/func secnd/' caller.go`)
+	if r := e.ok(t, "lsp", refs, "5:36 in secnd"); strings.Contains(r.Text, "in first") {
+		t.Fatalf("a reference is named from the caller's old text:\n%s", r.Text)
+	}
+	e.ok(t, "lsp", map[string]any{"action": "hover", "file": "caller.go", "line": 5, "symbol": "Hello"}, "Hello")
+	e.Sh(t, `sed -i 's/func secnd/func third/' caller.go`)
+	e.ok(t, "lsp", refs, "5:36 in third")
+	e.Sh(t, "rm -f caller.go")
 	e.Sh(t, `cat > watched.go <<'EOF'
 package main
 
