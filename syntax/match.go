@@ -71,24 +71,7 @@ func (p *Parser) Close() {
 // memory and is valid only until p parses again (a stale tree is refused when
 // matched). Matches found in it stay valid: they copy what they report.
 func (p *Parser) Parse(ctx context.Context, lang *Language, src []byte) (*Tree, error) {
-	if lang == nil {
-		return nil, fmt.Errorf("syntax: parse: no language given")
-	}
-	if p.last != nil {
-		p.nodes, p.lines = p.last.nodes, p.last.lines[:0]
-		p.last.nodes, p.last.lines = nil, nil // a stale tree fails loudly instead of showing the next file's nodes
-		p.last = nil
-	}
-	if p.cp == nil {
-		p.cp = getParser()
-	}
-	t, err := parseInto(ctx, p.cp, lang, src, ParseTimeout, p.nodes, false)
-	if err != nil {
-		return nil, err
-	}
-	t.lines = p.lines
-	p.last = t
-	return &Tree{t: t}, nil
+	return p.parse(ctx, lang, src, nil)
 }
 
 // Parse parses src with lang's grammar. It refuses sources over
