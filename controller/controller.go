@@ -284,10 +284,14 @@ type RunSpec struct {
 	Mode tools.Surface `json:"mode,omitempty"`
 	// Vibe enables the vibe_* worker tools where they are wired.
 	Vibe bool `json:"vibe,omitempty"`
-	// Prewarm names kernels ("python", "javascript") to start in the
-	// background as the run opens, so that its first eval finds them up.
+	// Prewarm names kernels ("python", "javascript") and language servers
+	// ("lsp:go", "lsp:python", "lsp:typescript": lsp: and a language id)
+	// to start in the background as the run opens, so that its first eval
+	// finds its kernel up and its first lsp call its server started.
 	// Starting one is decided by the run's permission gate as a call of
-	// eval; a mode that cannot run exec-level tools cannot prewarm.
+	// eval, or of lsp; a mode that cannot run exec-level tools cannot
+	// prewarm kernels. A language server is the one for the workspace
+	// root (its markers there choose it).
 	Prewarm []string `json:"prewarm,omitempty"`
 	// Tenant owns the run: only it (and AllTenants) finds the run with
 	// Lookup and ListFor, and the run counts against its caps. It is set

@@ -685,9 +685,17 @@ func TestCheckPrewarm(t *testing.T) {
 		{tools.SurfaceDefault, []string{"python", "py", "node"}, []string{"python", "javascript"}, ""},
 		{tools.SurfaceDefault, []string{"ruby"}, nil, "python or javascript"},
 		{tools.SurfaceDefault, []string{""}, nil, "python or javascript"},
-		{tools.SurfaceDefault, []string{"py", "py", "py", "py", "py"}, nil, "more than 4"},
+		{tools.SurfaceDefault, []string{"py", "py", "py", "py", "py", "py", "py"}, nil, "more than 6"},
 		{tools.SurfacePlan, []string{"python"}, nil, "exec level"},
 		{tools.SurfaceReadonly, []string{"python"}, nil, "exec level"},
+		// Language servers: read level, so any mode; a language id of the
+		// server table, in lower case, once.
+		{tools.SurfaceDefault, []string{"python", "LSP:Go", "lsp:go", "lsp:typescript"}, []string{"python", "lsp:go", "lsp:typescript"}, ""},
+		{tools.SurfaceReadonly, []string{"lsp:python", "lsp:rs"}, []string{"lsp:python", "lsp:rs"}, ""},
+		{tools.SurfacePlan, []string{"lsp:go", "python"}, nil, "exec level"},
+		{tools.SurfaceDefault, []string{"lsp:cobol"}, nil, "no language server handles"},
+		{tools.SurfaceDefault, []string{"lsp:"}, nil, "no language server handles"},
+		{tools.SurfaceDefault, []string{"gopls"}, nil, "lsp: and its language"},
 	} {
 		spec := RunSpec{Mode: tc.mode, Prewarm: tc.prewarm}
 		err := checkPrewarm(&spec)

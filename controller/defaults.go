@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"berth.dev/berth/questions"
@@ -71,26 +72,31 @@ func EvalToolsWith(opts eval.Options) Binder {
 		env.Persist("eval", sup)
 		env.OnCloseOrDetach(sup.Close, sup.Detach)
 		env.AddResources(sup.Resources)
-		if len(env.Spec.Prewarm) > 0 {
+		if kernels, _ := splitPrewarm(env.Spec.Prewarm); len(kernels) > 0 {
 			// A kernel's start is what a call of eval does first, so the
 			// run's gate decides it as one (at once in local mode; a
 			// permission card for the operator in hosted mode).
-			evalTool := tools.Tool{Name: "eval", Level: tools.LevelExec}
-			sup.Prewarm(env.Spec.Prewarm, func(ctx context.Context, lang string) error {
-				args, _ := json.Marshal(map[string]string{"prewarm": lang})
-				err := env.Gate.Approve(ctx, env.Spec.Mode, evalTool, args)
-				if err == nil || env.Questions == nil || env.Questions.Connected() {
-					return err
-				}
-				// Nobody could be asked yet: the harness and the operator's
-				// console connect to the run's events after it opened.
-				if !waitConnected(ctx, env.Questions, prewarmApproverWait) {
-					return err
-				}
-				return env.Gate.Approve(ctx, env.Spec.Mode, evalTool, args)
-			})
+			sup.Prewarm(kernels, env.approvePrewarm(tools.Tool{Name: "eval", Level: tools.LevelExec}))
 		}
 		return nil
+	}
+}
+
+// approvePrewarm returns what decides a prewarm of lang as a call of t by
+// the run's permission gate.
+func (env *Env) approvePrewarm(t tools.Tool) func(ctx context.Context, lang string) error {
+	return func(ctx context.Context, lang string) error {
+		args, _ := json.Marshal(map[string]string{"prewarm": lang})
+		err := env.Gate.Approve(ctx, env.Spec.Mode, t, args)
+		if err == nil || env.Questions == nil || env.Questions.Connected() {
+			return err
+		}
+		// Nobody could be asked yet: the harness and the operator's
+		// console connect to the run's events after it opened.
+		if !waitConnected(ctx, env.Questions, prewarmApproverWait) {
+			return err
+		}
+		return env.Gate.Approve(ctx, env.Spec.Mode, t, args)
 	}
 }
 
@@ -119,6 +125,10 @@ func LSPToolsWith(opts lsp.Options) Binder {
 		env.Persist("lsp", sup)
 		env.OnClose(sup.Close)
 		env.AddResources(sup.Resources)
+		if _, servers := splitPrewarm(env.Spec.Prewarm); len(servers) > 0 {
+			// A server's start is what a call of lsp does first.
+			sup.Prewarm(servers, env.approvePrewarm(tools.Tool{Name: "lsp", Level: tools.LevelRead}))
+		}
 		return nil
 	}
 }
@@ -298,30 +308,56 @@ func waitConnected(ctx context.Context, port *questions.Port, within time.Durati
 }
 
 // MaxPrewarm bounds RunSpec.Prewarm.
-const MaxPrewarm = 4
+const MaxPrewarm = 6
 
-// checkPrewarm validates spec.Prewarm and puts its languages in eval's
-// names, once each.
+// lspPrefix marks a language server in RunSpec.Prewarm.
+const lspPrefix = "lsp:"
+
+// checkPrewarm validates spec.Prewarm and puts its entries in canonical
+// form, once each: kernels in eval's names, language servers as "lsp:"
+// and a language id of the default server table.
 func checkPrewarm(spec *RunSpec) error {
 	if len(spec.Prewarm) == 0 {
 		return nil
 	}
 	if len(spec.Prewarm) > MaxPrewarm {
-		return fmt.Errorf("controller: prewarm lists %d kernels, more than %d: name each language once (python, javascript): %w", len(spec.Prewarm), MaxPrewarm, ErrBadSpec)
+		return fmt.Errorf("controller: prewarm lists %d entries, more than %d: name each kernel (python, javascript) and language server (lsp:go) once: %w", len(spec.Prewarm), MaxPrewarm, ErrBadSpec)
 	}
-	if spec.Mode.MaxLevel() < tools.LevelExec {
-		return fmt.Errorf("controller: prewarm starts kernels, which is exec level, and a %s run cannot run exec-level tools: open the run without prewarm: %w", spec.Mode, ErrBadSpec)
-	}
-	var langs []string
+	var out []string
 	for _, name := range spec.Prewarm {
+		if lang, ok := strings.CutPrefix(strings.ToLower(strings.TrimSpace(name)), lspPrefix); ok {
+			if _, known := lsp.LanguageExt(lsp.DefaultServers(), lang); !known {
+				return fmt.Errorf("controller: prewarm %q: no language server handles %q; name one of %s after lsp: %w", name, lang, strings.Join(lsp.Languages(lsp.DefaultServers()), ", "), ErrBadSpec)
+			}
+			if e := lspPrefix + lang; !slices.Contains(out, e) {
+				out = append(out, e)
+			}
+			continue
+		}
 		lang, err := eval.ParseLanguage(name)
 		if err != nil || name == "" {
-			return fmt.Errorf("controller: prewarm %q: a kernel language is python or javascript: %w", name, ErrBadSpec)
+			return fmt.Errorf("controller: prewarm %q: a kernel language is python or javascript, a language server lsp: and its language (lsp:go): %w", name, ErrBadSpec)
 		}
-		if !slices.Contains(langs, lang) {
-			langs = append(langs, lang)
+		if spec.Mode.MaxLevel() < tools.LevelExec {
+			return fmt.Errorf("controller: prewarm %q starts a kernel, which is exec level, and a %s run cannot run exec-level tools: open the run without it: %w", name, spec.Mode, ErrBadSpec)
+		}
+		if !slices.Contains(out, lang) {
+			out = append(out, lang)
 		}
 	}
-	spec.Prewarm = langs
+	spec.Prewarm = out
 	return nil
+}
+
+// splitPrewarm parts a checked Prewarm list into kernel languages and
+// language-server languages.
+func splitPrewarm(list []string) (kernels, servers []string) {
+	for _, e := range list {
+		if lang, ok := strings.CutPrefix(e, lspPrefix); ok {
+			servers = append(servers, lang)
+		} else {
+			kernels = append(kernels, e)
+		}
+	}
+	return kernels, servers
 }

@@ -62,7 +62,7 @@ Logs go to stderr; stdout carries only the protocol.`,
 	fl.StringVar(&f.workspace, "workspace", "", "workspace directory inside the sandbox (default: the current directory on the host; required for a container)")
 	fl.StringVar(&f.conversation, "conversation", "", "conversation id: with --sandbox auto, the container labelled with it is used")
 	fl.StringVar(&f.mode, "mode", "default", "the run's surface: default, plan or readonly")
-	fl.StringSliceVar(&f.prewarm, "prewarm", nil, "kernels to start as the run opens, so the first eval finds them up: python, javascript (comma-separated)")
+	fl.StringSliceVar(&f.prewarm, "prewarm", nil, "kernels and language servers to start as the run opens, so the first eval or lsp call finds them up: python, javascript, lsp:go, lsp:python, … (comma-separated)")
 	fl.BoolVar(&f.clientIsOperator, "client-is-operator", false, "send permission requests to the MCP client as elicitation (only when its user is the operator)")
 	fl.StringVar(&f.permissions, "permissions", string(permission.ModeLocal), "permission policy: local (every level allowed) or hosted (write and exec ask the operator: with --client-is-operator the client, else they are refused, nobody being there to approve)")
 	return cmd

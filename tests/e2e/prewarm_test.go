@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"berth.dev/berth/tests/berthtest"
+	"berth.dev/berth/tools/lsp/lsptest"
 )
 
 // kernelState reads the run's resources and returns its python kernel's
@@ -128,4 +129,85 @@ func TestPrewarmInContainer(t *testing.T) {
 		}
 		c.CloseRun(ctx, run.ID)
 	})
+}
+
+// serverState reads the run's resources and returns the state of its
+// language server named name ("gopls at the workspace root"), "" when it
+// has none.
+func serverState(t *testing.T, c *berthtest.Client, run, name string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	_, b, err := c.Do(ctx, "GET", "/v1/runs/"+run+"/resources", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs struct {
+		Resources []struct{ Kind, Name, State string }
+	}
+	json.Unmarshal(b, &rs)
+	for _, r := range rs.Resources {
+		if r.Kind == "language server" && r.Name == name {
+			return r.State
+		}
+	}
+	return ""
+}
+
+// TestPrewarmLanguageServer: a run opened with "prewarm": ["lsp:go",
+// "lsp:python"] in a Go project starts gopls in the container as it opens,
+// before any lsp call (resources: starting, then running; one gopls in the
+// container), and the first lsp call is answered by it. The image has no
+// Python server: the first lsp result says that prewarm could not start
+// one, and why.
+func TestPrewarmLanguageServer(t *testing.T) {
+	const image = "berth-test-go"
+	needImage(t, image, false)
+	durableBackend(t)
+	ctr := startContainer(t, image)
+	for name, content := range lsptest.GoProject {
+		ctr.put(t, name, content)
+	}
+	spec := durableSpec(ctr)
+	spec["prewarm"] = []string{"lsp:go", "lsp:python"}
+	_, c := durableBerth(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*callTimeout)
+	defer cancel()
+	run, err := c.OpenRun(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gopls = "gopls at the workspace root"
+	waitFor(t, 2*time.Minute, "the prewarmed gopls to run", func() bool { return serverState(t, c, run.ID, gopls) == "running" },
+		func() string { return serverState(t, c, run.ID, gopls) })
+	goplses := func() (n int) {
+		for _, p := range ctr.procTable(t) {
+			if p.comm == "gopls" && strings.HasSuffix(p.args, "gopls serve") { // not its telemetry child
+				n++
+			}
+		}
+		return n
+	}
+	if n := goplses(); n != 1 {
+		t.Fatalf("gopls processes in the container after the prewarm: %d, want 1: %v", n, ctr.procTable(t))
+	}
+	res, err := c.Call(ctx, run.ID, "lsp", map[string]any{"action": "hover", "file": "main.go", "line": 11, "symbol": "Hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := res.Text()
+	if res.IsError || !strings.Contains(text, "func greet.Hello") {
+		t.Fatalf("the first lsp call: %s", text)
+	}
+	if !strings.Contains(text, "the python language server asked for when the run opened (prewarm) was not started: pyright: binary missing") || strings.Contains(text, "berth-prewarm") {
+		t.Errorf("the first lsp result does not say the python server was not prewarmed:\n%s", text)
+	}
+	if n := goplses(); n != 1 {
+		t.Errorf("gopls processes after the first call: %d, want the prewarmed one", n)
+	}
+	res, _ = c.Call(ctx, run.ID, "lsp", map[string]any{"action": "hover", "file": "main.go", "line": 11, "symbol": "Hello"})
+	if strings.Contains(res.Text(), "prewarm") {
+		t.Errorf("the prewarm note is given twice:\n%s", res.Text())
+	}
+	c.CloseRun(ctx, run.ID)
 }

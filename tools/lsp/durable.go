@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 
 	lspc "berth.dev/berth/lsp"
@@ -115,9 +116,10 @@ func (s *Supervisor) Restore(data []byte) error {
 	return nil
 }
 
-// noted prepends restartNote to the first result after a Restore, and the
+// noted prepends restartNote to the first result after a Restore, the
 // note of a query that had to walk the workspace (a watch that could not
-// start, overflowed or ended).
+// start, overflowed or ended), and why a server asked for as the run
+// opened was not started (Prewarm).
 func noted[In any](s *Supervisor, h func(context.Context, In) (*tools.Result, error)) func(context.Context, In) (*tools.Result, error) {
 	return func(ctx context.Context, in In) (*tools.Result, error) {
 		res, err := h(ctx, in)
@@ -129,7 +131,11 @@ func noted[In any](s *Supervisor, h func(context.Context, In) (*tools.Result, er
 		s.restarted = false
 		walked := s.walkNote
 		s.walkNote = ""
+		prewarmed := s.takePrewarmNotesLocked()
 		s.mu.Unlock()
+		for _, n := range slices.Backward(prewarmed) {
+			res.Content = append([]tools.Content{{Type: "text", Text: n}}, res.Content...)
+		}
 		if walked != "" {
 			res.Content = append([]tools.Content{{Type: "text", Text: walked}}, res.Content...)
 		}

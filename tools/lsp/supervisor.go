@@ -148,6 +148,10 @@ type Supervisor struct {
 	kept      map[key]bool
 	restarted bool   // Restore ran and no result has said so yet
 	gen       uint64 // bumped when a journal changes (Generation)
+	// prewarmStop cancels the prewarms (Prewarm); prewarmNotes say which
+	// failed, for the next result.
+	prewarmStop  context.CancelFunc
+	prewarmNotes []string
 	// watch follows the workspace's changes (berth's agent's inotify), so
 	// that a query reports what changed behind the servers' backs without
 	// walking the tree; walkNote is the next result's note when a query
@@ -158,6 +162,7 @@ type Supervisor struct {
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
+	prewarms   sync.WaitGroup // the prewarms' goroutines
 }
 
 // key names one server instance: a server of the table at a project root
@@ -209,6 +214,7 @@ func (s *Supervisor) Close() error {
 	}
 	s.insts = map[key]*instance{}
 	s.mu.Unlock()
+	s.stopPrewarm()
 	if s.stopReaper != nil {
 		s.stopReaper()
 		<-s.reaperDone
