@@ -695,6 +695,10 @@ func TestCheckPrewarm(t *testing.T) {
 		{tools.SurfacePlan, []string{"lsp:go", "python"}, nil, "exec level"},
 		{tools.SurfaceDefault, []string{"lsp:cobol"}, nil, "no language server handles"},
 		{tools.SurfaceDefault, []string{"lsp:"}, nil, "no language server handles"},
+		// Only a language of the table: never a path, a binary or a flag.
+		{tools.SurfaceDefault, []string{"lsp:../../bin/sh"}, nil, "no language server handles"},
+		{tools.SurfaceDefault, []string{"lsp:gopls --remote=x"}, nil, "no language server handles"},
+		{tools.SurfaceDefault, []string{"lsp:.go"}, nil, "no language server handles"},
 		{tools.SurfaceDefault, []string{"gopls"}, nil, "lsp: and its language"},
 	} {
 		spec := RunSpec{Mode: tc.mode, Prewarm: tc.prewarm}
