@@ -14,9 +14,9 @@ import (
 	"berth.dev/berth/tools/lsp/lsptest"
 )
 
-// kernelState reads the run's resources and returns its python kernel's
-// state ("" when it has none).
-func kernelState(t *testing.T, c *berthtest.Client, run string) string {
+// resourceState reads the run's resources and returns the state of the one
+// of kind named name ("" when it has none).
+func resourceState(t *testing.T, c *berthtest.Client, run, kind, name string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
@@ -29,11 +29,17 @@ func kernelState(t *testing.T, c *berthtest.Client, run string) string {
 	}
 	json.Unmarshal(b, &rs)
 	for _, r := range rs.Resources {
-		if r.Kind == "kernel" && r.Name == "python" {
+		if r.Kind == kind && r.Name == name {
 			return r.State
 		}
 	}
 	return ""
+}
+
+// kernelState is the state of the run's python kernel.
+func kernelState(t *testing.T, c *berthtest.Client, run string) string {
+	t.Helper()
+	return resourceState(t, c, run, "kernel", "python")
 }
 
 // TestPrewarmInContainer: a run opened with "prewarm": ["python"] starts
@@ -131,29 +137,6 @@ func TestPrewarmInContainer(t *testing.T) {
 	})
 }
 
-// serverState reads the run's resources and returns the state of its
-// language server named name ("gopls at the workspace root"), "" when it
-// has none.
-func serverState(t *testing.T, c *berthtest.Client, run, name string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	_, b, err := c.Do(ctx, "GET", "/v1/runs/"+run+"/resources", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rs struct {
-		Resources []struct{ Kind, Name, State string }
-	}
-	json.Unmarshal(b, &rs)
-	for _, r := range rs.Resources {
-		if r.Kind == "language server" && r.Name == name {
-			return r.State
-		}
-	}
-	return ""
-}
-
 // TestPrewarmLanguageServer: a run opened with "prewarm": ["lsp:go",
 // "lsp:python"] in a Go project starts gopls in the container as it opens,
 // before any lsp call (resources: starting, then running; one gopls in the
@@ -177,9 +160,8 @@ func TestPrewarmLanguageServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const gopls = "gopls at the workspace root"
-	waitFor(t, 2*time.Minute, "the prewarmed gopls to run", func() bool { return serverState(t, c, run.ID, gopls) == "running" },
-		func() string { return serverState(t, c, run.ID, gopls) })
+	state := func() string { return resourceState(t, c, run.ID, "language server", "gopls at the workspace root") }
+	waitFor(t, 2*time.Minute, "the prewarmed gopls to run", func() bool { return state() == "running" }, state)
 	goplses := func() (n int) {
 		for _, p := range ctr.procTable(t) {
 			if p.comm == "gopls" && strings.HasSuffix(p.args, "gopls serve") { // not its telemetry child
