@@ -25,5 +25,6 @@
 //     project alone and inside 100,000 more files (host and container),
 //     against the same workspace walked per query.
 //   - TestParseReport: parse-bound patterns against the ast-grep CLI, with
-//     peak memory.
+//     peak RSS and peak anonymous memory (sampled; RSS also counts the
+//     pages of each tool's own executable).
 package bench
