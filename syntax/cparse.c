@@ -213,16 +213,14 @@ void berth_init(void) {
 	ts_set_allocator(berth_malloc, berth_calloc, berth_realloc, berth_free);
 }
 
-// berth_prefault makes the first n bytes of the first k regions resident
-// (the kernel zeroes them; contents are untouched, so a parse may already
-// run in them). A kernel without MADV_POPULATE_WRITE leaves them to fault
-// in as they are touched.
-void berth_prefault(int k, size_t n) {
-	if (!berth_space) return;
+// berth_prefault makes the first n bytes of region i resident (the kernel
+// zeroes them; contents are untouched, so a parse may already run in it). A
+// kernel without MADV_POPULATE_WRITE leaves them to fault in as they are
+// touched.
+void berth_prefault(int i, size_t n) {
+	if (!berth_space || i < 0 || i >= BERTH_REGIONS) return;
 	if (n > BERTH_REGION_KEEP) n = BERTH_REGION_KEEP;
-	for (int i = 0; i < k && i < BERTH_REGIONS; i++) {
-		if (madvise(berth_regions[i].base, n, MADV_POPULATE_WRITE) != 0) return;
-	}
+	madvise(berth_regions[i].base, n, MADV_POPULATE_WRITE);
 }
 
 berth_region *berth_region_at(int i) {

@@ -108,36 +108,29 @@ var setupOnce sync.Once
 
 // setup installs berth's allocator in the tree-sitter runtime (replacing
 // go-tree-sitter's Go-callback one, which every package init has installed
-// by now), reserves the parse regions' address space (64 × 512 MiB, no
-// memory until touched) and starts making the first regions resident. It
-// runs once, from getParser, so before the first parse: a program that
-// imports the package but never parses pays nothing. A search's first parse
-// is its pattern's (Compile), before its workers start, so the prefault
-// still runs ahead of them.
+// by now) and reserves the parse regions' address space (64 × 512 MiB, no
+// memory until touched). It runs once, from getParser, so before the first
+// parse: a program that imports the package but never parses pays nothing.
 //
 // Memory the runtime allocated before setup came from libc, and the new
 // allocator hands any pointer outside the regions to libc, so a tree or
 // parser made before the switch (through the binding) is freed correctly.
 func setup() {
-	setupOnce.Do(func() {
-		C.berth_init()
-		// The regions the first parsers will take are made resident on
-		// another thread while the caller goes on to start its workers:
-		// the kernel zeroes each huge page on first touch, which, in a VM,
-		// costs milliseconds per page — measured as 3 % of a one-shot
-		// search's CPU when the parses paid for it. The goroutine is a
-		// bounded one-shot (at most prefaultRegions × prefaultBytes of
-		// madvise, then it returns); nothing waits for it, and a parse may
-		// already run in a region it is populating.
-		k := min(runtime.GOMAXPROCS(0), prefaultRegions)
-		go C.berth_prefault(C.int(k), C.size_t(prefaultBytes))
-	})
+	setupOnce.Do(func() { C.berth_init() })
 }
 
-// The regions made resident by setup, and how much of each: as much as a
-// region keeps resident between parses (BERTH_REGION_KEEP), which holds the
-// parse of all but the largest files (a 750 KB Python file takes 10 MiB; a
-// search hands out the largest files first).
+// A region is made resident when its slot is first handed out (getParser),
+// on another thread, while its parser goes on to parse: the kernel zeroes
+// each huge page on first touch, which, in a VM, costs milliseconds per
+// page — measured as 3 % of a one-shot search's CPU when the parses paid
+// for it. Only regions a parser takes are: a search's first parse is its
+// pattern's (Compile), whose region its first worker takes next, so a
+// search with two workers makes two resident, not one per P. Each prefault
+// is a bounded one-shot (prefaultBytes of madvise, then it returns);
+// nothing waits for it, and a parse may already run in the region. As much
+// is made resident as a region keeps between parses (BERTH_REGION_KEEP),
+// which holds the parse of all but the largest files (a 750 KB Python file
+// takes 10 MiB); the first prefaultRegions slots only.
 const (
 	prefaultRegions = 4
 	prefaultBytes   = C.BERTH_REGION_KEEP
@@ -176,6 +169,9 @@ func getParser() *cparser {
 	case pool.next < C.BERTH_REGIONS:
 		cp.slot = pool.next
 		pool.next++
+		if cp.slot < prefaultRegions {
+			go C.berth_prefault(C.int(cp.slot), C.size_t(prefaultBytes))
+		}
 	}
 	cp.region = C.berth_region_at(C.int(cp.slot))
 	if cp.region == nil {

@@ -51,7 +51,7 @@ typedef struct {
 } berth_range;
 
 void berth_init(void);
-void berth_prefault(int k, size_t n);
+void berth_prefault(int i, size_t n);
 berth_region *berth_region_at(int i);
 void berth_region_limit(berth_region *r, size_t n);
 int64_t berth_now_ns(void);
