@@ -27,6 +27,7 @@ type fakeProvider struct {
 	containers map[string]string // conversation id → ref
 	locateErr  error             // returned by Locate when set
 	openErr    error             // returned by Open when set
+	onOpen     func()            // called by Open first, when set
 
 	mu     sync.Mutex
 	opened []*fakeSandbox
@@ -35,6 +36,9 @@ type fakeProvider struct {
 func (p *fakeProvider) Scheme() string { return p.scheme }
 
 func (p *fakeProvider) Open(ctx context.Context, ref string) (sandbox.Sandbox, error) {
+	if p.onOpen != nil {
+		p.onOpen()
+	}
 	if p.openErr != nil {
 		return nil, p.openErr
 	}

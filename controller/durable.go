@@ -358,6 +358,9 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 	}
 	sb, err := p.Open(ctx, rest)
 	if err != nil {
+		if cut := cutShort(ctx, rec.ID, "opening its sandbox", err); cut != nil {
+			return nil, cut
+		}
 		if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrGone) {
 			return nil, fmt.Errorf("controller: run %s: its sandbox %s is gone (%w) while berth was down: %w; open a new run", rec.ID, rec.Sandbox, err, sandbox.ErrGone)
 		}
@@ -373,6 +376,9 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 		res, err = rs.Resident(ctx, sandbox.ResidentSpec{Dir: rec.Resident.Dir, Secret: rec.Resident.Secret, Grace: c.cfg.ResidentGrace, Adopt: true})
 		if err != nil {
 			sb.Close()
+			if cut := cutShort(ctx, rec.ID, "reattaching to its resident supervisor", err); cut != nil {
+				return nil, cut
+			}
 			if errors.Is(err, sandbox.ErrNotFound) {
 				return nil, fmt.Errorf("controller: run %s: its resident supervisor no longer runs in %s (%v): the container restarted, or berth was away longer than the resident's grace, and the run's kernels and debug session ended with it: %w; open a new run",
 					rec.ID, rec.Sandbox, err, sandbox.ErrGone)
@@ -398,6 +404,17 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 	}
 	r.log.Info("run adopted", "opened", rec.Opened, "problems", len(problems))
 	return problems, nil
+}
+
+// cutShort is the error of an adoption whose context ended while it was
+// doing what, whatever err says (an engine may report a lookup it could
+// not finish as "not found"): such a run is not known to be gone, so it
+// must stay in the store. nil while ctx lives.
+func cutShort(ctx context.Context, id, doing string, err error) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("controller: run %s: its adoption was cut short %s (%v): %w", id, doing, err, context.Cause(ctx))
 }
 
 // Detach lets go of every run without ending it, for a berth that shuts

@@ -289,19 +289,34 @@ func TestFailedAdoptionKeepsTheRun(t *testing.T) {
 	c1.Detach()
 	st1.Close()
 
+	cancelled := func() context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx
+	}
+	// cutAtOpen ends the adoption's context as the sandbox is reopened
+	// (berth's shutdown arriving mid-adoption), after the store was read.
+	cutAtOpen := func() context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		prov.onOpen = cancel
+		return ctx
+	}
 	for _, tc := range []struct {
-		name string
-		ctx  func() context.Context
-		fail bool
+		name    string
+		ctx     func() context.Context
+		fail    bool
+		openErr error // what the engine answers the reopen
 	}{
-		{"a binder fails", context.Background, true},
-		{"cut short", func() context.Context {
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel()
-			return ctx
-		}, false},
+		{"a binder fails", context.Background, true, nil},
+		{"cut short", cancelled, false, nil},
+		// An engine may answer a lookup that its cancellation cut short
+		// as "not found": that is no proof the sandbox is gone, and the
+		// record (and the resident it names) must stay.
+		{"cut short, engine says not found", cutAtOpen, false, fmt.Errorf("fake: lookup: %w", sandbox.ErrNotFound)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			prov.openErr = tc.openErr
+			defer func() { prov.openErr, prov.onOpen = nil, nil }()
 			st, _, err := runstore.Open(dir, runstore.Options{})
 			if err != nil {
 				t.Fatal(err)

@@ -242,7 +242,9 @@ func (c *Controller) adoptLeased(ctx context.Context, rec runstore.Record) (prob
 	problems, err = c.adopt(ctx, rec)
 	switch {
 	case err == nil:
-	case errors.Is(err, sandbox.ErrGone):
+	case errors.Is(err, sandbox.ErrGone) && ctx.Err() == nil:
+		// Gone for certain, not an answer cut short (berth shutting
+		// down, the adoption's time running out).
 		c.rememberGone(rec.ID, rec.Tenant, err)
 		c.cfg.Store.Delete(context.WithoutCancel(ctx), rec.ID)
 	default:
