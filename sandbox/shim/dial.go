@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/sandbox/shim/agent"
 )
 
 // CheckDialAddress reports whether network and address name something
@@ -45,6 +46,12 @@ func CheckDialAddress(network, address string) error {
 // dialOK is the byte the agent writes once its connection is up.
 const dialOK = 0
 
+// errNoListener marks a dial the agent made and found nothing listening
+// at (no socket file, or the connection refused); any other failed dial
+// (the engine's exec failed, ctx ended, the agent could not run) says
+// nothing of what listens.
+var errNoListener = errors.New("nothing listens there")
+
 // Dial opens a byte stream to a loopback tcp address or a unix socket
 // inside the sandbox, relayed by the agent. ctx bounds only the dial.
 func (s *Sandbox) Dial(ctx context.Context, network, address string) (sandbox.Conn, error) {
@@ -64,14 +71,17 @@ func (s *Sandbox) Dial(ctx context.Context, network, address string) (sandbox.Co
 	if rerr != nil || b[0] != dialOK || !stopped {
 		st.Close()
 		<-c.errEOF
-		_, werr := st.Wait()
+		code, werr := st.Wait()
+		msg := strings.TrimSpace(c.stderr.String())
 		switch {
 		case !stopped || ctx.Err() != nil:
 			err = ctx.Err()
 		case werr != nil && errors.Is(werr, sandbox.ErrGone):
 			err = werr
-		case strings.TrimSpace(c.stderr.String()) != "":
-			err = errors.New(strings.TrimSpace(c.stderr.String()))
+		case werr == nil && code == agent.ExitNoListener:
+			err = fmt.Errorf("%s: %w", msg, errNoListener)
+		case msg != "":
+			err = errors.New(msg)
 		case rerr != nil:
 			err = rerr
 		default:

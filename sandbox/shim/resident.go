@@ -224,10 +224,17 @@ func (r *resident) call(ctx context.Context, req agent.ResidentRequest) (sandbox
 		if errors.Is(err, errClosed) {
 			return nil, nil, resp, err
 		}
-		if errors.Is(err, sandbox.ErrGone) {
+		switch {
+		case errors.Is(err, sandbox.ErrGone):
 			return nil, nil, resp, fmt.Errorf("shim: no resident answers at %s: %w: %w", r.dir, sandbox.ErrNotFound, err)
+		case errors.Is(err, errNoListener):
+			return nil, nil, resp, fmt.Errorf("shim: no resident answers at %s in %s: it is gone (the container restarted, or it outlived its grace with no berth attached) (%v): %w", r.dir, r.s.opts.Name, err, sandbox.ErrNotFound)
+		default:
+			// Cut short, or the way to it failed (the engine's exec, the
+			// agent): the resident may well live on, so this is not
+			// ErrNotFound, which would have its run forgotten.
+			return nil, nil, resp, fmt.Errorf("shim: could not reach the resident at %s in %s, which may still run: %w; try again", r.dir, r.s.opts.Name, err)
 		}
-		return nil, nil, resp, fmt.Errorf("shim: no resident answers at %s in %s: it is gone (the container restarted, or it outlived its grace with no berth attached) (%v): %w", r.dir, r.s.opts.Name, err, sandbox.ErrNotFound)
 	}
 	body, err := json.Marshal(req)
 	if err != nil {

@@ -1,16 +1,24 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
 // dialTimeout bounds connecting; berth's ctx bounds the whole exec.
 const dialTimeout = 30 * time.Second
+
+// ExitNoListener is dial's exit code when nothing listens at the address:
+// no socket file (ENOENT), or a socket or port nobody accepts on
+// (ECONNREFUSED). Every other failure exits 1 or 2, so that berth can
+// tell a process that is gone from a dial that failed on the way.
+const ExitNoListener = 3
 
 // dial connects to network/address, writes one zero byte to stdout, then
 // relays bytes both ways. Stdin EOF half-closes the connection; the
@@ -39,6 +47,9 @@ func dial(network, address string) int {
 	c, err := net.DialTimeout(network, address, dialTimeout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return ExitNoListener
+		}
 		return 1
 	}
 	defer c.Close()
