@@ -57,9 +57,11 @@ const partialMaxShare = 75
 // [start, end), starting at column 0 of row.
 type chunk struct {
 	start, end, row uint32
-	// body marks a class header whose body statements follow as sub
-	// chunks (Python); plan parses the header with the ones it chooses.
-	body, sub bool
+	// body marks a header whose body statements follow as sub chunks (a
+	// Python class, a Go function); plan parses the header with the ones it
+	// chooses. tail marks the last sub chunk of a Go function, its closing
+	// brace: parsed whenever the header is.
+	body, sub, tail bool
 }
 
 // splitter splits a source into chunks, or reports false when it cannot
@@ -76,7 +78,7 @@ var splitters = map[string]struct {
 	root       string
 	containers []string
 }{
-	"go":     {splitGo, "source_file", nil},
+	"go":     {splitGo, "source_file", []string{"function_declaration", "method_declaration", "block", "statement_list"}},
 	"python": {splitPython, "module", []string{"class_definition", "decorated_definition", "block"}},
 }
 
@@ -198,14 +200,24 @@ func (p *Parser) plan(pat *Pattern, src []byte) ([]parseRange, ParseMode) {
 			j++
 		}
 		whole := chunk{start: c.start, end: chunks[j-1].end, row: c.row}
+		// A Go function's header and closing brace parse with any of its
+		// statements (with none as well), so a header holding the tokens
+		// (a signature's "(") is parsed with just the statements that hold
+		// them too; a Python class body cannot be left empty.
+		braced := chunks[j-1].tail
 		switch {
 		case !containsAllStr(src[whole.start:whole.end], toks):
-		case pat.container || containsAllStr(src[c.start:c.end], toks):
+		case pat.container || (!braced && containsAllStr(src[c.start:c.end], toks)):
 			add(whole)
 		default:
-			header := false
+			header := braced && containsAllStr(src[c.start:c.end], toks)
+			if header {
+				add(c)
+			}
 			for _, b := range chunks[k+1 : j] {
-				if containsAllStr(src[b.start:b.end], toks) {
+				if b.tail && header {
+					add(b)
+				} else if containsAllStr(src[b.start:b.end], toks) {
 					if !header {
 						add(c)
 						header = true
@@ -305,17 +317,64 @@ func hasWord(src []byte, i int, word string) bool {
 // does; other code only splits less). Raw strings, interpreted strings,
 // runes and comments are skipped; an unbalanced bracket or an unterminated
 // string or comment makes the file unsplittable.
+//
+// A top-level function is split further at the statements of its body:
+// its chunk becomes its header (body set: from func to the line after the
+// body's opening brace), one chunk per line that starts a statement
+// directly inside the body (sub set: outside any other bracket, after a
+// line that ended a statement), and its closing brace's line (tail set).
+// A function whose body brace does not end its signature's line, whose
+// closing brace does not start a line, or that has anything but comments
+// after that brace stays whole.
 func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 	out = append(out, chunk{})
 	depth := 0
 	row := uint32(0)
 	last := byte(';') // the last byte of the last token: whether a statement ended
 	n := len(src)
+	// The function being split: its header chunk's index (-1: none) and
+	// how far its scan got.
+	fn, state := -1, fnSig
+	endFn := func() {
+		if fn >= 0 && state != fnClosed && len(out) > fn+1 {
+			end := out[len(out)-1].end
+			out = out[:fn+1]
+			out[fn].end, out[fn].body = end, false
+		}
+		fn = -1
+	}
+	token := func() {
+		if fn >= 0 && state == fnClosed {
+			state = fnSig // more after the closing brace: keep it whole
+			endFn()
+		}
+	}
 	for i := 0; i < n; {
-		if (i == 0 || src[i-1] == '\n') && depth == 0 && i > 0 && goEnds(last) &&
-			(hasWord(src, i, "func") || hasWord(src, i, "type") || hasWord(src, i, "var") || hasWord(src, i, "const") || hasWord(src, i, "import")) {
-			out[len(out)-1].end = uint32(i)
-			out = append(out, chunk{start: uint32(i), row: row})
+		if i == 0 || src[i-1] == '\n' {
+			if depth == 0 && i > 0 && goEnds(last) &&
+				(hasWord(src, i, "func") || hasWord(src, i, "type") || hasWord(src, i, "var") || hasWord(src, i, "const") || hasWord(src, i, "import")) {
+				out[len(out)-1].end = uint32(i)
+				endFn()
+				out = append(out, chunk{start: uint32(i), row: row})
+				if hasWord(src, i, "func") {
+					fn, state = len(out)-1, fnSig
+				}
+			} else if fn >= 0 && depth == 1 && (state == fnOpen || (state == fnBody && goEnds(last))) {
+				ws := i
+				for ws < n && (src[ws] == ' ' || src[ws] == '\t') {
+					ws++
+				}
+				if ws < n && src[ws] != '\n' && src[ws] != '\r' {
+					out[len(out)-1].end = uint32(i)
+					out[fn].body = true
+					closing := src[ws] == '}'
+					out = append(out, chunk{start: uint32(i), row: row, sub: true, tail: closing})
+					state = fnBody
+					if closing {
+						state = fnClosing
+					}
+				}
+			}
 		}
 		c := src[i]
 		switch {
@@ -340,6 +399,7 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 			row += uint32(bytes.Count(body, []byte{'\n'}))
 			i += len(body)
 		case c == '`':
+			token()
 			j := bytes.IndexByte(src[i+1:], '`')
 			if j < 0 {
 				return out, false
@@ -348,6 +408,7 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 			i += j + 2
 			last = '`'
 		case c == '"' || c == '\'':
+			token()
 			j := i + 1
 			for j < n && src[j] != c {
 				if src[j] == '\n' {
@@ -364,13 +425,28 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 			i = j + 1
 			last = c
 		default:
+			token()
 			switch c {
 			case '(', '[', '{':
+				if c == '{' && depth == 0 && fn >= 0 && state == fnSig {
+					if lineEnds(src, i+1) {
+						state = fnOpen
+					} else {
+						endFn()
+					}
+				}
 				depth++
 			case ')', ']', '}':
 				depth--
 				if depth < 0 {
 					return out, false
+				}
+				if depth == 0 && fn >= 0 && state != fnSig {
+					if state == fnClosing {
+						state = fnClosed
+					} else {
+						endFn()
+					}
 				}
 			}
 			last = c
@@ -378,7 +454,28 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 		}
 	}
 	out[len(out)-1].end = uint32(n)
+	endFn()
 	return out, depth == 0
+}
+
+// How far splitGo got in a function: its signature, the line after its
+// body's opening brace, its body, its closing brace's line, after that
+// brace.
+const (
+	fnSig = iota
+	fnOpen
+	fnBody
+	fnClosing
+	fnClosed
+)
+
+// lineEnds reports whether src holds nothing but spaces, tabs and a line
+// comment from i to the end of its line.
+func lineEnds(src []byte, i int) bool {
+	for i < len(src) && (src[i] == ' ' || src[i] == '\t' || src[i] == '\r') {
+		i++
+	}
+	return i == len(src) || src[i] == '\n' || bytes.HasPrefix(src[i:], []byte("//"))
 }
 
 // goEnds reports whether a line whose last token ends in c ends a Go

@@ -28,23 +28,31 @@ const partialSample = 1000
 // tree. It also checks that partial parses, skipped files and fallbacks
 // all happened, so that it compares something.
 func TestPartialParseMatchesWhole(t *testing.T) {
+	goPatterns := []string{
+		"$A == $A", "$X($$$)", "$X.$Y($$$)", "$A != nil", "if err != nil { return $$$ }",
+		"for $K, $V := range $X { $$$ }", "errors.New($MSG)", "package $P", "func $F($$$) error { $$$ }",
+		"$A && $B", "type $T struct { $$$ }", "fmt.Sprintf($$$)", "$X[$I]",
+		"$X[$I] = $V", "$A := $B", "func ($R $T) $M($$$) { $$$ }", "struct{}{}", "{ $$$ }",
+	}
 	corpora := []struct {
 		lang, root, ext string
+		fixture         bool // a few files of chosen shapes: not every mode occurs
 		patterns        []string
 		wholeOnly       []string // patterns that must never parse partially
 	}{
-		{lang: "go", root: goRoot(t), ext: ".go", patterns: []string{
-			"$A == $A", "$X($$$)", "$X.$Y($$$)", "$A != nil", "if err != nil { return $$$ }",
-			"for $K, $V := range $X { $$$ }", "errors.New($MSG)", "package $P", "func $F($$$) error { $$$ }",
-			"$A && $B", "type $T struct { $$$ }", "fmt.Sprintf($$$)", "$X[$I]",
-		}, wholeOnly: []string{"$X", "$_"}},
+		{lang: "go", root: goRoot(t), ext: ".go", patterns: goPatterns, wholeOnly: []string{"$X", "$_"}},
+		{lang: "go", root: "testdata/partial", ext: ".go", fixture: true, patterns: goPatterns},
 		{lang: "python", root: pythonLib(t), ext: ".py", patterns: []string{
 			"$A == $A", "$X($$$)", "$X.$Y($$$)", "self.$A = $B", "raise $E($$$)", "return $X",
 			"def $F(self): $$$", "import $M", "class $C($B): $$$", "$A if $B else $C", "@property\ndef $F(self): $$$", "$X[$I]", "lambda $$$: $B",
 		}, wholeOnly: []string{"$X"}},
 	}
 	for _, c := range corpora {
-		t.Run(c.lang, func(t *testing.T) {
+		name := c.lang
+		if c.fixture {
+			name += "-shapes"
+		}
+		t.Run(name, func(t *testing.T) {
 			if c.root == "" {
 				t.Skipf("no %s corpus on this machine", c.lang)
 			}
@@ -126,7 +134,7 @@ func TestPartialParseMatchesWhole(t *testing.T) {
 			wg.Wait()
 			t.Logf("%d files, %d patterns, %d matches; modes: whole %d, partial %d, none %d, fallback %d",
 				len(files), len(pats), total, modes[ParsedWhole], modes[ParsedPartial], modes[ParsedNone], modes[ParsedFallback])
-			if modes[ParsedPartial] == 0 || modes[ParsedNone] == 0 || modes[ParsedWhole] == 0 {
+			if !c.fixture && (modes[ParsedPartial] == 0 || modes[ParsedNone] == 0 || modes[ParsedWhole] == 0) {
 				t.Errorf("every mode should occur on this corpus (whole, partial, none): %v", modes)
 			}
 			if total == 0 {
@@ -227,6 +235,15 @@ func TestSplit(t *testing.T) {
 		{"go", "package p\nvar s = `open\n", nil},
 		{"go", "package p\nvar s = \"open\n\"\n", nil},
 		{"go", "package p\nvar r = '\\''\nfunc b() {}\n", []uint32{0, 10, 23}},
+		// function bodies split at their statements, the closing brace last
+		{"go", "package p\nfunc f() {\n\ta()\n\tb(1,\n\t\t2)\n}\n", []uint32{0, 10, 21, 26, 37}},
+		{"go", "package p\nfunc f() {\nL:\n\tfor {\n\t\tbreak L\n\t}\n\tif x {\n\t} else {\n\t}\n}\n", []uint32{0, 10, 21, 44, 65}},
+		{"go", "package p\nfunc f() {\n\ta()\n} // done\n\n// g does\nfunc g() {}\n", []uint32{0, 10, 21, 26, 47}},
+		{"go", "package p\nfunc (r *T) m(\n\ta int,\n) error {\n\treturn nil\n}\n", []uint32{0, 10, 43, 55}},
+		// and kept whole where the body's braces are not alone at a line's end and start
+		{"go", "package p\nfunc f() interface {\n\tM()\n} {\n\treturn nil\n}\n", []uint32{0, 10}},
+		{"go", "package p\nfunc f() {\n\ta() }\n", []uint32{0, 10}},
+		{"go", "package p\nfunc f() { a()\n}\n", []uint32{0, 10}},
 		{"python", "import os\n\ndef f():\n    pass\n", []uint32{0, 11}},
 		{"python", "@dec\n@dec2(1)\ndef f():\n    pass\nclass C:\n    pass\n", []uint32{0, 32, 41}},
 		{"python", "class C:\n    x = 1\n\n    def f(self):\n        pass\n    @d\n    def g(self):\n        pass\ny = 2\n", []uint32{0, 9, 20, 50, 87}},
