@@ -41,7 +41,7 @@ func TestPartialParseMatchesWhole(t *testing.T) {
 		wholeOnly       []string // patterns that must never parse partially
 	}{
 		{lang: "go", root: goRoot(t), ext: ".go", patterns: goPatterns, wholeOnly: []string{"$X", "$_"}},
-		{lang: "go", root: "testdata/partial", ext: ".go", fixture: true, patterns: goPatterns},
+		{lang: "go", root: "testdata/partial", ext: ".go.txt", fixture: true, patterns: goPatterns},
 		{lang: "python", root: pythonLib(t), ext: ".py", patterns: []string{
 			"$A == $A", "$X($$$)", "$X.$Y($$$)", "self.$A = $B", "raise $E($$$)", "return $X",
 			"def $F(self): $$$", "import $M", "class $C($B): $$$", "$A if $B else $C", "@property\ndef $F(self): $$$", "$X[$I]", "lambda $$$: $B",
