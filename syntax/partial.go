@@ -57,12 +57,19 @@ const partialMaxShare = 75
 // [start, end), starting at column 0 of row.
 type chunk struct {
 	start, end, row uint32
-	// body marks a header whose body statements follow as sub chunks (a
-	// Python class, a Go function); plan parses the header with the ones it
-	// chooses. tail marks the last sub chunk of a Go function, its closing
-	// brace: parsed whenever the header is.
-	body, sub, tail bool
+	// level is 0 for a top-level declaration, one more for each split
+	// header above (a Python class's method's statements are at 2). body
+	// marks a header whose body statements follow one level deeper (a
+	// Python class or function, a Go function); plan parses the header with
+	// the ones it chooses. tail marks a Go function's last chunk, its
+	// closing brace: parsed whenever the header is.
+	level      uint8
+	body, tail bool
 }
+
+// maxChunkLevel is the deepest level a splitter splits to: the statements
+// of a method of a top-level class.
+const maxChunkLevel = 2
 
 // splitter splits a source into chunks, or reports false when it cannot
 // tell where its top-level declarations begin.
@@ -79,7 +86,7 @@ var splitters = map[string]struct {
 	containers []string
 }{
 	"go":     {splitGo, "source_file", []string{"function_declaration", "method_declaration", "block", "statement_list"}},
-	"python": {splitPython, "module", []string{"class_definition", "decorated_definition", "block"}},
+	"python": {splitPython, "module", []string{"class_definition", "function_definition", "decorated_definition", "block"}},
 }
 
 // PartialTokens returns the texts that every match of p contains and that
@@ -186,47 +193,71 @@ func (p *Parser) plan(pat *Pattern, src []byte) ([]parseRange, ParseMode) {
 		}
 		ranges = append(ranges, parseRange{startRow: c.row, startByte: c.start, endByte: c.end})
 	}
-	for k := 0; k < len(chunks); k++ {
-		c := chunks[k]
-		if !c.body {
-			if containsAllStr(src[c.start:c.end], toks) {
-				add(c)
-			}
-			continue
-		}
-		// A split class: its header, then its body statements.
+	holds := func(start, end uint32) bool { return containsAllStr(src[start:end], toks) }
+	// below is the index after chunk k and the chunks below it.
+	below := func(k int) int {
 		j := k + 1
-		for j < len(chunks) && chunks[j].sub {
+		for j < len(chunks) && chunks[j].level > chunks[k].level {
 			j++
 		}
-		whole := chunk{start: c.start, end: chunks[j-1].end, row: c.row}
-		// A Go function's header and closing brace parse with any of its
-		// statements (with none as well), so a header holding the tokens
-		// (a signature's "(") is parsed with just the statements that hold
-		// them too; a Python class body cannot be left empty.
-		braced := chunks[j-1].tail
+		return j
+	}
+	// pick adds what to parse of chunk k and the chunks below it (up to j).
+	var pick func(k, j int)
+	pick = func(k, j int) {
+		c := chunks[k]
+		end := chunks[j-1].end
 		switch {
-		case !containsAllStr(src[whole.start:whole.end], toks):
-		case pat.container || (!braced && containsAllStr(src[c.start:c.end], toks)):
-			add(whole)
-		default:
-			header := braced && containsAllStr(src[c.start:c.end], toks)
-			if header {
-				add(c)
-			}
-			for _, b := range chunks[k+1 : j] {
-				if b.tail && header {
-					add(b)
-				} else if containsAllStr(src[b.start:b.end], toks) {
-					if !header {
-						add(c)
-						header = true
-					}
+		case !holds(c.start, end):
+			return
+		case !c.body || pat.container:
+			add(chunk{start: c.start, end: end, row: c.row})
+			return
+		}
+		// A split class or function: its header, those of its body's
+		// statements that hold the tokens (split again below), and a Go
+		// function's closing brace. A header that holds the tokens itself
+		// (a signature's "(") is parsed, and with it a Python body's
+		// shortest statement when none holds them: a Python body cannot be
+		// empty, a Go one can.
+		header := holds(c.start, c.end)
+		if header {
+			add(c)
+		}
+		picked, shortest, shortestEnd := false, -1, 0
+		for i := k + 1; i < j; {
+			b, next := chunks[i], below(i)
+			bEnd := chunks[next-1].end
+			switch {
+			case b.tail:
+				if !header && holds(b.start, b.end) {
+					add(c)
+					header = true
+				}
+				if header {
 					add(b)
 				}
+			case holds(b.start, bEnd):
+				if !header {
+					add(c)
+					header = true
+				}
+				pick(i, next)
+				picked = true
+			case shortest < 0 || bEnd-b.start < uint32(shortestEnd)-chunks[shortest].start:
+				shortest, shortestEnd = i, int(bEnd)
 			}
+			i = next
 		}
-		k = j - 1
+		if header && !picked && !chunks[j-1].tail && shortest >= 0 {
+			s := chunks[shortest]
+			add(chunk{start: s.start, end: uint32(shortestEnd), row: s.row})
+		}
+	}
+	for k := 0; k < len(chunks); {
+		j := below(k)
+		pick(k, j)
+		k = j
 	}
 	p.ranges = ranges[:0]
 	switch {
@@ -368,7 +399,7 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 					out[len(out)-1].end = uint32(i)
 					out[fn].body = true
 					closing := src[ws] == '}'
-					out = append(out, chunk{start: uint32(i), row: row, sub: true, tail: closing})
+					out = append(out, chunk{start: uint32(i), row: row, level: 1, tail: closing})
 					state = fnBody
 					if closing {
 						state = fnClosing
@@ -492,30 +523,41 @@ func goEnds(c byte) bool {
 // (single, triple, with any prefix) and comments are skipped; an unbalanced
 // bracket or an unterminated string makes the file unsplittable.
 //
-// A top-level class is split further, the same way, at the statements of
-// its body (the lines at the indentation of its first body line): the
-// class's chunk becomes its header (body set: from its first line to its
-// first body statement) followed by one chunk per body statement (sub
-// set). A class body with a line indented less than its first one, or
-// differently, stays whole.
+// A class or function is split further, the same way, at the statements
+// of its body (the lines at the indentation of its first body line), down
+// to maxChunkLevel (a top-level class's methods' statements): its chunk
+// becomes its header (body set: from its first line to its first body
+// statement) followed by one chunk per body statement, a level deeper. A
+// body with a line indented less than its first one and more than its
+// header, or differently, stays whole, and so does one on its header's
+// line.
 func splitPython(src []byte, out []chunk) ([]chunk, bool) {
 	out = append(out, chunk{})
 	depth := 0
 	row := uint32(0)
 	cont := false      // the line before ended in a backslash continuation
 	decorated := false // the last top-level line was a decorator
-	// The class being split: its header chunk's index (-1: none), the
-	// indentation of its body, whether its body may be split, and whether
-	// its last body statement was a decorator.
-	class, classOK, subDecorated := -1, false, false
-	var indent []byte
-	endClass := func() {
-		if class >= 0 && !classOK && len(out) > class+1 {
-			out[class].end = out[len(out)-1].end
-			out[class].body = false
-			out = out[:class+1]
+	// The classes and functions being split, innermost last: its header's
+	// chunk, the indentation of its header's line and of its body (nil
+	// until the first body line), whether its body's last statement was a
+	// decorator.
+	type frame struct {
+		hdr       int
+		own, body []byte
+		decorated bool
+	}
+	var frames []frame
+	// merge gives up splitting frames[f] (and those inside it): the chunks
+	// below its header become part of it again.
+	merge := func(f int) {
+		h := frames[f].hdr
+		if len(out) > h+1 {
+			end := out[len(out)-1].end
+			out = out[:h+1]
+			out[h].end = end
 		}
-		class = -1
+		out[h].body = false
+		frames = frames[:f]
 	}
 	n := len(src)
 	for i := 0; i < n; {
@@ -525,33 +567,47 @@ func splitPython(src []byte, out []chunk) ([]chunk, bool) {
 				ws++
 			}
 			if ws < n && src[ws] != '\n' && src[ws] != '\r' && src[ws] != '#' && src[ws] != '\f' {
-				c := src[ws]
+				c, ind := src[ws], src[i:ws]
 				follows := hasWord(src, ws, "else") || hasWord(src, ws, "elif") || hasWord(src, ws, "except") || hasWord(src, ws, "finally")
+				opens := !follows && (hasWord(src, ws, "class") || hasWord(src, ws, "def") || isAsyncDef(src, ws))
+				// Leave the bodies this line is not in.
+				for len(frames) > 0 {
+					f := &frames[len(frames)-1]
+					if f.body == nil && len(ind) > len(f.own) && bytes.HasPrefix(ind, f.own) {
+						f.body = ind // its first body line
+						break
+					}
+					if f.body != nil && bytes.HasPrefix(ind, f.body) {
+						break // in its body
+					}
+					if f.body != nil && len(ind) <= len(f.own) && bytes.HasPrefix(f.own, ind) {
+						frames = frames[:len(frames)-1] // its body ended
+						continue
+					}
+					merge(len(frames) - 1) // a body on the header's line, or odd indentation
+				}
 				switch {
 				case ws == i:
-					isClass := hasWord(src, i, "class")
 					if i > 0 && !follows && !decorated {
 						out[len(out)-1].end = uint32(i)
-						endClass()
 						out = append(out, chunk{start: uint32(i), row: row})
 					}
-					if isClass && !follows {
-						class, classOK, subDecorated, indent = len(out)-1, true, false, nil
-					} else if !decorated {
-						endClass()
+					if opens {
+						frames = append(frames[:0], frame{hdr: len(out) - 1, own: ind})
 					}
 					decorated = c == '@'
-				case class < 0 || !classOK:
-				case indent == nil || bytes.Equal(src[i:ws], indent):
-					indent = src[i:ws]
-					if !follows && !subDecorated {
+				case len(frames) > 0 && bytes.Equal(ind, frames[len(frames)-1].body):
+					f := &frames[len(frames)-1]
+					level := out[f.hdr].level + 1
+					if !follows && !f.decorated {
 						out[len(out)-1].end = uint32(i)
-						out[class].body = true
-						out = append(out, chunk{start: uint32(i), row: row, sub: true})
+						out[f.hdr].body = true
+						out = append(out, chunk{start: uint32(i), row: row, level: level})
 					}
-					subDecorated = c == '@'
-				case ws-i <= len(indent) || !bytes.HasPrefix(src[i:ws], indent):
-					classOK = false
+					f.decorated = c == '@'
+					if opens && level < maxChunkLevel {
+						frames = append(frames, frame{hdr: len(out) - 1, own: ind})
+					}
 				}
 			}
 		}
@@ -625,6 +681,22 @@ func splitPython(src []byte, out []chunk) ([]chunk, bool) {
 		}
 	}
 	out[len(out)-1].end = uint32(n)
-	endClass()
+	for f := len(frames) - 1; f >= 0; f-- {
+		if frames[f].body == nil {
+			merge(f)
+		}
+	}
 	return out, depth == 0
+}
+
+// isAsyncDef reports whether src[i:] starts with "async def".
+func isAsyncDef(src []byte, i int) bool {
+	if !hasWord(src, i, "async") {
+		return false
+	}
+	i += len("async")
+	for i < len(src) && (src[i] == ' ' || src[i] == '\t') {
+		i++
+	}
+	return hasWord(src, i, "def")
 }

@@ -34,6 +34,11 @@ func TestPartialParseMatchesWhole(t *testing.T) {
 		"$A && $B", "type $T struct { $$$ }", "fmt.Sprintf($$$)", "$X[$I]",
 		"$X[$I] = $V", "$A := $B", "func ($R $T) $M($$$) { $$$ }", "struct{}{}", "{ $$$ }",
 	}
+	pyPatterns := []string{
+		"$A == $A", "$X($$$)", "$X.$Y($$$)", "self.$A = $B", "raise $E($$$)", "return $X",
+		"def $F(self): $$$", "import $M", "class $C($B): $$$", "$A if $B else $C", "@property\ndef $F(self): $$$", "$X[$I]", "lambda $$$: $B",
+		"def $F($$$): $$$", "await $X", "print($$$)", "return $X.$Y($$$)",
+	}
 	corpora := []struct {
 		lang, root, ext string
 		fixture         bool // a few files of chosen shapes: not every mode occurs
@@ -42,10 +47,8 @@ func TestPartialParseMatchesWhole(t *testing.T) {
 	}{
 		{lang: "go", root: goRoot(t), ext: ".go", patterns: goPatterns, wholeOnly: []string{"$X", "$_"}},
 		{lang: "go", root: "testdata/partial", ext: ".go.txt", fixture: true, patterns: goPatterns},
-		{lang: "python", root: pythonLib(t), ext: ".py", patterns: []string{
-			"$A == $A", "$X($$$)", "$X.$Y($$$)", "self.$A = $B", "raise $E($$$)", "return $X",
-			"def $F(self): $$$", "import $M", "class $C($B): $$$", "$A if $B else $C", "@property\ndef $F(self): $$$", "$X[$I]", "lambda $$$: $B",
-		}, wholeOnly: []string{"$X"}},
+		{lang: "python", root: pythonLib(t), ext: ".py", patterns: pyPatterns, wholeOnly: []string{"$X"}},
+		{lang: "python", root: "testdata/partial", ext: ".py", fixture: true, patterns: pyPatterns},
 	}
 	for _, c := range corpora {
 		name := c.lang
@@ -244,9 +247,14 @@ func TestSplit(t *testing.T) {
 		{"go", "package p\nfunc f() interface {\n\tM()\n} {\n\treturn nil\n}\n", []uint32{0, 10}},
 		{"go", "package p\nfunc f() {\n\ta() }\n", []uint32{0, 10}},
 		{"go", "package p\nfunc f() { a()\n}\n", []uint32{0, 10}},
-		{"python", "import os\n\ndef f():\n    pass\n", []uint32{0, 11}},
-		{"python", "@dec\n@dec2(1)\ndef f():\n    pass\nclass C:\n    pass\n", []uint32{0, 32, 41}},
-		{"python", "class C:\n    x = 1\n\n    def f(self):\n        pass\n    @d\n    def g(self):\n        pass\ny = 2\n", []uint32{0, 9, 20, 50, 87}},
+		{"python", "import os\n\ndef f():\n    pass\n", []uint32{0, 11, 20}},
+		{"python", "@dec\n@dec2(1)\ndef f():\n    pass\nclass C:\n    pass\n", []uint32{0, 23, 32, 41}},
+		{"python", "class C:\n    x = 1\n\n    def f(self):\n        pass\n    @d\n    def g(self):\n        pass\ny = 2\n", []uint32{0, 9, 20, 37, 50, 74, 87}},
+		// functions split too, methods of a class, down to maxChunkLevel
+		{"python", "async def f():\n    await x\n", []uint32{0, 15}},
+		{"python", "def f():\n    def g():\n        return 1\n    return g\n", []uint32{0, 9, 22, 39}},
+		{"python", "class C:\n    def f(self):\n        def g():\n            return 1\n        return g\n", []uint32{0, 9, 26, 64}},
+		{"python", "class C:\n    def f(self):\n        a\n      b\n", []uint32{0, 9}},
 		{"python", "@d\nclass C(\n  B):\n    '''doc'''\n    if x:\n        a\n    else:\n        b\n", []uint32{0, 18, 32}},
 		{"python", "class C:\n    x = 1\n  y = 2\nz = 3\n", []uint32{0, 27}},
 		{"python", "class C: pass\nz = 3\n", []uint32{0, 14}},
