@@ -53,23 +53,26 @@ func (m ParseMode) String() string {
 // then, and a whole parse needs no error check.
 const partialMaxShare = 75
 
-// chunk is a run of whole top-level declarations of a source: bytes
-// [start, end), starting at column 0 of row.
+// chunk is a run of whole declarations, or statements of a split one, of a
+// source: bytes [start, end), starting at the beginning of line row.
 type chunk struct {
 	start, end, row uint32
 	// level is 0 for a top-level declaration, one more for each split
 	// header above (a Python class's method's statements are at 2). body
 	// marks a header whose body statements follow one level deeper (a
-	// Python class or function, a Go function); plan parses the header with
-	// the ones it chooses. tail marks a Go function's last chunk, its
-	// closing brace: parsed whenever the header is.
-	level      uint8
-	body, tail bool
+	// Python class or function, a Go function, if or for statement); plan
+	// parses the header with the ones it chooses. tail marks a Go closing
+	// line (a closing brace, an "} else {" between branches): parsed
+	// whenever its header is.
+	level uint8
+	// inner marks the header of a split statement (not a class or
+	// function).
+	body, tail, inner bool
 }
 
-// maxChunkLevel is the deepest level a splitter splits to: the statements
-// of a method of a top-level class.
-const maxChunkLevel = 2
+// pyMaxLevel is the deepest level splitPython splits to: the statements of
+// a method of a top-level class.
+const pyMaxLevel = 2
 
 // splitter splits a source into chunks, or reports false when it cannot
 // tell where its top-level declarations begin.
@@ -77,16 +80,20 @@ type splitter func(src []byte, buf []chunk) ([]chunk, bool)
 
 // splitters are the languages with a declaration scanner, by id, and the
 // kind of their tree's root (a pattern of that kind spans declarations).
-// containers are the kinds of a node that spans a class header and its
-// body statements: a pattern of one of these kinds takes a split class
-// whole.
+// containers are the kinds of a node that spans a class or function header
+// and its body statements: a pattern of one of these kinds takes a split
+// class or function whole; inner are those that span a split statement's
+// header, body statements and closing lines (a Go if or for statement),
+// which a pattern of one of them takes whole.
 var splitters = map[string]struct {
-	split      splitter
-	root       string
-	containers []string
+	split             splitter
+	root              string
+	containers, inner []string
 }{
-	"go":     {splitGo, "source_file", []string{"function_declaration", "method_declaration", "block", "statement_list"}},
-	"python": {splitPython, "module", []string{"class_definition", "function_definition", "decorated_definition", "block"}},
+	"go": {splitGo, "source_file",
+		[]string{"function_declaration", "method_declaration", "block", "statement_list"},
+		[]string{"if_statement", "for_statement", "block", "statement_list"}},
+	"python": {splitPython, "module", []string{"class_definition", "function_definition", "decorated_definition", "block"}, nil},
 }
 
 // PartialTokens returns the texts that every match of p contains and that
@@ -109,6 +116,7 @@ func (p *Pattern) setPartial() {
 		return
 	}
 	p.container = slices.Contains(sp.containers, p.lang.kindName(p.root.kind))
+	p.innerContainer = slices.Contains(sp.inner, p.lang.kindName(p.root.kind))
 	toks := slices.Clone(p.lits)
 	add := func(n *pnode) {
 		if n.named || n.kind == errorKind || !isOperator(n.text) || p.lang.kindName(n.kind) != n.text {
@@ -210,48 +218,44 @@ func (p *Parser) plan(pat *Pattern, src []byte) ([]parseRange, ParseMode) {
 		switch {
 		case !holds(c.start, end):
 			return
-		case !c.body || pat.container:
+		case !c.body || pat.container || (c.inner && pat.innerContainer):
 			add(chunk{start: c.start, end: end, row: c.row})
 			return
 		}
-		// A split class or function: its header, those of its body's
-		// statements that hold the tokens (split again below), and a Go
-		// function's closing brace. A header that holds the tokens itself
-		// (a signature's "(") is parsed, and with it a Python body's
-		// shortest statement when none holds them: a Python body cannot be
-		// empty, a Go one can.
-		header := holds(c.start, c.end)
-		if header {
-			add(c)
+		// A split class, function or statement: its header, those of its
+		// body's statements that hold the tokens (split again below), and
+		// a Go statement's closing lines (tails: its closing brace, an
+		// else between branches). A Python body's shortest statement is
+		// parsed when none holds them (the header did): a Python body
+		// cannot be empty, a Go one can. Where neither the header nor any
+		// statement holds all the tokens, no match can lie in it.
+		wanted := holds(c.start, c.end)
+		for i := k + 1; i < j && !wanted; i = below(i) {
+			wanted = holds(chunks[i].start, chunks[below(i)-1].end)
 		}
-		picked, shortest, shortestEnd := false, -1, 0
+		if !wanted {
+			return
+		}
+		add(c)
+		picked, tails, shortest, shortestEnd := false, false, -1, uint32(0)
 		for i := k + 1; i < j; {
 			b, next := chunks[i], below(i)
 			bEnd := chunks[next-1].end
 			switch {
 			case b.tail:
-				if !header && holds(b.start, b.end) {
-					add(c)
-					header = true
-				}
-				if header {
-					add(b)
-				}
+				add(b)
+				tails = true
 			case holds(b.start, bEnd):
-				if !header {
-					add(c)
-					header = true
-				}
 				pick(i, next)
 				picked = true
-			case shortest < 0 || bEnd-b.start < uint32(shortestEnd)-chunks[shortest].start:
-				shortest, shortestEnd = i, int(bEnd)
+			case shortest < 0 || bEnd-b.start < shortestEnd-chunks[shortest].start:
+				shortest, shortestEnd = i, bEnd
 			}
 			i = next
 		}
-		if header && !picked && !chunks[j-1].tail && shortest >= 0 {
+		if !picked && !tails && shortest >= 0 {
 			s := chunks[shortest]
-			add(chunk{start: s.start, end: uint32(shortestEnd), row: s.row})
+			add(chunk{start: s.start, end: shortestEnd, row: s.row})
 		}
 	}
 	for k := 0; k < len(chunks); {
@@ -352,32 +356,48 @@ func hasWord(src []byte, i int, word string) bool {
 // A top-level function is split further at the statements of its body:
 // its chunk becomes its header (body set: from func to the line after the
 // body's opening brace), one chunk per line that starts a statement
-// directly inside the body (sub set: outside any other bracket, after a
-// line that ended a statement), and its closing brace's line (tail set).
-// A function whose body brace does not end its signature's line, whose
-// closing brace does not start a line, or that has anything but comments
-// after that brace stays whole.
+// directly inside the body (a level deeper: outside any other bracket,
+// after a line that ended a statement), and its closing brace's line
+// (tail set). An if or for statement of a body is split the same way, down
+// to goMaxLevel, an "} else {" or "} else if … {" line being a tail of its
+// own between its branches. A function or statement whose opening brace
+// does not end its first line's code, whose closing brace does not start a
+// line, or that has anything but comments after that brace (an else aside)
+// stays whole.
 func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 	out = append(out, chunk{})
 	depth := 0
 	row := uint32(0)
 	last := byte(';') // the last byte of the last token: whether a statement ended
 	n := len(src)
-	// The function being split: its header chunk's index (-1: none) and
-	// how far its scan got.
-	fn, state := -1, fnSig
-	endFn := func() {
-		if fn >= 0 && state != fnClosed && len(out) > fn+1 {
+	// The function and the statements in it being split, innermost last:
+	// the header's chunk, the bracket depth of the line holding the
+	// header's opening brace, and how far its scan got.
+	type frame struct{ hdr, depth, state int }
+	var frames []frame
+	// merge gives up splitting frames[f] (and those inside it): the chunks
+	// below its header become part of it again.
+	merge := func(f int) {
+		h := frames[f].hdr
+		if len(out) > h+1 {
 			end := out[len(out)-1].end
-			out = out[:fn+1]
-			out[fn].end, out[fn].body = end, false
+			out = out[:h+1]
+			out[h].end = end
 		}
-		fn = -1
+		out[h].body = false
+		frames = frames[:f]
+	}
+	// endFunc ends the top-level function's split, keeping it only when
+	// its closing brace was seen.
+	endFunc := func() {
+		if len(frames) > 0 && (len(frames) > 1 || frames[0].state != fnClosed) {
+			merge(0)
+		}
+		frames = frames[:0]
 	}
 	token := func() {
-		if fn >= 0 && state == fnClosed {
-			state = fnSig // more after the closing brace: keep it whole
-			endFn()
+		if len(frames) == 1 && frames[0].state == fnClosed {
+			merge(0) // more after the function's closing brace: keep it whole
 		}
 	}
 	for i := 0; i < n; {
@@ -385,24 +405,30 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 			if depth == 0 && i > 0 && goEnds(last) &&
 				(hasWord(src, i, "func") || hasWord(src, i, "type") || hasWord(src, i, "var") || hasWord(src, i, "const") || hasWord(src, i, "import")) {
 				out[len(out)-1].end = uint32(i)
-				endFn()
+				endFunc()
 				out = append(out, chunk{start: uint32(i), row: row})
 				if hasWord(src, i, "func") {
-					fn, state = len(out)-1, fnSig
+					frames = append(frames, frame{hdr: len(out) - 1, depth: 0, state: fnSig})
 				}
-			} else if fn >= 0 && depth == 1 && (state == fnOpen || (state == fnBody && goEnds(last))) {
+			} else if k := len(frames) - 1; k >= 0 && depth == frames[k].depth+1 &&
+				(frames[k].state == fnOpen || (frames[k].state == fnBody && goEnds(last))) {
 				ws := i
 				for ws < n && (src[ws] == ' ' || src[ws] == '\t') {
 					ws++
 				}
 				if ws < n && src[ws] != '\n' && src[ws] != '\r' {
-					out[len(out)-1].end = uint32(i)
-					out[fn].body = true
+					f := &frames[k]
+					level := out[f.hdr].level + 1
 					closing := src[ws] == '}'
-					out = append(out, chunk{start: uint32(i), row: row, level: 1, tail: closing})
-					state = fnBody
+					out[len(out)-1].end = uint32(i)
+					out[f.hdr].body = true
+					out = append(out, chunk{start: uint32(i), row: row, level: level, tail: closing})
+					f.state = fnBody
 					if closing {
-						state = fnClosing
+						f.state = fnClosing
+					} else if level < goMaxLevel && (hasWord(src, ws, "if") || hasWord(src, ws, "for")) {
+						out[len(out)-1].inner = true
+						frames = append(frames, frame{hdr: len(out) - 1, depth: depth, state: fnSig})
 					}
 				}
 			}
@@ -459,11 +485,11 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 			token()
 			switch c {
 			case '(', '[', '{':
-				if c == '{' && depth == 0 && fn >= 0 && state == fnSig {
+				if k := len(frames) - 1; c == '{' && k >= 0 && frames[k].state == fnSig && depth == frames[k].depth {
 					if lineEnds(src, i+1) {
-						state = fnOpen
+						frames[k].state = fnOpen
 					} else {
-						endFn()
+						merge(k)
 					}
 				}
 				depth++
@@ -472,12 +498,33 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 				if depth < 0 {
 					return out, false
 				}
-				if depth == 0 && fn >= 0 && state != fnSig {
-					if state == fnClosing {
-						state = fnClosed
-					} else {
-						endFn()
+				for k := len(frames) - 1; k >= 0 && depth <= frames[k].depth; k = len(frames) - 1 {
+					f := &frames[k]
+					if f.state == fnSig || f.state == fnClosed {
+						break
 					}
+					if f.state != fnClosing || depth != f.depth {
+						merge(k) // a brace closed in the middle of a line
+						continue
+					}
+					// The closing line's brace: an else reopens the statement,
+					// the end of the line ends it, anything else keeps it
+					// whole.
+					j := i + 1
+					for j < n && (src[j] == ' ' || src[j] == '\t') {
+						j++
+					}
+					switch {
+					case k > 0 && hasWord(src, j, "else"):
+						f.state = fnSig
+					case lineEnds(src, j) && k == 0:
+						f.state = fnClosed
+					case lineEnds(src, j):
+						frames = frames[:k]
+					default:
+						merge(k)
+					}
+					break
 				}
 			}
 			last = c
@@ -485,13 +532,13 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 		}
 	}
 	out[len(out)-1].end = uint32(n)
-	endFn()
+	endFunc()
 	return out, depth == 0
 }
 
-// How far splitGo got in a function: its signature, the line after its
-// body's opening brace, its body, its closing brace's line, after that
-// brace.
+// How far splitGo got in a function or statement: its first line (or an
+// else), the line after its opening brace, its body, its closing brace's
+// line, after that brace (a function).
 const (
 	fnSig = iota
 	fnOpen
@@ -499,6 +546,10 @@ const (
 	fnClosing
 	fnClosed
 )
+
+// goMaxLevel is the deepest level splitGo splits to: statements of an if
+// or for statement of an if or for statement of a function.
+const goMaxLevel = 3
 
 // lineEnds reports whether src holds nothing but spaces, tabs and a line
 // comment from i to the end of its line.
@@ -525,7 +576,7 @@ func goEnds(c byte) bool {
 //
 // A class or function is split further, the same way, at the statements
 // of its body (the lines at the indentation of its first body line), down
-// to maxChunkLevel (a top-level class's methods' statements): its chunk
+// to pyMaxLevel (a top-level class's methods' statements): its chunk
 // becomes its header (body set: from its first line to its first body
 // statement) followed by one chunk per body statement, a level deeper. A
 // body with a line indented less than its first one and more than its
@@ -605,7 +656,7 @@ func splitPython(src []byte, out []chunk) ([]chunk, bool) {
 						out = append(out, chunk{start: uint32(i), row: row, level: level})
 					}
 					f.decorated = c == '@'
-					if opens && level < maxChunkLevel {
+					if opens && level < pyMaxLevel {
 						frames = append(frames, frame{hdr: len(out) - 1, own: ind})
 					}
 				}

@@ -33,6 +33,7 @@ func TestPartialParseMatchesWhole(t *testing.T) {
 		"for $K, $V := range $X { $$$ }", "errors.New($MSG)", "package $P", "func $F($$$) error { $$$ }",
 		"$A && $B", "type $T struct { $$$ }", "fmt.Sprintf($$$)", "$X[$I]",
 		"$X[$I] = $V", "$A := $B", "func ($R $T) $M($$$) { $$$ }", "struct{}{}", "{ $$$ }",
+		"if $C { $$$ } else { $$$ }", "for $$$ { $$$ }", "if $C { $$$ }",
 	}
 	pyPatterns := []string{
 		"$A == $A", "$X($$$)", "$X.$Y($$$)", "self.$A = $B", "raise $E($$$)", "return $X",
@@ -240,7 +241,14 @@ func TestSplit(t *testing.T) {
 		{"go", "package p\nvar r = '\\''\nfunc b() {}\n", []uint32{0, 10, 23}},
 		// function bodies split at their statements, the closing brace last
 		{"go", "package p\nfunc f() {\n\ta()\n\tb(1,\n\t\t2)\n}\n", []uint32{0, 10, 21, 26, 37}},
-		{"go", "package p\nfunc f() {\nL:\n\tfor {\n\t\tbreak L\n\t}\n\tif x {\n\t} else {\n\t}\n}\n", []uint32{0, 10, 21, 44, 65}},
+		{"go", "package p\nfunc f() {\nL:\n\tfor {\n\t\tbreak L\n\t}\n\tif x {\n\t} else {\n\t}\n}\n", []uint32{0, 10, 21, 44, 52, 62, 65}},
+		// if and for statements split too, down to goMaxLevel, an else a tail of its own
+		{"go", "package p\nfunc f() {\n\tfor i := range x {\n\t\ta[i] = 1\n\t\tb()\n\t}\n}\n", []uint32{0, 10, 21, 41, 52, 58, 61}},
+		{"go", "package p\nfunc f() {\n\tif x {\n\t\ta()\n\t} else if y {\n\t\tb()\n\t} else {\n\t\tc()\n\t}\n}\n", []uint32{0, 10, 21, 29, 35, 50, 56, 66, 72, 75}},
+		{"go", "package p\nfunc f() {\n\tif x {\n\t\tif y {\n\t\t\tfor {\n\t\t\t\ta()\n\t\t\t}\n\t\t}\n\t}\n}\n", []uint32{0, 10, 21, 29, 38, 60, 64, 67}},
+		{"go", "package p\nfunc f() {\n\tfor _, x := range []int{1, 2} {\n\t\tg(x)\n\t}\n}\n", []uint32{0, 10, 21, 64}},
+		{"go", "package p\nfunc f() {\n\tif x {\n\t\ta()\n\t} else { b() }\n}\n", []uint32{0, 10, 21, 51}},
+		{"go", "package p\nfunc f() {\n\tif x {\n\t\ta() }\n\tc()\n}\n", []uint32{0, 10, 21, 37, 42}},
 		{"go", "package p\nfunc f() {\n\ta()\n} // done\n\n// g does\nfunc g() {}\n", []uint32{0, 10, 21, 26, 47}},
 		{"go", "package p\nfunc (r *T) m(\n\ta int,\n) error {\n\treturn nil\n}\n", []uint32{0, 10, 43, 55}},
 		// and kept whole where the body's braces are not alone at a line's end and start
@@ -250,7 +258,7 @@ func TestSplit(t *testing.T) {
 		{"python", "import os\n\ndef f():\n    pass\n", []uint32{0, 11, 20}},
 		{"python", "@dec\n@dec2(1)\ndef f():\n    pass\nclass C:\n    pass\n", []uint32{0, 23, 32, 41}},
 		{"python", "class C:\n    x = 1\n\n    def f(self):\n        pass\n    @d\n    def g(self):\n        pass\ny = 2\n", []uint32{0, 9, 20, 37, 50, 74, 87}},
-		// functions split too, methods of a class, down to maxChunkLevel
+		// functions split too, methods of a class, down to pyMaxLevel
 		{"python", "async def f():\n    await x\n", []uint32{0, 15}},
 		{"python", "def f():\n    def g():\n        return 1\n    return g\n", []uint32{0, 9, 22, 39}},
 		{"python", "class C:\n    def f(self):\n        def g():\n            return 1\n        return g\n", []uint32{0, 9, 26, 64}},

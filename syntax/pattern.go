@@ -39,12 +39,12 @@ type Pattern struct {
 	literal string
 	lits    []string
 	partial []string // PartialTokens
-	// container: the root's kind may span a class header and its body
-	// (see splitters).
-	container bool
-	seq       bool // root's children are a sequence of sibling nodes (Context.Sequence)
-	vars      []patVar
-	inert     []InertVar
+	// container: the root's kind may span a class or function header and
+	// its body; innerContainer: a split statement's (see splitters).
+	container, innerContainer bool
+	seq                       bool // root's children are a sequence of sibling nodes (Context.Sequence)
+	vars                      []patVar
+	inert                     []InertVar
 }
 
 // patVar is a variable the pattern binds.
