@@ -291,3 +291,31 @@ func TestSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinGaps: a gap is parsed when gapWorth times its length is below the
+// bytes parsed after it, and total grows by the gaps joined.
+func TestJoinGaps(t *testing.T) {
+	r := func(start, end uint32) parseRange { return parseRange{startByte: start, endByte: end} }
+	big := uint32(gapWorth * 10)
+	tests := []struct {
+		name      string
+		in, want  []parseRange
+		wantTotal int
+	}{
+		{"one range", []parseRange{r(0, 10)}, []parseRange{r(0, 10)}, 10},
+		{"short gap before much", []parseRange{r(0, 10), r(15, 15+big)}, []parseRange{r(0, 15+big)}, 10 + int(big) + 5},
+		{"long gap before little", []parseRange{r(0, 10), r(5000, 5010)}, []parseRange{r(0, 10), r(5000, 5010)}, 20},
+		{"only the early gap", []parseRange{r(0, 10), r(12, 12+big), r(12+big+20, 12+big+30)},
+			[]parseRange{r(0, 12+big), r(12+big+20, 12+big+30)}, 10 + 2 + int(big) + 10},
+	}
+	for _, tc := range tests {
+		total := 0
+		for _, x := range tc.in {
+			total += int(x.endByte - x.startByte)
+		}
+		got, gotTotal := joinGaps(slices.Clone(tc.in), total)
+		if !slices.Equal(got, tc.want) || gotTotal != tc.wantTotal {
+			t.Errorf("%s: joinGaps = %v, total %d; want %v, total %d", tc.name, got, gotTotal, tc.want, tc.wantTotal)
+		}
+	}
+}
