@@ -415,13 +415,7 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 	// merge gives up splitting frames[f] (and those inside it): the chunks
 	// below its header become part of it again.
 	merge := func(f int) {
-		h := frames[f].hdr
-		if len(out) > h+1 {
-			end := out[len(out)-1].end
-			out = out[:h+1]
-			out[h].end = end
-		}
-		out[h].body = false
+		out = unsplit(out, frames[f].hdr)
 		frames = frames[:f]
 	}
 	// endFunc ends the top-level function's split, keeping it only when
@@ -588,6 +582,18 @@ const (
 // or for statement of an if or for statement of a function.
 const goMaxLevel = 3
 
+// unsplit folds the chunks after header h back into it (the last of them
+// may still be open, its end unset) and returns out up to h.
+func unsplit(out []chunk, h int) []chunk {
+	if len(out) > h+1 {
+		end := out[len(out)-1].end
+		out = out[:h+1]
+		out[h].end = end
+	}
+	out[h].body = false
+	return out
+}
+
 // lineEnds reports whether src holds nothing but spaces, tabs and a line
 // comment from i to the end of its line.
 func lineEnds(src []byte, i int) bool {
@@ -638,13 +644,7 @@ func splitPython(src []byte, out []chunk) ([]chunk, bool) {
 	// merge gives up splitting frames[f] (and those inside it): the chunks
 	// below its header become part of it again.
 	merge := func(f int) {
-		h := frames[f].hdr
-		if len(out) > h+1 {
-			end := out[len(out)-1].end
-			out = out[:h+1]
-			out[h].end = end
-		}
-		out[h].body = false
+		out = unsplit(out, frames[f].hdr)
 		frames = frames[:f]
 	}
 	n := len(src)
