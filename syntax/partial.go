@@ -266,8 +266,10 @@ func (p *Parser) plan(pat *Pattern, src []byte) ([]parseRange, ParseMode) {
 		// cannot be empty, a Go one can. Where neither the header nor any
 		// statement holds all the tokens, no match can lie in it.
 		wanted := holds(c.start, c.end)
-		for i := k + 1; i < j && !wanted; i = below(i) {
-			wanted = holds(chunks[i].start, chunks[below(i)-1].end)
+		for i := k + 1; i < j && !wanted; {
+			next := below(i)
+			wanted = holds(chunks[i].start, chunks[next-1].end)
+			i = next
 		}
 		if !wanted {
 			return

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,19 +32,12 @@ func TestResidentConstants(t *testing.T) {
 	}
 }
 
-// failingTransport places the agent as localTransport does and fails
-// every exec after the first fail calls pass, as an engine that drops its
-// connection would.
-type failingTransport struct {
-	localTransport
-	pass atomic.Int32
-}
+// failingTransport places the agent as localTransport does (without an
+// exec) and fails every exec, as an engine that drops its connection would.
+type failingTransport struct{ localTransport }
 
-func (f *failingTransport) Exec(ctx context.Context, spec ExecSpec) (Stream, error) {
-	if f.pass.Add(-1) < 0 {
-		return nil, errors.New("engine: connection reset by peer")
-	}
-	return f.localTransport.Exec(ctx, spec)
+func (failingTransport) Exec(ctx context.Context, spec ExecSpec) (Stream, error) {
+	return nil, errors.New("engine: connection reset by peer")
 }
 
 // TestAdoptTellsGoneFromUnreachable: adopting a resident says it is gone
@@ -110,15 +102,12 @@ func TestAdoptTellsGoneFromUnreachable(t *testing.T) {
 		{name: "live resident", dir: live, tr: localTransport{}, ctx: ctx},
 		{name: "no socket", dir: shortDir(t), tr: localTransport{}, ctx: ctx, wantErr: true, wantGone: true},
 		{name: "socket nobody accepts on", dir: stale, tr: localTransport{}, ctx: ctx, wantErr: true, wantGone: true},
-		{name: "engine fails the exec", dir: live, tr: &failingTransport{}, ctx: ctx, wantErr: true},
+		{name: "engine fails the exec", dir: live, tr: failingTransport{}, ctx: ctx, wantErr: true},
 		{name: "context ended", dir: live, tr: localTransport{}, ctx: cancelled, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSandbox(t, tc.tr)
-			if f, ok := tc.tr.(*failingTransport); ok {
-				f.pass.Store(0) // placed; every exec from now on fails
-			}
 			r, err := s.Resident(tc.ctx, sandbox.ResidentSpec{Dir: tc.dir, Secret: secret, Adopt: true})
 			if !tc.wantErr {
 				if err != nil {

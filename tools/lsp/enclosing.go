@@ -46,12 +46,12 @@ const MaxCachedSymbolFiles = 512
 // that the next call about the same unchanged files (a references call
 // repeated after an edit elsewhere, a call hierarchy walked step by step)
 // sends no documentSymbol request: asked anew, one costs about 0.5 ms per
-// file (bench TestLSPReport), and references paid 2 ms for them. A file's symbols depend on its
-// text alone, so an entry holds while that text does: an open document's
-// text is hashed, a file the server reads from disk is known by the size
-// and mtime the last refresh saw (the stamps by which the server itself is
-// told of changes). A file that is neither is not cached. It belongs to a
-// generation: a restarted server starts empty.
+// file (bench TestLSPReport), and references paid 2 ms for them. A file's
+// symbols depend on its text alone, so an entry holds while that text
+// does: an open document's text is hashed, a file the server reads from
+// disk is known by the size and mtime the last refresh saw (the stamps by
+// which the server itself is told of changes). A file that is neither is
+// not cached. It belongs to a generation: a restarted server starts empty.
 type symCache struct {
 	mu    sync.Mutex
 	files map[string]symEntry // by URI
