@@ -126,6 +126,13 @@ type Client struct {
 
 	info KernelInfo // from Connect's kernel_info_reply
 
+	// iopubSeen is the IOPub connection a message last arrived on: that
+	// connection's subscription has been taken by the kernel. provenDrops
+	// is the count of shell and IOPub connections dropped (drops) when
+	// IOPub was last proven subscribed; see [Client.proveIOPub].
+	iopubSeen   atomic.Pointer[zmtp.Conn]
+	provenDrops atomic.Uint64
+
 	badSig, replayed, malformed atomic.Int64
 
 	// mu guards the fields below.
@@ -192,7 +199,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		c.wg.Add(1)
 		go c.read(ch, s)
 	}
-	if err := c.waitReady(ctx); err != nil {
+	if err := c.waitReady(ctx, &c.info); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -304,7 +311,73 @@ func (c *Client) read(ch Channel, s *zmtp.Socket) {
 				s.Drop(zc)
 				break
 			}
+			if ch == IOPub && r.err == nil {
+				c.iopubSeen.Store(zc)
+			}
 			c.deliver(ch, r)
+		}
+	}
+}
+
+// drops counts the shell and IOPub connections dropped so far.
+func (c *Client) drops() uint64 {
+	return c.socks[Shell].Drops() + c.socks[IOPub].Drops()
+}
+
+// proveIOPub returns once IOPub is known subscribed on its current
+// connection. A SUB connection that is up may not be subscribed yet (the
+// kernel takes the subscription when it reads it), and one that failed is
+// only noticed when its reader sees the failure, so after a shell or IOPub
+// connection was dropped, or before anything has arrived on the current
+// IOPub connection, it probes as Connect does: kernel_info_request until
+// a reply and an IOPub status for it arrive. Output the kernel publishes
+// before that goes to nobody.
+func (c *Client) proveIOPub(ctx context.Context) error {
+	zc, err := c.socks[IOPub].Conn(ctx)
+	if err != nil {
+		return err
+	}
+	if c.iopubSeen.Load() == zc && c.provenDrops.Load() == c.drops() {
+		return nil
+	}
+	return c.waitReady(ctx, nil)
+}
+
+// sendSubscribed sends m on shell once IOPub is proven subscribed
+// ([Client.proveIOPub]), so that nothing m makes the kernel publish is
+// lost. A send that fails drops its connection and is repeated only after
+// IOPub has been proven again: the failure may be the first sign that
+// every stream went down.
+func (c *Client) sendSubscribed(ctx context.Context, m *Message) error {
+	frames, err := c.codec.Encode(m)
+	if err != nil {
+		return err
+	}
+	for {
+		if err := c.proveIOPub(ctx); err != nil {
+			if e := c.Err(); e != nil {
+				return e
+			}
+			return fmt.Errorf("kernel: send %s: prove the iopub channel subscribed: %w", m.Header.MsgType, err)
+		}
+		sctx, cancel := context.WithTimeout(ctx, SendTimeout)
+		err := c.socks[Shell].SendOnce(sctx, frames)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if e := c.Err(); e != nil {
+			return e
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("kernel: send %s on shell channel: %w", m.Header.MsgType, err)
+		}
+		t := time.NewTimer(DialRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("kernel: send %s on shell channel: %w", m.Header.MsgType, err)
 		}
 	}
 }
@@ -472,8 +545,11 @@ func (c *Client) request(ctx context.Context, ch Channel, msgType string, conten
 }
 
 // waitReady repeats kernel_info_request until a reply and an IOPub status
-// for one of them have arrived.
-func (c *Client) waitReady(ctx context.Context) error {
+// for one of them have arrived, decoding the first reply into info unless
+// it is nil. Then IOPub is subscribed on the connection the status came
+// on, and proveIOPub trusts it until a connection is dropped.
+func (c *Client) waitReady(ctx context.Context, info *KernelInfo) error {
+	drops := c.drops()
 	w := newWaiter()
 	var ids []string
 	defer func() { c.unregister(ids...) }()
@@ -501,8 +577,8 @@ func (c *Client) waitReady(ctx context.Context) error {
 			for _, in := range w.drain() {
 				switch {
 				case in.ch == Shell && in.msg.Header.MsgType == "kernel_info_reply":
-					if !gotReply {
-						if err := json.Unmarshal(in.msg.Content, &c.info); err != nil {
+					if !gotReply && info != nil {
+						if err := json.Unmarshal(in.msg.Content, info); err != nil {
 							return fmt.Errorf("kernel: decode kernel_info_reply: %w", err)
 						}
 					}
@@ -513,5 +589,6 @@ func (c *Client) waitReady(ctx context.Context) error {
 			}
 		}
 	}
+	c.provenDrops.Store(drops)
 	return nil
 }

@@ -30,7 +30,12 @@
 //   - Dial before bind: sockets retry every [DialRetry] until Connect's ctx
 //     ends (Connect then closes them).
 //   - Reconnect: a connection that fails is dropped and redialed; when the
-//     kernel is dead the sockets are closed, which stops redialing.
+//     kernel is dead the sockets are closed, which stops redialing. After a
+//     shell or IOPub connection was dropped, Execute proves IOPub
+//     subscribed again (the slow-joiner probe) before it sends the cell,
+//     and a cell whose send failed goes out again only after that proof:
+//     a redialed SUB may not be subscribed yet, and output published
+//     before it is goes to nobody.
 //   - Heartbeat: a REQ socket is closed and recreated after every miss;
 //     each ping waits one interval.
 //   - Sends take a context; [SendTimeout] bounds each one.

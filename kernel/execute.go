@@ -171,10 +171,7 @@ func (c *Client) Execute(ctx context.Context, code string, opts ExecuteOptions) 
 
 	// After a dropped stream, IOPub must be back (and subscribed) before
 	// the cell runs, or its output would go to nobody.
-	if _, err := c.socks[IOPub].Conn(ctx); err != nil && c.Err() == nil {
-		return nil, fmt.Errorf("kernel: execute: reconnect the iopub channel: %w", err)
-	}
-	if err := c.send(ctx, Shell, m); err != nil {
+	if err := c.sendSubscribed(ctx, m); err != nil {
 		if ctx.Err() != nil {
 			return nil, err
 		}

@@ -652,7 +652,7 @@ func TestReconnectsAfterDroppedStreams(t *testing.T) {
 	}}
 	c := connect(t, k, d)
 	run(t, c, "x = 5", ExecuteOptions{})
-	for round := 0; round < 3; round++ {
+	for round := 0; round < 10; round++ {
 		before := d.n.Load()
 		mu.Lock()
 		for _, conn := range conns {

@@ -33,8 +33,9 @@ type Socket struct {
 	cancel context.CancelFunc
 	lock   chan struct{} // held while dialing: one dial at a time
 
-	mu   sync.Mutex
-	conn *Conn
+	mu    sync.Mutex
+	conn  *Conn
+	drops uint64 // connections forgotten by Drop (or a failed send)
 }
 
 // NewSocket returns a socket that dials with dial, pausing retry between
@@ -118,9 +119,35 @@ func (s *Socket) Drop(c *Conn) {
 	s.mu.Lock()
 	if s.conn == c {
 		s.conn = nil
+		s.drops++
 	}
 	s.mu.Unlock()
 	c.Close()
+}
+
+// Drops counts the connections the socket has dropped so far: a caller
+// that needs to know whether the connection it relied on is still the
+// same one compares two counts.
+func (s *Socket) Drops() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drops
+}
+
+// SendOnce sends one message on the socket's connection, dialing first
+// when there is none, and does not send it again: a connection the send
+// fails on is dropped and the error returned, so the caller decides what
+// must hold before the message goes out again.
+func (s *Socket) SendOnce(ctx context.Context, frames [][]byte) error {
+	c, err := s.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("zmtp: send: no connection: %w", err)
+	}
+	if err := c.Send(ctx, frames); err != nil {
+		s.Drop(c)
+		return err
+	}
+	return nil
 }
 
 // Send sends one message on the socket's connection, dialing first when
@@ -129,15 +156,11 @@ func (s *Socket) Drop(c *Conn) {
 // with its connection), until ctx ends.
 func (s *Socket) Send(ctx context.Context, frames [][]byte) error {
 	for {
-		c, err := s.Conn(ctx)
-		if err != nil {
-			return fmt.Errorf("zmtp: send: no connection: %w", err)
-		}
-		err = c.Send(ctx, frames)
+		// Conn fails only when ctx has ended or the socket is closed.
+		err := s.SendOnce(ctx, frames)
 		if err == nil {
 			return nil
 		}
-		s.Drop(c)
 		if ctx.Err() != nil || s.ctx.Err() != nil {
 			return err
 		}
