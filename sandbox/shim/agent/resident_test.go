@@ -230,6 +230,11 @@ func TestResidentProtocol(t *testing.T) {
 			break
 		}
 	}
+	// The resident forgets the program once the exit is written, then
+	// closes the connection: after its end the exit is collected.
+	if typ, _, err := fr2.Next(); err == nil {
+		t.Errorf("after the exit the attached connection got frame %q, want its end", typ)
+	}
 	_, _, resp = r.call(r.secret, ResidentRequest{Op: ResidentAttach, Name: "s"})
 	if resp.Err == nil || resp.Err.Kind != KindNotExist {
 		t.Errorf("attach after the exit was collected: %+v, want not found", resp)

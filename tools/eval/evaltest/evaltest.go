@@ -134,17 +134,23 @@ func CheckPython(t *testing.T, e Env, rich, pip bool) {
 
 // checkPip installs a local package offline, imports it, reinstalls a
 // changed version and sees the change in the same kernel.
+//
+// Each version has a source tree of its own: setuptools builds in tree and
+// copies a module into build/ only when its mtime is newer in whole
+// seconds, so a version written within the second of the last build would
+// be packed with the old module.
 func checkPip(t *testing.T, e Env) {
 	t.Helper()
 	put := func(version int) {
-		e.Put(t, "mypkg/pyproject.toml", "[build-system]\nrequires = [\"setuptools\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"berthdemo\"\nversion = \""+fmt.Sprint(version)+".0\"\n")
-		e.Put(t, "mypkg/berthdemo/__init__.py", fmt.Sprintf("VERSION = %d\n", version))
+		dir := fmt.Sprintf("mypkg%d/", version)
+		e.Put(t, dir+"pyproject.toml", "[build-system]\nrequires = [\"setuptools\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"berthdemo\"\nversion = \""+fmt.Sprint(version)+".0\"\n")
+		e.Put(t, dir+"berthdemo/__init__.py", fmt.Sprintf("VERSION = %d\n", version))
 	}
 	put(1)
-	e.Cell(t, "python", "%pip install --no-index --no-build-isolation --no-deps ./mypkg", "Successfully installed berthdemo-1.0")
+	e.Cell(t, "python", "%pip install --no-index --no-build-isolation --no-deps ./mypkg1", "Successfully installed berthdemo-1.0")
 	e.Cell(t, "python", "import berthdemo\nberthdemo.VERSION", "1")
 	put(2)
-	e.Cell(t, "python", "%pip install --no-index --no-build-isolation --no-deps ./mypkg", "berthdemo-2.0", "dropped berthdemo from sys.modules")
+	e.Cell(t, "python", "%pip install --no-index --no-build-isolation --no-deps ./mypkg2", "berthdemo-2.0", "dropped berthdemo from sys.modules")
 	e.Cell(t, "python", "import berthdemo\nberthdemo.VERSION", "2")
 }
 
