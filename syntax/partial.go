@@ -445,10 +445,7 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 				}
 			} else if k := len(frames) - 1; k >= 0 && depth == frames[k].depth+1 &&
 				(frames[k].state == fnOpen || (frames[k].state == fnBody && goEnds(last))) {
-				ws := i
-				for ws < n && (src[ws] == ' ' || src[ws] == '\t') {
-					ws++
-				}
+				ws := skipBlanks(src, i)
 				if ws < n && src[ws] != '\n' && src[ws] != '\r' {
 					f := &frames[k]
 					level := out[f.hdr].level + 1
@@ -543,10 +540,7 @@ func splitGo(src []byte, out []chunk) ([]chunk, bool) {
 					// The closing line's brace: an else reopens the statement,
 					// the end of the line ends it, anything else keeps it
 					// whole.
-					j := i + 1
-					for j < n && (src[j] == ' ' || src[j] == '\t') {
-						j++
-					}
+					j := skipBlanks(src, i+1)
 					switch {
 					case k > 0 && hasWord(src, j, "else"):
 						f.state = fnSig
@@ -652,10 +646,7 @@ func splitPython(src []byte, out []chunk) ([]chunk, bool) {
 	n := len(src)
 	for i := 0; i < n; {
 		if (i == 0 || src[i-1] == '\n') && depth == 0 && !cont {
-			ws := i
-			for ws < n && (src[ws] == ' ' || src[ws] == '\t') {
-				ws++
-			}
+			ws := skipBlanks(src, i)
 			if ws < n && src[ws] != '\n' && src[ws] != '\r' && src[ws] != '#' && src[ws] != '\f' {
 				c, ind := src[ws], src[i:ws]
 				follows := hasWord(src, ws, "else") || hasWord(src, ws, "elif") || hasWord(src, ws, "except") || hasWord(src, ws, "finally")
@@ -784,9 +775,14 @@ func isAsyncDef(src []byte, i int) bool {
 	if !hasWord(src, i, "async") {
 		return false
 	}
-	i += len("async")
+	return hasWord(src, skipBlanks(src, i+len("async")), "def")
+}
+
+// skipBlanks returns the index of the first byte at or after i that is not
+// a space or a tab (len(src) when there is none).
+func skipBlanks(src []byte, i int) int {
 	for i < len(src) && (src[i] == ' ' || src[i] == '\t') {
 		i++
 	}
-	return hasWord(src, i, "def")
+	return i
 }
