@@ -19,9 +19,29 @@ func outputText(ds *dap.Session, from int64, limit int) string {
 // outputFrom is outputText that also returns the offset reached.
 func outputFrom(ds *dap.Session, from int64, limit int) (string, int64) {
 	chunks, _ := ds.Output()
-	var b strings.Builder
+	return renderOutput(chunks, from, limit)
+}
+
+// outputPiece is a run of one category's output: whole lines, or the
+// beginning of a line not ended yet.
+type outputPiece struct {
+	category string
+	text     string
+}
+
+// renderOutput renders chunks from offset from on, keeping at most limit
+// bytes at the end, and returns the offset reached. A category other than
+// the program's stdout is marked where it begins ("[stderr] "), and stdout
+// again after it. A line stays whole: when a category's line had begun and
+// another category's output came before its end — an adapter reads a
+// program's stdout and stderr on threads of their own, so print("done", z)
+// can reach it as "done" and " 15\n" with stderr's "err\n" between — the
+// rest of the line joins its beginning, and the other category's output
+// follows the line. Lines are in the order they began.
+func renderOutput(chunks []dap.OutputChunk, from int64, limit int) (string, int64) {
+	var pieces []outputPiece
+	open := map[string]int{} // category → index of its open piece
 	end := from
-	last := ""
 	for _, c := range chunks {
 		cend := c.Offset + int64(len(c.Text))
 		if cend <= from {
@@ -31,15 +51,37 @@ func outputFrom(ds *dap.Session, from int64, limit int) (string, int64) {
 		if c.Offset < from {
 			t = t[from-c.Offset:]
 		}
-		if c.Category != last && (c.Category != "stdout" || last != "") {
+		end = cend
+		if i, ok := open[c.Category]; ok {
+			nl := strings.IndexByte(t, '\n')
+			if nl < 0 {
+				pieces[i].text += t
+				continue
+			}
+			pieces[i].text += t[:nl+1]
+			delete(open, c.Category)
+			t = t[nl+1:]
+		}
+		if k := strings.LastIndexByte(t, '\n'); k >= 0 {
+			pieces = append(pieces, outputPiece{category: c.Category, text: t[:k+1]})
+			t = t[k+1:]
+		}
+		if t != "" {
+			open[c.Category] = len(pieces)
+			pieces = append(pieces, outputPiece{category: c.Category, text: t})
+		}
+	}
+	var b strings.Builder
+	last := ""
+	for _, p := range pieces {
+		if p.category != last && (p.category != "stdout" || last != "") {
 			if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
 				b.WriteByte('\n')
 			}
-			fmt.Fprintf(&b, "[%s] ", c.Category)
+			fmt.Fprintf(&b, "[%s] ", p.category)
 		}
-		last = c.Category
-		b.WriteString(t)
-		end = cend
+		last = p.category
+		b.WriteString(p.text)
 	}
 	s := b.String()
 	if len(s) > limit {
