@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -27,6 +28,41 @@ func builtGrammar(t *testing.T, name string) *Language {
 		t.Fatalf("load %s: %v", desc, err)
 	}
 	return l
+}
+
+// forgetAtEnd unregisters the languages with these ids when the test
+// ends, with their names, extensions and loaded descriptors, so that the
+// test registers them anew when it runs again in the same process
+// (go test -count=2).
+func forgetAtEnd(t *testing.T, ids ...string) {
+	t.Cleanup(func() {
+		gone := map[*Language]bool{}
+		registryMu.Lock()
+		for _, id := range ids {
+			if l, ok := byName[strings.ToLower(id)]; ok && l.ID == id {
+				gone[l] = true
+			}
+		}
+		for k, l := range byName {
+			if gone[l] {
+				delete(byName, k)
+			}
+		}
+		for k, l := range byExt {
+			if gone[l] {
+				delete(byExt, k)
+			}
+		}
+		ordered = slices.DeleteFunc(ordered, func(l *Language) bool { return gone[l] })
+		registryMu.Unlock()
+		dynMu.Lock()
+		for k, l := range dynLoaded {
+			if gone[l] {
+				delete(dynLoaded, k)
+			}
+		}
+		dynMu.Unlock()
+	})
 }
 
 // cCompiler returns a C compiler or skips (fails under CI=true).
@@ -276,6 +312,7 @@ func TestDynamicDuplicatesAndDirectories(t *testing.T) {
 	writeFile(t, filepath.Join(gdir, "a-bad.json"), `{"id": `)
 	writeFile(t, filepath.Join(gdir, "b-good.json"), `{"id": "dart_dir_test", "aliases": ["ddt"], "library": "`+lib+`", "symbol": "tree_sitter_dart", "extensions": ["ddt"]}`)
 	writeFile(t, filepath.Join(gdir, "notes.txt"), "not a descriptor")
+	forgetAtEnd(t, "dart_dir_test")
 	langs, err := LoadGrammarDir(gdir)
 	if err == nil || !strings.Contains(err.Error(), "a-bad.json") {
 		t.Errorf("LoadGrammarDir error = %v, want one naming a-bad.json", err)

@@ -112,6 +112,7 @@ func TestLanguageTable(t *testing.T) {
 	if err := Register(Language{ID: "nogrammar"}); err == nil {
 		t.Error("registering without a grammar succeeded")
 	}
+	forgetAtEnd(t, "go-runtime-test")
 	if err := Register(Language{ID: "go-runtime-test", Extensions: []string{".gort"}, Expando: expandoMu, Grammar: goLang.Grammar}); err != nil {
 		t.Fatal(err)
 	}
