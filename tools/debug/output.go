@@ -23,10 +23,12 @@ func outputFrom(ds *dap.Session, from int64, limit int) (string, int64) {
 }
 
 // outputPiece is a run of one category's output: whole lines, or the
-// beginning of a line not ended yet.
+// beginning of a line not ended yet. The line's later parts are appended,
+// not concatenated, so a program that writes a long line in many small
+// pieces (a progress bar redrawn with \r) costs linear time to render.
 type outputPiece struct {
 	category string
-	text     string
+	parts    []string
 }
 
 // renderOutput renders chunks from offset from on, keeping at most limit
@@ -55,20 +57,20 @@ func renderOutput(chunks []dap.OutputChunk, from int64, limit int) (string, int6
 		if i, ok := open[c.Category]; ok {
 			nl := strings.IndexByte(t, '\n')
 			if nl < 0 {
-				pieces[i].text += t
+				pieces[i].parts = append(pieces[i].parts, t)
 				continue
 			}
-			pieces[i].text += t[:nl+1]
+			pieces[i].parts = append(pieces[i].parts, t[:nl+1])
 			delete(open, c.Category)
 			t = t[nl+1:]
 		}
 		if k := strings.LastIndexByte(t, '\n'); k >= 0 {
-			pieces = append(pieces, outputPiece{category: c.Category, text: t[:k+1]})
+			pieces = append(pieces, outputPiece{category: c.Category, parts: []string{t[:k+1]}})
 			t = t[k+1:]
 		}
 		if t != "" {
 			open[c.Category] = len(pieces)
-			pieces = append(pieces, outputPiece{category: c.Category, text: t})
+			pieces = append(pieces, outputPiece{category: c.Category, parts: []string{t}})
 		}
 	}
 	var b strings.Builder
@@ -81,7 +83,9 @@ func renderOutput(chunks []dap.OutputChunk, from int64, limit int) (string, int6
 			fmt.Fprintf(&b, "[%s] ", p.category)
 		}
 		last = p.category
-		b.WriteString(p.text)
+		for _, part := range p.parts {
+			b.WriteString(part)
+		}
 	}
 	s := b.String()
 	if len(s) > limit {
