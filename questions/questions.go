@@ -77,7 +77,33 @@ var (
 	ErrBadAnswer = errors.New("bad answer")
 	// ErrClosed: the port closed with its run.
 	ErrClosed = errors.New("question port closed")
+	// ErrNotAllowed: the one answering may not answer a card of this kind
+	// (a harness answering a permission card); the card stays open.
+	ErrNotAllowed = errors.New("not allowed to answer this card")
 )
+
+// Rights is what the one answering a card may answer. [Port.Answer]
+// checks it under the lock that finds the card, so a card that opens
+// between a caller's look and its answer is judged as it is.
+type Rights uint8
+
+const (
+	// MayAnswerQuestions: question cards (ask_user), which a harness answers.
+	MayAnswerQuestions Rights = 1 << iota
+	// MayAnswerPermissions: permission cards, which only an operator
+	// answers — never the credential whose call drew the card.
+	MayAnswerPermissions
+	// Operator may answer every card.
+	Operator = MayAnswerQuestions | MayAnswerPermissions
+)
+
+// allows reports whether r may answer a card of kind k.
+func (r Rights) allows(k Kind) bool {
+	if k == KindQuestion {
+		return r&MayAnswerQuestions != 0
+	}
+	return r&MayAnswerPermissions != 0
+}
 
 // Kind is what a card asks.
 type Kind string
@@ -372,10 +398,12 @@ func (p *Port) Ask(ctx context.Context, c Card) (Card, Answer, error) {
 	return c, <-w.ans, nil // answered while ctx ended: the answer wins
 }
 
-// Answer answers open card n. It fails with ErrNoCard when no card n is
-// open and with ErrBadAnswer when a does not fit the card; the card then
-// stays open.
-func (p *Port) Answer(n int, a Answer) error {
+// Answer answers open card n on behalf of one holding rights. It fails
+// with ErrNoCard when no card n is open, with ErrNotAllowed when rights do
+// not cover the card's kind, and with ErrBadAnswer when a does not fit the
+// card; the card then stays open. The rights are checked under the same
+// lock that finds the card.
+func (p *Port) Answer(n int, a Answer, rights Rights) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -387,6 +415,9 @@ func (p *Port) Answer(n int, a Answer) error {
 			return fmt.Errorf("questions: card %d: %w: berth restarted, and card %d, if it was asked just before the restart, was not saved and is gone; list the open cards with GET /v1/runs/{id}/cards", n, ErrNoCard, n)
 		}
 		return fmt.Errorf("questions: card %d: %w: it was never opened, or was already answered, skipped, timed out or cancelled; list the open cards with GET /v1/runs/{id}/cards", n, ErrNoCard)
+	}
+	if !rights.allows(w.card.Kind) {
+		return fmt.Errorf("questions: card %d is a %s card: %w", n, w.card.Kind, ErrNotAllowed)
 	}
 	if err := Check(w.card, a); err != nil {
 		return fmt.Errorf("questions: card %d: %w", n, err)

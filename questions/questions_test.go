@@ -105,20 +105,20 @@ func TestAskAnswerAndEvents(t *testing.T) {
 	if cards := p.Cards(); len(cards) != 1 || cards[0].N != 1 || cards[0].Question != "which?" {
 		t.Fatalf("Cards = %+v", cards)
 	}
-	if err := p.Answer(1, Answer{Choice: []string{"C"}}); !errors.Is(err, ErrBadAnswer) {
+	if err := p.Answer(1, Answer{Choice: []string{"C"}}, Operator); !errors.Is(err, ErrBadAnswer) {
 		t.Fatalf("bad answer: %v", err)
 	}
-	if err := p.Answer(2, Answer{Skip: true}); !errors.Is(err, ErrNoCard) {
+	if err := p.Answer(2, Answer{Skip: true}, Operator); !errors.Is(err, ErrNoCard) {
 		t.Fatalf("answer to card 2: %v", err)
 	}
-	if err := p.Answer(1, Answer{Choice: []string{"B"}}); err != nil {
+	if err := p.Answer(1, Answer{Choice: []string{"B"}}, Operator); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done
 	if r.err != nil || r.c.N != 1 || r.a.Choice[0] != "B" {
 		t.Fatalf("Ask = %+v", r)
 	}
-	if err := p.Answer(1, Answer{Skip: true}); !errors.Is(err, ErrNoCard) {
+	if err := p.Answer(1, Answer{Skip: true}, Operator); !errors.Is(err, ErrNoCard) {
 		t.Fatalf("second answer: %v", err)
 	}
 	evs, _ = sub.Next(ctx)
@@ -203,18 +203,74 @@ func TestTooLargeCardTakesOnlyDeny(t *testing.T) {
 		}
 	}
 	for _, d := range []Decision{Approve, AllowRun} {
-		if err := p.Answer(1, Answer{Decision: d}); !errors.Is(err, ErrBadAnswer) {
+		if err := p.Answer(1, Answer{Decision: d}, Operator); !errors.Is(err, ErrBadAnswer) {
 			t.Errorf("%s on a too-large card: %v, want ErrBadAnswer", d, err)
 		}
 	}
 	if cards := p.Cards(); len(cards) != 1 || !cards[0].TooLarge {
 		t.Fatalf("after the refused answers the card should stay open: %+v", cards)
 	}
-	if err := p.Answer(1, Answer{Decision: Deny}); err != nil {
+	if err := p.Answer(1, Answer{Decision: Deny}, Operator); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-done; r.err != nil || r.a.Decision != Deny {
 		t.Errorf("Ask returned %+v", r)
+	}
+}
+
+// TestAnswerRights: who may answer is decided by the card found under the
+// lock: question rights never answer a permission card (the card stays
+// open and its call keeps waiting), and answer a question card; the
+// operator answers both.
+func TestAnswerRights(t *testing.T) {
+	p := New()
+	sub := p.Subscribe(0)
+	defer sub.Close()
+	type asked struct {
+		a   Answer
+		err error
+	}
+	perm, quest := make(chan asked, 1), make(chan asked, 1)
+	go func() {
+		_, a, err := p.Ask(t.Context(), Card{Kind: KindPermission, Tool: "write", Detail: "x"})
+		perm <- asked{a, err}
+	}()
+	for len(p.Cards()) < 1 {
+		if _, err := sub.Next(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		_, a, err := p.Ask(t.Context(), Card{Kind: KindQuestion, Question: "ok?", AllowFreeText: true})
+		quest <- asked{a, err}
+	}()
+	for len(p.Cards()) < 2 {
+		if _, err := sub.Next(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range []Answer{{Decision: AllowRun}, {Decision: Deny}, {Skip: true}} {
+		if err := p.Answer(1, a, MayAnswerQuestions); !errors.Is(err, ErrNotAllowed) {
+			t.Errorf("question rights answer %+v on a permission card: %v, want ErrNotAllowed", a, err)
+		}
+	}
+	if err := p.Answer(2, Answer{Text: "yes"}, MayAnswerPermissions); !errors.Is(err, ErrNotAllowed) {
+		t.Errorf("permission rights alone answer a question card: %v, want ErrNotAllowed", err)
+	}
+	if len(p.Cards()) != 2 {
+		t.Fatalf("refused answers closed a card: %+v", p.Cards())
+	}
+	if err := p.Answer(2, Answer{Text: "yes"}, MayAnswerQuestions); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-quest; r.err != nil || r.a.Text != "yes" {
+		t.Errorf("question: %+v", r)
+	}
+	if err := p.Answer(1, Answer{Decision: Approve}, Operator); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-perm; r.err != nil || r.a.Decision != Approve {
+		t.Errorf("permission: %+v", r)
 	}
 }
 
@@ -297,7 +353,7 @@ func TestAbandonedWhenListenersLeave(t *testing.T) {
 					if len(p.Cards()) != 1 {
 						t.Fatalf("the card closed although a subscriber came back: %v", p.Cards())
 					}
-					if err := p.Answer(1, Answer{Text: "yes"}); err != nil {
+					if err := p.Answer(1, Answer{Text: "yes"}, Operator); err != nil {
 						t.Fatal(err)
 					}
 					if got := <-done; got.err != nil || got.a.Text != "yes" {
@@ -312,7 +368,7 @@ func TestAbandonedWhenListenersLeave(t *testing.T) {
 				if waited := time.Since(begin); waited != ListenerGrace {
 					t.Errorf("abandoned after %v, want %v", waited, ListenerGrace)
 				}
-				if err := p.Answer(1, Answer{Text: "late"}); !errors.Is(err, ErrNoCard) {
+				if err := p.Answer(1, Answer{Text: "late"}, Operator); !errors.Is(err, ErrNoCard) {
 					t.Errorf("answering an abandoned card: %v, want ErrNoCard", err)
 				}
 				late := p.Subscribe(0)

@@ -86,7 +86,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	q1 := asking(t, p, which, time.Hour)
 	perm := asking(t, p, Card{Kind: KindPermission, Tool: "eval", Summary: "print(1)", Detail: "print(1)"}, time.Hour)
 	other := asking(t, p, Card{Kind: KindQuestion, Question: "Go on?", AllowFreeText: true}, time.Hour)
-	if err := p.Answer(other, Answer{Text: "yes"}); err != nil {
+	if err := p.Answer(other, Answer{Text: "yes"}, Operator); err != nil {
 		t.Fatal(err)
 	}
 	old := drain(t, sub)
@@ -132,7 +132,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		t.Errorf("the next card is %d, want %d", n, other+1+RestoreCardSkip)
 	}
 	// A number skipped at the restore is refused, saying why.
-	if err := q.Answer(other+1, Answer{Text: "x"}); !errors.Is(err, ErrNoCard) || !strings.Contains(err.Error(), "not saved") {
+	if err := q.Answer(other+1, Answer{Text: "x"}, Operator); !errors.Is(err, ErrNoCard) || !strings.Contains(err.Error(), "not saved") {
 		t.Errorf("answer to a skipped number: %v", err)
 	}
 
@@ -178,7 +178,7 @@ func TestRestoredCardAnswer(t *testing.T) {
 			defer events.Close()
 			drain(t, events)
 			if tt.answer != nil {
-				if err := q.Answer(n, *tt.answer); err != nil {
+				if err := q.Answer(n, *tt.answer, Operator); err != nil {
 					t.Fatal(err)
 				}
 				cl := closedOf(t, drain(t, events)[0])
@@ -207,7 +207,7 @@ func TestRestoredCardAnswer(t *testing.T) {
 				if c := q.Cards(); len(c) != 1 || c[0].N != n {
 					t.Fatalf("the retry opened a card: %+v", c)
 				}
-				if err := q.Answer(n, Answer{Choice: []string{"postgres"}}); err != nil {
+				if err := q.Answer(n, Answer{Choice: []string{"postgres"}}, Operator); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -248,7 +248,7 @@ func TestRestoredAnswerNeedsNoSubscriber(t *testing.T) {
 	n := asking(t, p, which, time.Hour)
 	sub.Close()
 	q := restored(t, p)
-	if err := q.Answer(n, Answer{Choice: []string{"postgres"}}); err != nil {
+	if err := q.Answer(n, Answer{Choice: []string{"postgres"}}, Operator); err != nil {
 		t.Fatal(err)
 	}
 	c, a, err := q.Ask(t.Context(), which)
@@ -307,7 +307,7 @@ func TestRestoredCardDeadline(t *testing.T) {
 				if cl := closedOf(t, evs[len(evs)-1]); cl.Outcome != TimedOut || !strings.Contains(cl.Note, "before berth restarted") {
 					t.Errorf("closed as %+v", cl)
 				}
-				if err := q.Answer(1, Answer{Choice: []string{"sqlite"}}); !errors.Is(err, ErrNoCard) {
+				if err := q.Answer(1, Answer{Choice: []string{"sqlite"}}, Operator); !errors.Is(err, ErrNoCard) {
 					t.Errorf("answer after the deadline: %v", err)
 				}
 			})
@@ -440,10 +440,10 @@ func TestGeneration(t *testing.T) {
 		{"publish", func() { p.Publish("x", 1) }, true},
 		{"read", func() { drain(t, sub); p.Cards(); p.Connected() }, false},
 		{"ask", func() { n = asking(t, p, which, time.Hour) }, true},
-		{"bad answer", func() { p.Answer(n, Answer{Choice: []string{"mysql"}}) }, false},
-		{"answer unknown card", func() { p.Answer(n+1, Answer{Skip: true}) }, false},
+		{"bad answer", func() { p.Answer(n, Answer{Choice: []string{"mysql"}}, Operator) }, false},
+		{"answer unknown card", func() { p.Answer(n+1, Answer{Skip: true}, Operator) }, false},
 		{"take nothing", func() { p.TakeUnclaimed() }, false},
-		{"answer", func() { p.Answer(n, Answer{Skip: true}) }, true},
+		{"answer", func() { p.Answer(n, Answer{Skip: true}, Operator) }, true},
 		{"unsubscribe", func() { sub.Close() }, false},
 	}
 	snap := func() []byte {

@@ -574,13 +574,26 @@ func (s *server) answerCard(w http.ResponseWriter, r *http.Request) {
 	}
 	// A permission card decides whether a tool call runs: only an
 	// operator may answer it, never the credential that made the call.
-	if kind, ok := cardKind(p, n); ok && kind != questions.KindQuestion && !principalOf(r).Has(ScopeOperator) {
-		writeError(w, http.StatusForbidden, "operator_required", fmt.Sprintf(
-			"httpapi: card %d is a %s card: the operator must answer it (in the console at %s, with an operator token); this credential (%s) may answer question cards only. Wait for the operator's decision; the tool call returns it",
-			n, kind, console.Path, principalOf(r)))
+	// The port checks that under the lock that finds the card (a card
+	// that opens after a look here would otherwise be answered by whoever
+	// posted); a decision from a credential that may answer no
+	// permission card is refused before any card is looked up.
+	rights := questions.MayAnswerQuestions
+	if principalOf(r).Has(ScopeOperator) {
+		rights = questions.Operator
+	}
+	if a.Decision != "" && rights != questions.Operator {
+		s.operatorRequired(w, r, fmt.Sprintf("card %d: a decision answers a permission card", n))
 		return
 	}
-	if err := p.Answer(n, a); err != nil {
+	if testHookBeforeAnswer != nil {
+		testHookBeforeAnswer(n)
+	}
+	if err := p.Answer(n, a, rights); err != nil {
+		if errors.Is(err, questions.ErrNotAllowed) {
+			s.operatorRequired(w, r, fmt.Sprintf("card %d is a permission card", n))
+			return
+		}
 		s.fail(w, r, err)
 		return
 	}
@@ -591,14 +604,17 @@ func (s *server) answerCard(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"n": n, "outcome": out})
 }
 
-// cardKind returns the kind of the open card n.
-func cardKind(p *questions.Port, n int) (questions.Kind, bool) {
-	for _, c := range p.Cards() {
-		if c.N == n {
-			return c.Kind, true
-		}
-	}
-	return "", false
+// testHookBeforeAnswer, when a test sets it, runs between reading an
+// answer and handing it to the port: where a card may open under a
+// caller's feet.
+var testHookBeforeAnswer func(n int)
+
+// operatorRequired answers 403 operator_required: what (the card) only an
+// operator may answer.
+func (s *server) operatorRequired(w http.ResponseWriter, r *http.Request, what string) {
+	writeError(w, http.StatusForbidden, "operator_required", fmt.Sprintf(
+		"httpapi: %s: the operator must answer it (in the console at %s, with an operator token); this credential (%s) may answer question cards only. Wait for the operator's decision; the tool call returns it",
+		what, console.Path, principalOf(r)))
 }
 
 // decode reads a JSON body strictly: one object, no unknown fields.

@@ -276,6 +276,51 @@ func TestNoSelfApproval(t *testing.T) {
 	}
 }
 
+// TestNoSelfApprovalByRace: a harness that answers the card number its
+// own next call will draw, the card opening between the answer's arrival
+// and its hand-over to the port (the hook puts it exactly there, no
+// timing loop), is refused, and the call is left to the operator. Before
+// the rights were checked where the card is found, the harness's
+// allow_run answered a card that was not yet open when its kind was
+// looked up.
+func TestNoSelfApprovalByRace(t *testing.T) {
+	rg := newAskRigWith(t, controller.Config{}, httpapi.Options{Credentials: tenantCreds(t)})
+	id := rg.openAs(tokA, `{"sandbox":"host","workspace":"`+rg.dir+`"}`)
+	ev := rg.subscribeAs(tokA, id, "")
+	var done <-chan callResult
+	opened := 0
+	defer httpapi.SetTestHookBeforeAnswer(func(int) {
+		if done != nil {
+			return
+		}
+		done = rg.callAs(tokA, id, "write", `{"args":{"path":"race.txt","content":"x"}}`)
+		opened = int(ev.next("card.opened").data["n"].(float64))
+	})()
+	// Cards count from 1: the harness knows its call will draw card 1.
+	r := rg.do("POST", "/v1/runs/"+id+"/cards/1", tokA, `{"decision":"allow_run"}`)
+	if r.status != 403 || r.errorCode(t) != "operator_required" {
+		t.Fatalf("the harness answers the card its own call opens: %d %s, want 403 operator_required", r.status, r.body)
+	}
+	// A question's answer sent the same way reaches the hook, and the port
+	// refuses it under the lock that finds the (permission) card.
+	r = rg.do("POST", "/v1/runs/"+id+"/cards/1", tokA, `{"skip":true}`)
+	if r.status != 403 || r.errorCode(t) != "operator_required" {
+		t.Fatalf("the harness skips the permission card that opened under it: %d %s, want 403 operator_required", r.status, r.body)
+	}
+	if done == nil || opened != 1 {
+		t.Fatalf("the hook did not open card 1 (opened %d)", opened)
+	}
+	if _, err := os.Stat(filepath.Join(rg.dir, "race.txt")); err == nil {
+		t.Fatal("the harness's own answer let its write run")
+	}
+	if r := rg.do("POST", "/v1/runs/"+id+"/cards/1", tokOp, `{"decision":"deny"}`); r.status != 200 {
+		t.Fatalf("the operator denies: %d %s", r.status, r.body)
+	}
+	if r := wait(t, done); !r.isError {
+		t.Fatalf("denied write: %+v", r)
+	}
+}
+
 // TestTenantCaps: a tenant at its cap of open runs or of calls in flight
 // is answered 429 too_many, saying what to close or wait for; another
 // tenant is not held back.

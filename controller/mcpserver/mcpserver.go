@@ -409,7 +409,11 @@ func (h *handler) answer(ctx context.Context, ss *mcp.ServerSession, port *quest
 	}
 	a, err := AnswerOf(c, res)
 	if err == nil {
-		err = port.Answer(c.N, a)
+		rights := questions.MayAnswerQuestions
+		if h.opts.ClientIsOperator {
+			rights = questions.Operator
+		}
+		err = port.Answer(c.N, a, rights)
 	}
 	if err != nil && !errors.Is(err, questions.ErrNoCard) {
 		h.opts.Logger.Warn("mcp: the client's elicitation answer was refused; the card stays open", "run", h.run.ID(), "card", c.N, "err", err)

@@ -53,7 +53,7 @@ func TestAsk(t *testing.T) {
 				sub.Next(ctx)
 				cards = port.Cards()
 			}
-			if err := port.Answer(cards[0].N, *tt.answer); err != nil {
+			if err := port.Answer(cards[0].N, *tt.answer, questions.MayAnswerQuestions); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -158,7 +158,7 @@ func TestAskAfterRestart(t *testing.T) {
 			reg = tools.NewRegistry()
 			ask.Register(reg, port, ask.Options{Timeout: time.Minute})
 			if tt.before {
-				if err := port.Answer(1, questions.Answer{Choice: []string{"sqlite"}}); err != nil {
+				if err := port.Answer(1, questions.Answer{Choice: []string{"sqlite"}}, questions.MayAnswerQuestions); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -177,14 +177,14 @@ func TestAskAfterRestart(t *testing.T) {
 				for port.Generation() == g { // the retry takes card 1
 					time.Sleep(time.Millisecond)
 				}
-				if err := port.Answer(1, questions.Answer{Choice: []string{"sqlite"}}); err != nil {
+				if err := port.Answer(1, questions.Answer{Choice: []string{"sqlite"}}, questions.MayAnswerQuestions); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if tt.n != 1 {
 				for {
 					if c := port.Cards(); len(c) > 0 {
-						if err := port.Answer(c[0].N, questions.Answer{Text: "yes"}); err != nil {
+						if err := port.Answer(c[0].N, questions.Answer{Text: "yes"}, questions.MayAnswerQuestions); err != nil {
 							t.Fatal(err)
 						}
 						break

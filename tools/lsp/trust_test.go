@@ -226,7 +226,7 @@ func TestCargoBuildScriptNeedsApprovalOnHost(t *testing.T) {
 				}
 				for _, c := range port.Cards() {
 					if c.Kind == questions.KindPermission && strings.Contains(c.Summary, "cargo check --all-targets") && c.Level == "exec" {
-						port.Answer(c.N, questions.Answer{Decision: questions.Approve})
+						port.Answer(c.N, questions.Answer{Decision: questions.Approve}, questions.Operator)
 					}
 				}
 			}

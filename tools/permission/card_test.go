@@ -95,7 +95,7 @@ func TestCardShowsTheWholeCell(t *testing.T) {
 	if card.TooLarge {
 		t.Error("a 1,280-byte cell is marked too large")
 	}
-	if err := rg.port.Answer(card.N, questions.Answer{Decision: questions.Approve}); err != nil {
+	if err := rg.port.Answer(card.N, questions.Answer{Decision: questions.Approve}, questions.Operator); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-done; r.err != nil || r.res.IsError || rg.ran["eval"] != 1 {
@@ -117,11 +117,11 @@ func TestTooLargeCallCanOnlyBeDenied(t *testing.T) {
 		t.Errorf("a too-large card's detail is %d bytes", len(card.Detail))
 	}
 	for _, d := range []questions.Decision{questions.Approve, questions.AllowRun} {
-		if err := rg.port.Answer(card.N, questions.Answer{Decision: d}); !errors.Is(err, questions.ErrBadAnswer) {
+		if err := rg.port.Answer(card.N, questions.Answer{Decision: d}, questions.Operator); !errors.Is(err, questions.ErrBadAnswer) {
 			t.Errorf("%s accepted on a too-large card: %v", d, err)
 		}
 	}
-	if err := rg.port.Answer(card.N, questions.Answer{Decision: questions.Deny}); err != nil {
+	if err := rg.port.Answer(card.N, questions.Answer{Decision: questions.Deny}, questions.Operator); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done
@@ -133,7 +133,7 @@ func TestTooLargeCallCanOnlyBeDenied(t *testing.T) {
 	if card.TooLarge {
 		t.Fatalf("a call of %d bytes is too large", MaxDetailBytes-200)
 	}
-	if err := rg.port.Answer(card.N, questions.Answer{Decision: questions.Approve}); err != nil {
+	if err := rg.port.Answer(card.N, questions.Answer{Decision: questions.Approve}, questions.Operator); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-done; r.err != nil || r.res.IsError || rg.ran["write"] != 1 {

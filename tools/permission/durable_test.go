@@ -34,7 +34,7 @@ func TestAllowRunSurvivesRestore(t *testing.T) {
 	for len(port.Cards()) == 0 {
 		sub.Next(t.Context())
 	}
-	if err := port.Answer(port.Cards()[0].N, questions.Answer{Decision: questions.AllowRun}); err != nil {
+	if err := port.Answer(port.Cards()[0].N, questions.Answer{Decision: questions.AllowRun}, questions.Operator); err != nil {
 		t.Fatal(err)
 	}
 	if res := <-done; res.IsError {

@@ -98,7 +98,7 @@ func TestGate(t *testing.T) {
 		if cards[0].N != i+1 || cards[0].Kind != questions.KindPermission || cards[0].Surface != "default" {
 			t.Fatalf("card %+v", cards[0])
 		}
-		if err := port.Answer(cards[0].N, questions.Answer{Decision: d}); err != nil {
+		if err := port.Answer(cards[0].N, questions.Answer{Decision: d}, questions.Operator); err != nil {
 			t.Fatal(err)
 		}
 		if res := <-done; res.IsError != (d == questions.Deny) {

@@ -112,7 +112,7 @@ func TestApproveStep(t *testing.T) {
 			if !strings.Contains(c.Summary, step.Command) || !strings.Contains(c.Summary, step.Why) {
 				t.Fatalf("card summary %q does not show the command and why", c.Summary)
 			}
-			if err := port.Answer(c.N, questions.Answer{Decision: d}); err != nil {
+			if err := port.Answer(c.N, questions.Answer{Decision: d}, questions.Operator); err != nil {
 				t.Fatal(err)
 			}
 			res := <-done
