@@ -162,6 +162,10 @@ func TestDetail(t *testing.T) {
 		{"unknown field: JSON", "eval", `{"code":"1","description":"d","extra":"os.system('x')"}`, []string{`"extra": "os.system('x')"`}, []string{"language:"}},
 		{"duplicate keys: the last, as the tool decodes", "eval", `{"code":"print(1)","description":"d","code":"os.system('x')"}`, []string{"os.system('x')"}, []string{"print(1)"}},
 		{"bidi override escaped", "eval", "{\"code\":\"ok = 1 # \u202e ;)x(metsys.so\",\"description\":\"d\"}", []string{`\u{202e}`}, []string{"\u202e"}},
+		{"invisible characters escaped", "eval", "{\"code\":\"a\u3164b\u115fc\u1160d\uffa0e\ufe0ff\U000E0100g\u034fh\u2800i\u0338j\u20d2k\u00a0l\u3000m\U000E0041n\u2028o\",\"description\":\"d\"}",
+			[]string{`a\u{3164}b\u{115f}c\u{1160}d\u{ffa0}e\u{fe0f}f\u{e0100}g\u{034f}h\u{2800}i\u{0338}j\u{20d2}k\u{00a0}l\u{3000}m\u{e0041}n\u{2028}o`},
+			[]string{"\u3164", "\u115f", "\u1160", "\uffa0", "\ufe0f", "\U000E0100", "\u034f", "\u2800", "\u0338", "\u20d2", "\u00a0", "\u3000", "\U000E0041"}},
+		{"visible non-ASCII kept", "eval", "{\"code\":\"s = 'blåbær ✓ 日本 é'\",\"description\":\"d\"}", []string{"s = 'blåbær ✓ 日本 é'"}, []string{`\u{`}},
 		{"control characters escaped", "write", `{"path":"a\u001b[2Jb","content":"x\u0008\u0008y"}`, []string{`path: "a\x1b[2Jb"`, `x\u{0008}\u{0008}y`}, []string{"\x1b", "\b"}},
 	}
 	for _, tt := range tests {

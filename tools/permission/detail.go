@@ -244,8 +244,8 @@ func block(b *strings.Builder, v string) {
 }
 
 // visible escapes what would not show as itself: invalid UTF-8, control
-// characters other than tab, and format characters (bidirectional
-// controls, zero-width spaces, byte order marks), as \u{…} or \x…
+// characters other than tab, and every character that shows as nothing,
+// as blank, or over its neighbour ([hidden]), as \u{…} or \x…
 func visible(s string) string {
 	var b strings.Builder
 	for i, r := range s {
@@ -254,13 +254,55 @@ func visible(s string) string {
 			fmt.Fprintf(&b, `\x%02x`, s[i])
 		case r == '\t':
 			b.WriteRune(r)
-		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029':
+		case hidden(r):
 			fmt.Fprintf(&b, `\u{%04x}`, r)
 		default:
 			b.WriteRune(r)
 		}
 	}
 	return b.String()
+}
+
+// overlays are the combining marks drawn over the character before them
+// (canonical combining class 1, Overlay): a stroke or solidus that turns
+// one letter into what reads as another.
+var overlays = &unicode.RangeTable{
+	R16: []unicode.Range16{
+		{Lo: 0x0334, Hi: 0x0338, Stride: 1},
+		{Lo: 0x1cd4, Hi: 0x1cd4, Stride: 1},
+		{Lo: 0x1ce2, Hi: 0x1ce8, Stride: 1},
+		{Lo: 0x20d2, Hi: 0x20d3, Stride: 1},
+		{Lo: 0x20d8, Hi: 0x20da, Stride: 1},
+		{Lo: 0x20e5, Hi: 0x20e6, Stride: 1},
+		{Lo: 0x20ea, Hi: 0x20eb, Stride: 1},
+	},
+	R32: []unicode.Range32{
+		{Lo: 0x10a39, Hi: 0x10a39, Stride: 1},
+		{Lo: 0x16af0, Hi: 0x16af4, Stride: 1},
+		{Lo: 0x1bc9e, Hi: 0x1bc9e, Stride: 1},
+		{Lo: 0x1d167, Hi: 0x1d169, Stride: 1},
+	},
+}
+
+// hidden reports whether r would not show on a card as itself: control
+// and format characters (bidirectional controls, zero-width spaces, byte
+// order marks, tag characters), the rest of Unicode's default-ignorable
+// code points (Hangul fillers, variation selectors, the combining
+// grapheme joiner), blanks other than the ASCII space (no-break and
+// ideographic spaces, the braille blank), line and paragraph separators,
+// and combining overlays.
+func hidden(r rune) bool {
+	switch {
+	case unicode.IsControl(r), unicode.Is(unicode.Cf, r):
+		return true
+	case unicode.In(r, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point, overlays):
+		return true
+	case r > unicode.MaxASCII && (unicode.IsSpace(r) || unicode.In(r, unicode.Zl, unicode.Zp)):
+		return true
+	case r == '\u2800': // braille pattern blank
+		return true
+	}
+	return false
 }
 
 func prettyJSON(args json.RawMessage) string {

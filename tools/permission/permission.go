@@ -240,8 +240,8 @@ func refused(t tools.Tool, why string) *tools.Result {
 }
 
 // Summary renders a call's arguments as a permission card's headline:
-// compact JSON, cut to MaxSummaryBytes. The whole call is the card's
-// [Detail].
+// compact JSON, cut to MaxSummaryBytes, with what would not show as
+// itself escaped as in [Detail], which is the whole call.
 func Summary(args json.RawMessage) string {
 	s := string(args)
 	var buf bytes.Buffer
@@ -249,13 +249,13 @@ func Summary(args json.RawMessage) string {
 		s = buf.String()
 	}
 	if len(s) <= MaxSummaryBytes {
-		return s
+		return visible(s)
 	}
 	cut := MaxSummaryBytes
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + fmt.Sprintf("… (%d bytes in all)", len(s))
+	return visible(s[:cut]) + fmt.Sprintf("… (%d bytes in all)", len(s))
 }
 
 // ApproveStep decides a step inside a call made on surface s (see
@@ -326,5 +326,5 @@ func (g *Gate) ApproveStep(ctx context.Context, s tools.Surface, step tools.Step
 // StepSummary is a step's permission card summary: the whole command line,
 // never cut, and why it needs approval.
 func StepSummary(step tools.Step) string {
-	return fmt.Sprintf("step of %s: %s\nwhy: %s", step.Tool, step.Command, step.Why)
+	return fmt.Sprintf("step of %s: %s\nwhy: %s", step.Tool, visible(step.Command), visible(step.Why))
 }

@@ -55,6 +55,13 @@ func TestSummaryIsBounded(t *testing.T) {
 	if got := Summary(json.RawMessage(`{ "path" : "a" }`)); got != `{"path":"a"}` {
 		t.Errorf("compact: %s", got)
 	}
+	// The headline hides nothing the detail would show escaped.
+	if got := Summary(json.RawMessage("{\"path\":\"a\u3164\u2800\u202eb\"}")); got != `{"path":"a\u{3164}\u{2800}\u{202e}b"}` {
+		t.Errorf("invisible characters in the summary: %q", got)
+	}
+	if got := StepSummary(tools.Step{Tool: "lsp", Command: "cargo\u3164check", Why: "x"}); !strings.Contains(got, `cargo\u{3164}check`) {
+		t.Errorf("invisible characters in a step's summary: %q", got)
+	}
 }
 
 // TestGate drives the middleware through a registry, as the controller
