@@ -113,15 +113,13 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 		mu       sync.Mutex
 		edits    []FileEdit
 		firstErr error
-		links    int
 	)
 	st, err := e.scan(ctx, fsys, t, true, false, func(f *fileResult) {
 		if len(rules) == 1 && len(f.matches) == 0 {
 			return
 		}
 		fe, err := e.rewriteFile(ctx, t.lang, rules, f.data, f.tree, f.matches)
-		linked := fe != nil && workspace.HardLinks(f.info) > 1
-		if err == nil && fe != nil && !linked {
+		if err == nil && fe != nil {
 			fe.SyntaxWarnings, err = e.syntaxWarnings(ctx, t.lang, f.tree, fe)
 		}
 		mu.Lock()
@@ -132,8 +130,6 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 				firstErr = tools.Fail("rewriting %s failed: %s; fix the rewrite", f.name, strings.TrimPrefix(err.Error(), "syntax: "))
 			}
 		case fe == nil:
-		case linked:
-			links++
 		default:
 			fe.Path, fe.Mode = f.name, f.info.Mode().Perm()
 			edits = append(edits, *fe)
@@ -144,9 +140,6 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 	}
 	if firstErr != nil {
 		return nil, firstErr
-	}
-	if links > 0 {
-		st.skipped[SkipHardLinks] += links
 	}
 	sort.Slice(edits, func(i, j int) bool { return edits[i].Path < edits[j].Path })
 	p := &Proposal{Language: t.lang.ID, Pattern: rs[0].Pattern, Rewrite: rs[0].Rewrite, Rules: rs, Files: edits, Skipped: st.skipped, lang: t.lang, rules: rules}

@@ -382,6 +382,26 @@ func TestEditPreviewBounded(t *testing.T) {
 	}
 }
 
+// TestSearchSkipsHardLinks: a file with another name, which may lie
+// outside the workspace, is not printed by ast_grep, as read refuses it;
+// the skip is counted, as a directory search and as the file itself.
+func TestSearchSkipsHardLinks(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "outside.py")
+	if err := os.WriteFile(secret, []byte("print('s3cret')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEnv(t, map[string]string{"a.py": "print(1)\n"}, structural.Options{})
+	if err := os.Link(secret, filepath.Join(ev.dir, "linked.py")); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{".", "linked.py"} {
+		res := ev.call(t, "ast_grep", map[string]any{"pattern": "print($A)", "language": "python", "path": path})
+		if strings.Contains(res.AllText(), "s3cret") || !strings.Contains(res.AllText(), "1 hard_links") {
+			t.Errorf("ast_grep %s over a hard-linked file: %s", path, res.AllText())
+		}
+	}
+}
+
 func TestEditSkipsHardLinks(t *testing.T) {
 	ev := newEnv(t, map[string]string{"a.py": "print(1)\n", "b.py": "print(2)\n"}, structural.Options{})
 	if err := os.Link(filepath.Join(ev.dir, "b.py"), filepath.Join(ev.dir, "b-link.txt")); err != nil {

@@ -446,6 +446,12 @@ const maxReadBuffer = 4 << 20
 // one file, parsing with w's parser when it has one (the cache is off). A
 // returned error ends the scan; a skip is set in f.skip.
 func (e *Engine) process(ctx context.Context, fsys sandbox.FS, t *target, sets [][][]byte, w *worker, f *fileResult) error {
+	if workspace.HardLinks(f.info) > 1 {
+		// Another name for it may lie outside the workspace: read
+		// refuses it, and so does a search.
+		f.skip = SkipHardLinks
+		return nil
+	}
 	key := cacheKey(t.lang.ID, f.name)
 	size, mtime := f.info.Size(), f.info.ModTime()
 	caching := e.cache.enabled()

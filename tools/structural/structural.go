@@ -62,7 +62,7 @@ const (
 	SkipParseBudget = "parse_budget" // the parse ran over the per-file budget
 	SkipIgnored     = "ignored"      // excluded by a .gitignore (files and directories)
 	SkipUnreadable  = "unreadable"   // vanished or not readable while searching
-	SkipHardLinks   = "hard_links"   // ast_edit only: a file with several hard links is not rewritten
+	SkipHardLinks   = "hard_links"   // a file with several hard links (another name may lie outside the workspace) is neither searched nor rewritten
 )
 
 // Options tune an Engine. The zero value means the defaults.
