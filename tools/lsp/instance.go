@@ -61,6 +61,9 @@ type generation struct {
 	syncMu sync.Mutex
 	stamps map[string]stamp
 	sub    atomic.Pointer[watch.Sub]
+	// words are the identifier filters of the files under the root, for
+	// the completeness verdict (verdict.go).
+	words wordIndex
 
 	// indexChecked says whether a cross-file answer has looked for the
 	// server's background indexing (Server.BackgroundIndex), and indexing

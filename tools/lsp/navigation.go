@@ -34,6 +34,9 @@ type spot struct {
 	start          int // the first item of a list to show (paging)
 	uri            string
 	pos            lspc.Position
+	// also are the URIs of what the answer is about (the functions a call
+	// hierarchy prepared), counted as covered by the verdict.
+	also []string
 }
 
 // answer asks a ready server at a spot and renders the reply.
@@ -120,6 +123,7 @@ func calls(incoming bool) answer {
 		}
 		var all []site
 		for i := range items {
+			at.also = append(at.also, items[i].URI)
 			if incoming {
 				cs, err := q.c.IncomingCalls(ctx, items[i])
 				if err != nil {
@@ -166,7 +170,9 @@ func sites(locs []lspc.Location) []site {
 func (s *Supervisor) locations(ctx context.Context, q *query, at spot, all []site, noun string, limit int) (*tools.Result, error) {
 	head := at.t.head(strings.ReplaceAll(at.action, "_", " "))
 	if len(all) == 0 {
-		return tools.Textf("%s: none found", head), nil
+		res := tools.Textf("%s: none found", head)
+		s.addVerdict(ctx, q, at, res, nil)
+		return res, nil
 	}
 	enc := q.c.PositionEncoding()
 	sl := &sourceLines{s: s}
@@ -223,7 +229,44 @@ func (s *Supervisor) locations(ctx context.Context, q *query, at spot, all []sit
 	writeMore(&b, total, to)
 	res := tools.Text(strings.TrimRight(b.String(), "\n"))
 	res.StructuredContent = paged(map[string]any{"locations": nonNil(shown)}, total, from, to)
+	files := make([]string, len(rows))
+	for i, r := range rows {
+		files[i] = r.lo.File
+	}
+	s.addVerdict(ctx, q, at, res, files)
 	return res, nil
+}
+
+// addVerdict checks res, the answer at a spot naming files (workspace
+// names, or absolute paths outside it), against the text (see verdict) and
+// adds its note and its structuredContent ("verdict").
+func (s *Supervisor) addVerdict(ctx context.Context, q *query, at spot, res *tools.Result, files []string) {
+	covered := map[string]bool{}
+	inWorkspace := false
+	for _, f := range files {
+		if !strings.HasPrefix(f, "/") {
+			covered[f], inWorkspace = true, true
+		}
+	}
+	// Where the question stands, one occurrence is the question itself.
+	self := map[string]bool{at.t.name: true}
+	for _, u := range at.also {
+		if name, ok := s.nameOfURI(u); ok {
+			self[name] = true
+		}
+	}
+	note, v := s.verdict(ctx, q, at, covered, self, inWorkspace)
+	if v == nil {
+		return
+	}
+	if note != "" {
+		res.Content = append(res.Content, tools.Content{Type: "text", Text: note})
+	}
+	if sc, ok := res.StructuredContent.(map[string]any); ok {
+		sc["verdict"] = v
+	} else if res.StructuredContent == nil {
+		res.StructuredContent = map[string]any{"verdict": v}
+	}
 }
 
 // window returns the part [from, to) of a list of total items that a page

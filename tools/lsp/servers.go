@@ -87,6 +87,14 @@ type Server struct {
 	// leaves them as they were gets no answer, so the wait for it is
 	// short (unchangedWait) and its end is no sign of a slow server.
 	SilentWhenUnchanged bool
+	// Exact says the server resolves names by type over the whole project
+	// (gopls), so its cross-file answers are not checked against the
+	// text (verdict.go).
+	Exact bool
+	// ByName says the server links references by name inference (pylsp's
+	// jedi): a references answer says that it may list uses of other
+	// symbols of the same name.
+	ByName bool
 }
 
 // MaxOpenedFiles caps the files of a root opened for a server that
@@ -134,7 +142,10 @@ func DefaultServers() []Server {
 			// An agent's write is finished, not a keystroke: diagnose the
 			// whole workspace at once instead of after gopls's 1s typing
 			// delay, and keep links to pkg.go.dev out of hovers.
-			InitOptions: map[string]any{"diagnosticsDelay": "0s", "linksInHover": false}},
+			InitOptions: map[string]any{"diagnosticsDelay": "0s", "linksInHover": false},
+			// gopls type-checks the whole module: its cross-file answers
+			// are not checked against the text.
+			Exact: true},
 		// pyright before pylsp: where both are installed, pyright answers
 		// (a configured table that lists pylsp alone keeps pylsp). It
 		// checks the whole workspace, not only open files, so a write that
@@ -146,7 +157,7 @@ func DefaultServers() []Server {
 				"useLibraryCodeForTypes": true,
 			}}},
 			Settle: pyrightSettle},
-		{ID: "pylsp", Languages: py, Markers: pyMarkers, MarkerOptional: true, Binaries: []string{"pylsp"}, Local: []string{".venv/bin", "venv/bin"},
+		{ID: "pylsp", Languages: py, Markers: pyMarkers, MarkerOptional: true, Binaries: []string{"pylsp"}, Local: []string{".venv/bin", "venv/bin"}, ByName: true,
 			// Style checkers drown real problems: keep pyflakes (undefined
 			// names, unused imports), drop pycodestyle and mccabe.
 			Settings: map[string]any{"pylsp": map[string]any{"plugins": map[string]any{

@@ -1,0 +1,263 @@
+package lsp
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The completeness verdict. A language server's cross-file answer is a
+// claim: a server that links only the files it has open (clangd without a
+// compilation database, tsserver's inferred project), resolves a module to
+// a stub that shadows the workspace's own (pyright), or infers names
+// (pylsp) answers "1 location" where a text search finds fourteen, and
+// says nothing. Before such an answer is given, berth counts the
+// identifier's whole-word occurrences in the files of the server's
+// languages under its root (the files the sync already tracks, so the list
+// is a lookup) and names the files the answer does not cover.
+
+const (
+	// VerdictBudget bounds the text scan behind one verdict; a scan cut
+	// short says how many files it did not look at.
+	VerdictBudget = 2 * time.Second
+	// MaxVerdictFiles is how many uncovered files a note names.
+	MaxVerdictFiles = 8
+	// wordFilterBits is the size of a file's identifier filter: with two
+	// hashes it answers "maybe" for about 5 % of absent identifiers in a
+	// file of 500 distinct ones.
+	wordFilterBits = 4096
+)
+
+// verdictActions are the actions whose answers are checked against the
+// text: who uses, who calls, and where it is defined.
+var verdictActions = map[string]bool{"references": true, "incoming_calls": true, "definition": true}
+
+// wordFilter is a Bloom filter of a file's identifiers at one stamp.
+type wordFilter struct {
+	st   stamp
+	bits [wordFilterBits / 64]uint64
+}
+
+func wordHashes(w []byte) (uint32, uint32) {
+	// FNV-1a, split into two indexes.
+	h := uint64(14695981039346656037)
+	for _, c := range w {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return uint32(h) % wordFilterBits, uint32(h>>32) % wordFilterBits
+}
+
+func (f *wordFilter) add(w []byte) {
+	a, b := wordHashes(w)
+	f.bits[a/64] |= 1 << (a % 64)
+	f.bits[b/64] |= 1 << (b % 64)
+}
+
+func (f *wordFilter) may(w []byte) bool {
+	a, b := wordHashes(w)
+	return f.bits[a/64]&(1<<(a%64)) != 0 && f.bits[b/64]&(1<<(b%64)) != 0
+}
+
+// wordIndex keeps the identifier filters of one server generation's files,
+// so a later verdict reads only the files that may hold its identifier.
+type wordIndex struct {
+	mu    sync.Mutex
+	files map[string]*wordFilter
+}
+
+// identByte reports whether c may be part of an identifier: letters,
+// digits, '_', any byte of a multi-byte UTF-8 sequence, and '$' where
+// dollar is set.
+func identByte(c byte, dollar bool) bool {
+	return c == '_' || c >= utf8.RuneSelf || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') || (dollar && c == '$')
+}
+
+// scanWords returns the filter of data's identifiers and the whole-word
+// occurrences of ident in it.
+func scanWords(data []byte, ident []byte, dollar bool) (*wordFilter, int) {
+	f := &wordFilter{}
+	n := 0
+	for i := 0; i < len(data); {
+		if !identByte(data[i], dollar) {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(data) && identByte(data[j], dollar) {
+			j++
+		}
+		w := data[i:j]
+		if r, _ := utf8.DecodeRune(w); !unicode.IsDigit(r) {
+			f.add(w)
+			if bytes.Equal(w, ident) {
+				n++
+			}
+		}
+		i = j
+	}
+	return f, n
+}
+
+// occurrences is what the text says of an identifier under a server's
+// root: whole-word occurrences by workspace file, and how many files the
+// scan did not look at before its budget ran out.
+type occurrences struct {
+	files   map[string]int
+	unread  int
+	scanned int
+}
+
+// textOccurrences counts ident's whole-word occurrences in the files of
+// q's server's languages under its root, within VerdictBudget.
+func (q *query) textOccurrences(ctx context.Context, ident string) occurrences {
+	in, g := q.in, q.g
+	g.syncMu.Lock()
+	names := make([]string, 0, len(g.stamps))
+	stamps := make(map[string]stamp, len(g.stamps))
+	for name, st := range g.stamps {
+		if _, ok := in.spec.Languages[path.Ext(name)]; ok {
+			names = append(names, name)
+			stamps[name] = st
+		}
+	}
+	g.syncMu.Unlock()
+	slices.Sort(names)
+
+	w := []byte(ident)
+	out := occurrences{files: map[string]int{}}
+	deadline := time.Now().Add(VerdictBudget)
+	for i, name := range names {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			out.unread = len(names) - i
+			break
+		}
+		st := stamps[name]
+		g.words.mu.Lock()
+		f := g.words.files[name]
+		g.words.mu.Unlock()
+		if f != nil && f.st == st && !f.may(w) {
+			out.scanned++
+			continue
+		}
+		data, err := in.s.ws.ReadFile(ctx, name)
+		if err != nil {
+			continue // gone or unreadable since the sync saw it
+		}
+		f, n := scanWords(data, w, dollarIdents[path.Ext(name)])
+		f.st = st
+		g.words.mu.Lock()
+		if g.words.files == nil {
+			g.words.files = map[string]*wordFilter{}
+		}
+		g.words.files[name] = f
+		g.words.mu.Unlock()
+		out.scanned++
+		if n > 0 {
+			out.files[name] = n
+		}
+	}
+	return out
+}
+
+// verdict checks a cross-file answer against the text: covered are the
+// workspace files the answer names, self the files where one occurrence
+// is what was asked about (the asked file, the function a call hierarchy
+// prepared), and defInWorkspace says the answer (a definition) found one
+// in the workspace. It returns the note for the result ("" when the text
+// agrees) and the verdict for structuredContent, nil when the server's
+// answers are not checked.
+func (s *Supervisor) verdict(ctx context.Context, q *query, at spot, covered, self map[string]bool, defInWorkspace bool) (string, map[string]any) {
+	if !verdictActions[at.action] || q.in.spec.Exact {
+		return "", nil
+	}
+	occ := q.textOccurrences(ctx, at.t.ident)
+	var missing []string
+	extra := 0
+	for name, n := range occ.files {
+		if self[name] {
+			n--
+		}
+		if covered[name] || n == 0 {
+			continue
+		}
+		missing = append(missing, name)
+		extra += n
+	}
+	v := map[string]any{"checked_files": occ.scanned, "uncovered_files": len(missing)}
+	if occ.unread > 0 {
+		v["unchecked_files"] = occ.unread
+	}
+	if at.action == "definition" && defInWorkspace {
+		// A definition was found where the text also has the name: the
+		// other files hold its uses, not a second answer.
+		missing = nil
+	}
+	var notes []string
+	if len(missing) > 0 {
+		slices.SortFunc(missing, func(a, b string) int {
+			if occ.files[a] != occ.files[b] {
+				return occ.files[b] - occ.files[a]
+			}
+			return strings.Compare(a, b)
+		})
+		shown := missing[:min(len(missing), MaxVerdictFiles)]
+		list := make([]string, len(shown))
+		for i, name := range shown {
+			list[i] = fmt.Sprintf("%s (%d)", name, occ.files[name])
+		}
+		more := ""
+		if len(missing) > len(shown) {
+			more = fmt.Sprintf(" and %d more", len(missing)-len(shown))
+		}
+		what := "the answer may be incomplete"
+		if at.action == "definition" {
+			what = "the server found no definition in the workspace"
+		}
+		notes = append(notes, fmt.Sprintf("note: %s: %q occurs as a whole word %s in %s the answer does not cover: %s%s%s. They may hold other symbols of the same name; ast_grep with the pattern '%s($$$A)' finds its calls, and a text search every use",
+			what, at.t.ident, plural(extra, "more time"), plural(len(missing), "file"), strings.Join(list, ", "), more, q.likelyCause(ctx), at.t.ident))
+	}
+	if occ.unread > 0 {
+		notes = append(notes, fmt.Sprintf("note: berth checked this answer against the text of %d files and ran out of time before the other %d; a text search covers them", occ.scanned, occ.unread))
+	}
+	if at.action == "references" && q.in.spec.ByName {
+		notes = append(notes, fmt.Sprintf("note: %s links references by name inference, not by type: uses of other symbols named %q may be listed, and uses it cannot infer may be missing", q.in.spec.ID, at.t.ident))
+	}
+	return strings.Join(notes, "\n"), v
+}
+
+// likelyCause names, when berth can see it, why q's server may not have
+// linked files where the name occurs ("" when it cannot tell).
+func (q *query) likelyCause(ctx context.Context) string {
+	in := q.in
+	has := func(names ...string) bool {
+		for _, n := range names {
+			if _, err := in.s.ws.Stat(ctx, path.Join(in.key.root, n)); err == nil {
+				return true
+			}
+		}
+		return false
+	}
+	switch in.spec.ID {
+	case "clangd":
+		if !has("compile_commands.json", "compile_flags.txt", "build/compile_commands.json", "out/compile_commands.json") {
+			return "; clangd has no compilation database (compile_commands.json) here, so it links only the files it has open"
+		}
+	case "typescript-language-server":
+		if !has("tsconfig.json", "jsconfig.json") {
+			return "; without a tsconfig.json or jsconfig.json tsserver's inferred project holds only the open files, so a CommonJS require is not followed to its callers"
+		}
+	case "pyright":
+		return "; pyright may have resolved the import to its bundled stub of a standard or installed module that shadows a workspace package of the same name"
+	case "pylsp":
+		return "; pylsp (jedi) links names by inference, and misses uses it cannot infer"
+	}
+	return ""
+}
