@@ -156,7 +156,7 @@ func TestTasks(t *testing.T) {
 			{podConv, taskNamespace + "/" + app},
 		}
 		for _, tt := range tests {
-			got, err := p.Locate(ctx, tt.conv)
+			got, err := p.Locate(ctx, sandbox.Owner{Conversation: tt.conv})
 			if err != nil || got != tt.want {
 				t.Errorf("Locate(%s) = %q, %v; want %q", tt.conv, got, err, tt.want)
 			}

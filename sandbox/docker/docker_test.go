@@ -139,7 +139,7 @@ func TestLocate(t *testing.T) {
 	ctx := context.Background()
 
 	none := "conv-" + randomID()
-	if _, err := p.Locate(ctx, none); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := p.Locate(ctx, sandbox.Owner{Conversation: none}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Locate with no container = %v, want ErrNotFound", err)
 	}
 
@@ -147,21 +147,21 @@ func TestLocate(t *testing.T) {
 	id := startContainer(t, cli, containerSpec{conversation: one})
 	// A stopped container of the same conversation is not a candidate.
 	stopContainer(t, cli, startContainer(t, cli, containerSpec{conversation: one}))
-	if got, err := p.Locate(ctx, one); err != nil || got != id {
+	if got, err := p.Locate(ctx, sandbox.Owner{Conversation: one}); err != nil || got != id {
 		t.Errorf("Locate with one running container = %q, %v; want %s", got, err, id)
 	}
 
 	several := "conv-" + randomID()
 	a := startContainer(t, cli, containerSpec{conversation: several})
 	b := startContainer(t, cli, containerSpec{conversation: several})
-	_, err := p.Locate(ctx, several)
+	_, err := p.Locate(ctx, sandbox.Owner{Conversation: several})
 	if err == nil || errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), short(a)) || !strings.Contains(err.Error(), short(b)) {
 		t.Errorf("Locate with two containers = %v; want an error naming %s and %s", err, short(a), short(b))
 	}
 
 	// Another label key.
 	other := newProvider(t, WithLabelKey("berth.other"))
-	if _, err := other.Locate(ctx, one); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := other.Locate(ctx, sandbox.Owner{Conversation: one}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Locate under another label key = %v, want ErrNotFound", err)
 	}
 }
@@ -300,7 +300,7 @@ func TestContainersUnchanged(t *testing.T) {
 		}
 		proc.Wait()
 	}
-	p.Locate(ctx, "conv-"+randomID())
+	p.Locate(ctx, sandbox.Owner{Conversation: "conv-" + randomID()})
 
 	if after := containerStates(t, cli, busyboxImage); !slices.Equal(before, after) {
 		t.Fatalf("containers changed:\nbefore %q\nafter  %q", before, after)
