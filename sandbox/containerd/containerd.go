@@ -263,11 +263,7 @@ func (p *Provider) conversation(ctx context.Context, owner sandbox.Owner, nss []
 	if owner.Conversation == "" {
 		return nil, fmt.Errorf("containerd: empty conversation id: %w", sandbox.ErrNotFound)
 	}
-	// The conversation and the tenant must be on the same container or
-	// pod, under one pair of keys.
-	matches := func(labels map[string]string) bool {
-		return owner.Matches(p.opts.labelKey, labels) || owner.Matches(PodLabelKey, labels)
-	}
+	matches := func(labels map[string]string) bool { return p.belongs(owner, labels) }
 	// Pods whose sandbox names the conversation, by pod key.
 	pods := make(map[string]bool)
 	return p.containers(ctx, nss, func(c containers.Container) (string, bool) {
@@ -284,6 +280,14 @@ func (p *Provider) conversation(ctx context.Context, owner sandbox.Owner, nss []
 		}
 		return "", false
 	})
+}
+
+// belongs reports whether labels, of a container or of a pod's sandbox,
+// say it belongs to owner: the conversation and the tenant on the same
+// object, under one pair of keys (the provider's label key and its tenant
+// key, or berth.dev/conversation and berth.dev/tenant).
+func (p *Provider) belongs(owner sandbox.Owner, labels map[string]string) bool {
+	return owner.Matches(p.opts.labelKey, labels) || owner.Matches(PodLabelKey, labels)
 }
 
 // containers lists, namespace by namespace (nss, or every namespace when

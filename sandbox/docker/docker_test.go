@@ -159,6 +159,22 @@ func TestLocate(t *testing.T) {
 		t.Errorf("Locate with two containers = %v; want an error naming %s and %s", err, short(a), short(b))
 	}
 
+	// Tenants: a container belongs to the tenant on its label only.
+	shared := "conv-" + randomID()
+	ofA := startContainer(t, cli, containerSpec{conversation: shared, tenant: "a"})
+	ofB := startContainer(t, cli, containerSpec{conversation: shared, tenant: "b"})
+	for tenant, want := range map[string]string{"a": ofA, "b": ofB} {
+		if got, err := p.Locate(ctx, sandbox.Owner{Conversation: shared, Tenant: tenant}); err != nil || got != want {
+			t.Errorf("Locate(%s, tenant %s) = %q, %v; want %s", shared, tenant, got, err, want)
+		}
+	}
+	if _, err := p.Locate(ctx, sandbox.Owner{Conversation: shared, Tenant: "c"}); !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "berth.tenant=c") {
+		t.Errorf("Locate for a tenant with no container = %v; want ErrNotFound naming berth.tenant=c", err)
+	}
+	if _, err := p.Locate(ctx, sandbox.Owner{Conversation: one, Tenant: "a"}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("Locate for a tenant of a container without a tenant label = %v; want ErrNotFound", err)
+	}
+
 	// Another label key.
 	other := newProvider(t, WithLabelKey("berth.other"))
 	if _, err := other.Locate(ctx, sandbox.Owner{Conversation: one}); !errors.Is(err, sandbox.ErrNotFound) {

@@ -241,19 +241,10 @@ func (p *Provider) Locate(ctx context.Context, owner sandbox.Owner) (string, err
 	if owner.Conversation == "" {
 		return "", fmt.Errorf("kube: empty conversation id: %w", sandbox.ErrNotFound)
 	}
-	set := labels.Set{}
-	for _, l := range [][2]string{{p.opts.labelKey, owner.Conversation}, {sandbox.TenantLabelKey(p.opts.labelKey), owner.Tenant}} {
-		key, value := l[0], l[1]
-		if value == "" {
-			continue // no tenant asked for
-		}
-		if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
-			return "", fmt.Errorf("kube: %q cannot be the value of the pod label %s (%s), so no pod can carry it: %w",
-				value, key, strings.Join(errs, "; "), sandbox.ErrNotFound)
-		}
-		set[key] = value
+	selector, err := ownerSelector(p.opts.labelKey, owner)
+	if err != nil {
+		return "", err
 	}
-	selector := labels.SelectorFromSet(set).String()
 	nss := p.opts.namespaces
 	where := "in namespace " + strings.Join(nss, ", ")
 	if len(nss) == 0 {
@@ -301,6 +292,26 @@ func (p *Provider) Locate(ctx context.Context, owner sandbox.Owner) (string, err
 		msg += fmt.Sprintf(" (%s carry the label but do not run; kubectl describe pod tells why)", strings.Join(notRunning, ", "))
 	}
 	return "", fmt.Errorf("%s: %w", msg, sandbox.ErrNotFound)
+}
+
+// ownerSelector returns the label selector of the pods that belong to
+// owner under the conversation label key key: the conversation label and,
+// when owner.Tenant is set, the tenant label (sandbox.TenantLabelKey). A
+// value no label can hold is an error wrapping sandbox.ErrNotFound.
+func ownerSelector(key string, owner sandbox.Owner) (string, error) {
+	set := labels.Set{}
+	for _, l := range [][2]string{{key, owner.Conversation}, {sandbox.TenantLabelKey(key), owner.Tenant}} {
+		key, value := l[0], l[1]
+		if value == "" {
+			continue // no tenant asked for
+		}
+		if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+			return "", fmt.Errorf("kube: %q cannot be the value of the pod label %s (%s), so no pod can carry it: %w",
+				value, key, strings.Join(errs, "; "), sandbox.ErrNotFound)
+		}
+		set[key] = value
+	}
+	return labels.SelectorFromSet(set).String(), nil
 }
 
 // defaultContainer returns the container a reference without one means.
