@@ -404,10 +404,12 @@ func harnessTenants(creds []httpapi.Credential) []string {
 // container belongs to a tenant only by its label, and warns when
 // --allow-unlabelled lifts that check for explicit references.
 func describeTenantLabels(log *slog.Logger, g *globalFlags, tenants []string) {
-	key := sandbox.TenantLabelKey(g.labelKey)
-	pod := sandbox.TenantLabelKey(controller.KubePodLabelKey)
+	conv := g.labelKey
+	if conv == "" {
+		conv = controller.DefaultLabelKey
+	}
 	log.Info(fmt.Sprintf("several tenants (%s): a run is placed only in a container labelled with its tenant as well as its conversation (%s=<tenant> with %s=<conversation id>; pods %s=<tenant> with %s=<conversation id>)",
-		strings.Join(tenants, ", "), key, g.labelKey, pod, controller.KubePodLabelKey))
+		strings.Join(tenants, ", "), sandbox.TenantLabelKey(conv), conv, sandbox.TenantLabelKey(controller.KubePodLabelKey), controller.KubePodLabelKey))
 	if g.allowUnlabelled {
 		log.Warn("--allow-unlabelled with several tenants: an explicit docker://, containerd:// or kube:// reference is not checked for any label, so every tenant can open runs in every container it can name; drop --allow-unlabelled")
 	}

@@ -126,8 +126,10 @@ func newController(g *globalFlags, b *backends, reg prometheus.Registerer, log *
 	if err != nil {
 		return nil, err
 	}
-	if err := sandbox.CheckLabelKey("berth: --label-key", g.labelKey); err != nil {
-		return nil, err
+	if g.labelKey != "" { // empty: the controller's default
+		if err := sandbox.CheckLabelKey("berth: --label-key", g.labelKey); err != nil {
+			return nil, err
+		}
 	}
 	if g.lspRequestTimeout < 0 {
 		return nil, fmt.Errorf("berth: --lsp-request-timeout %v is negative: pass a duration such as 30s (0: the default, %v)", g.lspRequestTimeout, lsp.DefaultRequestTimeout)
