@@ -186,6 +186,17 @@ type Config struct {
 	// ErrPlacement.
 	AllowUnlabelled bool
 
+	// RequireTenantLabel makes a container belong to a tenant as well as
+	// to a conversation: a run is placed, by "auto" or by an explicit
+	// reference, only in a container (or pod) that also carries the
+	// tenant label sandbox.TenantLabelKey(LabelKey)=RunSpec.Tenant
+	// (berth.tenant, berth.dev/tenant for pods). Set it when several
+	// tenants share this berth: conversation ids are chosen by the
+	// callers, so without it one tenant opens runs in another's
+	// containers by naming their conversation. A run without a tenant
+	// is then refused a container.
+	RequireTenantLabel bool
+
 	// Tools wire each run's tools, in order. Nil means DefaultTools.
 	Tools []Binder
 
@@ -616,15 +627,20 @@ func (c *Controller) place(ctx context.Context, spec RunSpec) (sandbox.Sandbox, 
 		return sb, sch + ": named explicitly", nil
 	}
 
-	label := c.cfg.LabelKey + "=" + spec.ConversationID
+	owner := c.owner(spec)
+	label := c.labels("", owner)
 	var tried []string
 	if spec.ConversationID != "" {
+		if err := c.checkOwner(spec); err != nil {
+			return nil, "", err
+		}
 		for _, sch := range c.schemes {
 			if sch == HostScheme {
 				continue
 			}
 			p := c.providers[sch]
-			found, err := p.Locate(ctx, spec.ConversationID)
+			label := c.labels(sch, owner)
+			found, err := p.Locate(ctx, owner)
 			switch {
 			case err == nil:
 				full := sch + "://" + found

@@ -21,13 +21,17 @@ import (
 )
 
 // fakeProvider is a scripted sandbox.Provider: containers maps a
-// conversation id to a ref, and refs lists the refs Open accepts.
+// conversation id to a ref, and labelled a ref to its labels; Open
+// accepts the refs of both.
 type fakeProvider struct {
 	scheme     string
-	containers map[string]string // conversation id → ref
-	locateErr  error             // returned by Locate when set
-	openErr    error             // returned by Open when set
-	onOpen     func()            // called by Open first, when set
+	containers map[string]string // conversation id → ref, labelled berth.conversation=<id> only
+	// labelled are more containers, ref → labels (berth.conversation,
+	// berth.tenant), matched as the real providers match them.
+	labelled  map[string]map[string]string
+	locateErr error  // returned by Locate when set
+	openErr   error  // returned by Open when set
+	onOpen    func() // called by Open first, when set
 
 	mu     sync.Mutex
 	opened []*fakeSandbox
@@ -44,7 +48,7 @@ func (p *fakeProvider) Open(ctx context.Context, ref string) (sandbox.Sandbox, e
 	}
 	full := p.scheme
 	if p.scheme != HostScheme {
-		found := false
+		_, found := p.labelled[ref]
 		for _, r := range p.containers {
 			found = found || r == ref
 		}
@@ -60,14 +64,29 @@ func (p *fakeProvider) Open(ctx context.Context, ref string) (sandbox.Sandbox, e
 	return sb, nil
 }
 
-func (p *fakeProvider) Locate(ctx context.Context, conv string) (string, error) {
+func (p *fakeProvider) Locate(ctx context.Context, o sandbox.Owner) (string, error) {
 	if p.locateErr != nil {
 		return "", p.locateErr
 	}
-	if ref, ok := p.containers[conv]; ok {
-		return ref, nil
+	var found []string
+	for conv, ref := range p.containers {
+		if o.Matches(DefaultLabelKey, map[string]string{DefaultLabelKey: conv}) {
+			found = append(found, ref)
+		}
 	}
-	return "", fmt.Errorf("fake: no container for %q: %w", conv, sandbox.ErrNotFound)
+	for ref, labels := range p.labelled {
+		if o.Matches(DefaultLabelKey, labels) {
+			found = append(found, ref)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("fake: no container labelled %s: %w", o.Selector(DefaultLabelKey), sandbox.ErrNotFound)
+	case 1:
+		return found[0], nil
+	}
+	slices.Sort(found)
+	return "", fmt.Errorf("fake: %d containers labelled %s: %s", len(found), o.Selector(DefaultLabelKey), strings.Join(found, ", "))
 }
 
 // fakeSandbox records Close and answers Check from a flag. Start and Dial

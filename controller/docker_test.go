@@ -62,18 +62,23 @@ func needDockerImage(t *testing.T) string {
 // docker://NAME and docker://ID: the container labelled with the run's
 // conversation is accepted; an unlabelled one, another conversation's,
 // and any named without a conversation id are refused, unless
-// AllowUnlabelled.
+// AllowUnlabelled. With RequireTenantLabel the container must carry the
+// run's tenant too: another tenant's container of the same conversation
+// is refused.
 func TestExplicitDockerContainerNeedsLabel(t *testing.T) {
 	image := needDockerImage(t)
 	var b [6]byte
 	rand.Read(b[:])
 	suffix := hex.EncodeToString(b[:])
 	conv, otherConv := "c-"+suffix, "c-other-"+suffix
-	start := func(name, label string) string {
+	start := func(name, label string, more ...string) string {
 		t.Helper()
 		args := []string{"run", "-d", "--network", "none", "--name", name}
 		if label != "" {
 			args = append(args, "--label", DefaultLabelKey+"="+label)
+		}
+		for _, l := range more {
+			args = append(args, "--label", l)
 		}
 		id, err := dockerRun(append(args, image, "sleep", "infinity")...)
 		if err != nil {
@@ -85,19 +90,22 @@ func TestExplicitDockerContainerNeedsLabel(t *testing.T) {
 	own := start("berth-ctl-own-"+suffix, conv)
 	bare := start("berth-ctl-bare-"+suffix, "")
 	other := start("berth-ctl-other-"+suffix, otherConv)
+	tenantConv := "c-tenant-" + suffix
+	ofA := start("berth-ctl-tenant-a-"+suffix, tenantConv, "berth.tenant=a")
 
-	open := func(t *testing.T, allow bool, spec RunSpec) (*Run, error) {
+	open := func(t *testing.T, allow, tenants bool, spec RunSpec) (*Run, error) {
 		t.Helper()
 		p, err := docker.New(docker.WithLabelKey(DefaultLabelKey))
 		if err != nil {
 			t.Fatal(err)
 		}
 		c, err := New(Config{
-			Providers:       []sandbox.Provider{p, &host.Provider{}},
-			Tools:           []Binder{FileTools},
-			Registerer:      prometheus.NewRegistry(),
-			AllowUnlabelled: allow,
-			NoQuestions:     true,
+			Providers:          []sandbox.Provider{p, &host.Provider{}},
+			Tools:              []Binder{FileTools},
+			Registerer:         prometheus.NewRegistry(),
+			AllowUnlabelled:    allow,
+			RequireTenantLabel: tenants,
+			NoQuestions:        true,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -112,6 +120,7 @@ func TestExplicitDockerContainerNeedsLabel(t *testing.T) {
 	tests := []struct {
 		name      string
 		allow     bool
+		tenants   bool
 		spec      RunSpec
 		wantRef   string
 		errSubstr []string
@@ -126,13 +135,19 @@ func TestExplicitDockerContainerNeedsLabel(t *testing.T) {
 		{name: "a container named with no conversation", spec: RunSpec{Sandbox: "docker://" + own},
 			errSubstr: []string{"needs the run's conversation_id"}},
 		{name: "a conversation with no container", spec: RunSpec{ConversationID: "c-none-" + suffix, Sandbox: "docker://" + own},
-			errSubstr: []string{"no running container has the label"}},
+			errSubstr: []string{"no running container is labelled"}},
+		{name: "the tenant's own container", tenants: true, spec: RunSpec{Tenant: "a", ConversationID: tenantConv, Sandbox: "docker://" + ofA}, wantRef: "docker://" + ofA},
+		{name: "another tenant's container", tenants: true, spec: RunSpec{Tenant: "b", ConversationID: tenantConv, Sandbox: "docker://" + ofA},
+			errSubstr: []string{"both labels " + DefaultLabelKey + "=" + tenantConv + " and berth.tenant=b", "no running container is labelled " + DefaultLabelKey + "=" + tenantConv + ",berth.tenant=b"}},
+		{name: "a container without a tenant label", tenants: true, spec: RunSpec{Tenant: "a", ConversationID: conv, Sandbox: "docker://" + own},
+			errSubstr: []string{"both labels " + DefaultLabelKey + "=" + conv + " and berth.tenant=a"}},
+		{name: "a tenant's container with one tenant", spec: RunSpec{Tenant: "b", ConversationID: tenantConv, Sandbox: "docker://" + ofA}, wantRef: "docker://" + ofA},
 		{name: "unlabelled when allowed", allow: true, spec: RunSpec{Sandbox: "docker://" + bare}, wantRef: "docker://" + bare},
 		{name: "another's when allowed", allow: true, spec: RunSpec{ConversationID: conv, Sandbox: "docker://" + other}, wantRef: "docker://" + other},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := open(t, tt.allow, tt.spec)
+			r, err := open(t, tt.allow, tt.tenants, tt.spec)
 			if tt.wantRef != "" {
 				if err != nil {
 					t.Fatalf("Open: %v", err)

@@ -142,25 +142,79 @@ func (c *Controller) hostOffError(conv string) error {
 		c.cfg.LabelKey, conv, ErrPlacement)
 }
 
+// owner is what the sandbox of a run of spec must be labelled with: the
+// run's conversation and, with Config.RequireTenantLabel, its tenant. It
+// is the one placement rule for containers: "auto" locates the sandbox
+// by it, and an explicit reference must name the sandbox it locates
+// (checkLabelled).
+func (c *Controller) owner(spec RunSpec) sandbox.Owner {
+	o := sandbox.Owner{Conversation: spec.ConversationID}
+	if c.cfg.RequireTenantLabel {
+		o.Tenant = spec.Tenant
+	}
+	return o
+}
+
+// labelKey is the conversation label key of the sandboxes of scheme sch,
+// for messages.
+func (c *Controller) labelKey(sch string) string {
+	if sch == sandbox.PodScheme {
+		return KubePodLabelKey
+	}
+	return c.cfg.LabelKey
+}
+
+// labels says, for messages, which labels a sandbox of scheme sch must
+// carry to belong to o: "berth.conversation=c-42", or
+// "berth.conversation=c-42 and berth.tenant=acme".
+func (c *Controller) labels(sch string, o sandbox.Owner) string {
+	key := c.labelKey(sch)
+	conv := o.Conversation
+	if conv == "" {
+		conv = "<conversation id>"
+	}
+	s := key + "=" + conv
+	if c.cfg.RequireTenantLabel {
+		s += " and " + sandbox.TenantLabelKey(key) + "=" + o.Tenant
+	}
+	return s
+}
+
+// checkOwner refuses a run that cannot be placed in a container at all:
+// one without a tenant on a berth that requires tenant labels.
+func (c *Controller) checkOwner(spec RunSpec) error {
+	if c.cfg.RequireTenantLabel && spec.Tenant == "" {
+		return fmt.Errorf("controller: sandbox %s refused: this berth serves several tenants and places a run only in a container labelled with its tenant (%s=<tenant>), and the run has no tenant: open it with a tenant's credential: %w",
+			spec.Sandbox, sandbox.TenantLabelKey(c.cfg.LabelKey), ErrPlacement)
+	}
+	return nil
+}
+
 // checkLabelled refuses an explicitly named container sb (opened from
 // provider p of scheme sch) that is not the container labelled with the
-// run's conversation, unless Config.AllowUnlabelled. It closes sb when
-// it refuses.
+// run's conversation (and tenant, see owner), unless
+// Config.AllowUnlabelled. It closes sb when it refuses.
+//
+// With tenant labels the refusal does not say which of the two labels sb
+// lacks: finding out would mean looking for the conversation's container
+// without the tenant, and the answer would tell the caller about another
+// tenant's containers.
 func (c *Controller) checkLabelled(ctx context.Context, p sandbox.Provider, sch string, sb sandbox.Sandbox, spec RunSpec) error {
 	if c.cfg.AllowUnlabelled || sch == HostScheme {
 		return nil
 	}
-	label := c.cfg.LabelKey
-	if sch == sandbox.PodScheme {
-		label = KubePodLabelKey
-	}
+	owner := c.owner(spec)
+	label := c.labels(sch, owner)
 	if spec.ConversationID == "" {
 		sb.Close()
-		return fmt.Errorf("controller: sandbox %s refused: an explicit container reference needs the run's conversation_id, and the container must carry the label %s=<conversation id>; pass conversation_id, or ask the operator for --allow-unlabelled: %w",
+		return fmt.Errorf("controller: sandbox %s refused: an explicit container reference needs the run's conversation_id, and the container must carry the label %s; pass conversation_id, or ask the operator for --allow-unlabelled: %w",
 			spec.Sandbox, label, ErrPlacement)
 	}
-	label += "=" + spec.ConversationID
-	located, err := p.Locate(ctx, spec.ConversationID)
+	if err := c.checkOwner(spec); err != nil {
+		sb.Close()
+		return err
+	}
+	located, err := p.Locate(ctx, owner)
 	if err == nil && sameContainer(sch, sb.Ref(), sch+"://"+located) {
 		return nil
 	}
@@ -169,8 +223,12 @@ func (c *Controller) checkLabelled(ctx context.Context, p sandbox.Provider, sch 
 	if err != nil {
 		why = err.Error()
 	}
-	return fmt.Errorf("controller: sandbox %s refused: it does not carry the label %s of the run's conversation (%s): label the conversation's container %s, or open the run with sandbox auto; an operator can allow unlabelled references with --allow-unlabelled: %w",
-		spec.Sandbox, label, why, label, ErrPlacement)
+	what := "the label " + label + " of the run's conversation"
+	if owner.Tenant != "" {
+		what = "both labels " + label + ", of the run's conversation and of its tenant"
+	}
+	return fmt.Errorf("controller: sandbox %s refused: it does not carry %s (%s): label the conversation's container %s, or open the run with sandbox auto; an operator can allow unlabelled references with --allow-unlabelled: %w",
+		spec.Sandbox, what, why, label, ErrPlacement)
 }
 
 // sameContainer compares the resolved reference of an opened sandbox

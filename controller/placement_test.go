@@ -243,3 +243,106 @@ func TestSameContainer(t *testing.T) {
 		}
 	}
 }
+
+// tenantRig is a rig whose docker provider also has containers labelled
+// with a tenant: a1 (conversation c1, tenant a), b2 (c2, b), and a3 and
+// b3, both of conversation c3 (tenants a and b). 0123abcd (c-42) and feed
+// (c-7) carry no tenant label.
+func tenantRig(t *testing.T, mod func(*Config)) *rig {
+	t.Helper()
+	rg := newRig(t, mod)
+	rg.docker.labelled = map[string]map[string]string{
+		"a1": {"berth.conversation": "c1", "berth.tenant": "a"},
+		"b2": {"berth.conversation": "c2", "berth.tenant": "b"},
+		"a3": {"berth.conversation": "c3", "berth.tenant": "a"},
+		"b3": {"berth.conversation": "c3", "berth.tenant": "b"},
+	}
+	return rg
+}
+
+// TestTenantLabels: with RequireTenantLabel a run is placed only in a
+// container labelled with its tenant as well as its conversation, for
+// auto and for an explicit reference alike; a refusal names both labels
+// the platform must set and nothing of the other tenant's container.
+func TestTenantLabels(t *testing.T) {
+	tests := []struct {
+		name      string
+		spec      RunSpec
+		wantRef   string
+		wantErr   error
+		errSubstr []string
+	}{
+		{name: "auto, own container", spec: RunSpec{Tenant: "a", ConversationID: "c1"}, wantRef: "docker://a1"},
+		{name: "explicit, own container", spec: RunSpec{Tenant: "a", ConversationID: "c1", Sandbox: "docker://a1"}, wantRef: "docker://a1"},
+		{name: "auto, one conversation id in two tenants", spec: RunSpec{Tenant: "b", ConversationID: "c3"}, wantRef: "docker://b3"},
+		{name: "auto, the same id for the other tenant", spec: RunSpec{Tenant: "a", ConversationID: "c3"}, wantRef: "docker://a3"},
+		{name: "auto, another tenant's conversation", spec: RunSpec{Tenant: "b", ConversationID: "c1"},
+			wantErr: sandbox.ErrNotFound, errSubstr: []string{"berth.conversation=c1 and berth.tenant=b"}},
+		{name: "explicit, another tenant's container", spec: RunSpec{Tenant: "b", ConversationID: "c1", Sandbox: "docker://a1"},
+			wantErr: ErrPlacement, errSubstr: []string{"docker://a1 refused", "both labels berth.conversation=c1 and berth.tenant=b", "label the conversation's container berth.conversation=c1 and berth.tenant=b"}},
+		{name: "explicit, another tenant's container of the same id", spec: RunSpec{Tenant: "b", ConversationID: "c3", Sandbox: "docker://a3"},
+			wantErr: ErrPlacement, errSubstr: []string{"docker://a3 refused", "the container labelled so is docker://b3"}},
+		{name: "auto, no tenant label", spec: RunSpec{Tenant: "a", ConversationID: "c-42"},
+			wantErr: sandbox.ErrNotFound, errSubstr: []string{"berth.conversation=c-42 and berth.tenant=a"}},
+		{name: "explicit, no tenant label", spec: RunSpec{Tenant: "a", ConversationID: "c-42", Sandbox: "docker://0123abcd"},
+			wantErr: ErrPlacement, errSubstr: []string{"berth.conversation=c-42 and berth.tenant=a"}},
+		{name: "explicit, no conversation", spec: RunSpec{Tenant: "a", Sandbox: "docker://a1"},
+			wantErr: ErrPlacement, errSubstr: []string{"needs the run's conversation_id", "berth.conversation=<conversation id> and berth.tenant=a"}},
+		{name: "auto, no tenant", spec: RunSpec{ConversationID: "c1"},
+			wantErr: ErrPlacement, errSubstr: []string{"has no tenant", "berth.tenant=<tenant>"}},
+		{name: "explicit, no tenant", spec: RunSpec{ConversationID: "c1", Sandbox: "docker://a1"},
+			wantErr: ErrPlacement, errSubstr: []string{"has no tenant"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rg := tenantRig(t, func(c *Config) { c.RequireTenantLabel = true; c.HostPlacement = HostOff })
+			tt.spec.Workspace = "/workspace"
+			r, err := rg.c.Open(context.Background(), tt.spec)
+			if tt.wantRef != "" {
+				if err != nil || r.Sandbox() != tt.wantRef {
+					t.Fatalf("Open = %v, %v; want a run in %s", r, err, tt.wantRef)
+				}
+				return
+			}
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Open: %v; want %v", err, tt.wantErr)
+			}
+			for _, s := range tt.errSubstr {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("refusal %q does not say %q", err, s)
+				}
+			}
+			if tt.spec.Tenant == "b" && strings.Contains(err.Error(), "tenant=a") {
+				t.Errorf("the refusal of tenant b names tenant a's label: %q", err)
+			}
+			for _, sb := range rg.docker.opened {
+				if sb.closed.Load() != 1 {
+					t.Errorf("the refused sandbox %s was closed %d times, want once", sb.ref, sb.closed.Load())
+				}
+			}
+		})
+	}
+}
+
+// TestTenantLabelsSingleTenant: without RequireTenantLabel (one tenant)
+// the conversation label alone places a run, with or without a tenant
+// label on the container, as before.
+func TestTenantLabelsSingleTenant(t *testing.T) {
+	for _, tt := range []struct {
+		spec    RunSpec
+		wantRef string
+	}{
+		{RunSpec{Tenant: "default", ConversationID: "c-42"}, "docker://0123abcd"},
+		{RunSpec{Tenant: "default", ConversationID: "c-42", Sandbox: "docker://0123abcd"}, "docker://0123abcd"},
+		{RunSpec{Tenant: "default", ConversationID: "c1"}, "docker://a1"}, // a tenant label is not asked for
+		{RunSpec{Tenant: "default", ConversationID: "c2", Sandbox: "docker://b2"}, "docker://b2"},
+		{RunSpec{ConversationID: "c-7", Sandbox: "docker://feed"}, "docker://feed"},
+	} {
+		rg := tenantRig(t, nil)
+		tt.spec.Workspace = "/workspace"
+		r, err := rg.c.Open(context.Background(), tt.spec)
+		if err != nil || r.Sandbox() != tt.wantRef {
+			t.Errorf("Open(%+v) = %v, %v; want a run in %s", tt.spec, r, err, tt.wantRef)
+		}
+	}
+}

@@ -276,10 +276,13 @@ type Provider interface {
 	// and ErrGone when it exists but is not running.
 	Open(ctx context.Context, ref string) (Sandbox, error)
 
-	// Locate finds the sandbox of a conversation by its label and returns its
-	// ref (the part after "scheme://"). It fails with ErrNotFound when none
-	// matches, and with an error naming all candidates when several do.
-	Locate(ctx context.Context, conversationID string) (string, error)
+	// Locate finds the one running sandbox labelled with owner (its
+	// conversation, and its tenant when owner.Tenant is set; see [Owner])
+	// and returns its ref (the part after "scheme://"). A sandbox that
+	// carries the conversation but not the tenant is not a candidate. It
+	// fails with ErrNotFound when none matches, and with an error naming
+	// all candidates when several do.
+	Locate(ctx context.Context, owner Owner) (string, error)
 }
 
 // Pipe starts cmd with its stdin and stdout connected to the returned

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -213,6 +214,10 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	if cfg.tune != nil {
 		tune = append(tune, cfg.tune)
 	}
+	if tenants := harnessTenants(creds); len(tenants) > 1 {
+		tune = append(tune, func(c *controller.Config) { c.RequireTenantLabel = true })
+		describeTenantLabels(log, g, tenants)
+	}
 	var (
 		store     *runstore.Dir
 		salvaged  []runstore.Record
@@ -380,6 +385,34 @@ func credentials(cfg serveConfig, token string, mode permission.Mode) ([]httpapi
 		seen[c.Hash] = true
 	}
 	return creds, nil
+}
+
+// harnessTenants returns the tenants, sorted, that credentials of creds
+// may open runs for.
+func harnessTenants(creds []httpapi.Credential) []string {
+	var tenants []string
+	for _, c := range creds {
+		if c.Has(httpapi.ScopeHarness) && !slices.Contains(tenants, c.Tenant) {
+			tenants = append(tenants, c.Tenant)
+		}
+	}
+	slices.Sort(tenants)
+	return tenants
+}
+
+// describeTenantLabels says at start that, with several tenants, a
+// container belongs to a tenant only by its label, and warns when
+// --allow-unlabelled lifts that check for explicit references.
+func describeTenantLabels(log *slog.Logger, g *globalFlags, tenants []string) {
+	conv := g.labelKey
+	if conv == "" {
+		conv = controller.DefaultLabelKey
+	}
+	log.Info(fmt.Sprintf("several tenants (%s): a run is placed only in a container labelled with its tenant as well as its conversation (%s=<tenant> with %s=<conversation id>; pods %s=<tenant> with %s=<conversation id>)",
+		strings.Join(tenants, ", "), sandbox.TenantLabelKey(conv), conv, sandbox.TenantLabelKey(controller.KubePodLabelKey), controller.KubePodLabelKey))
+	if g.allowUnlabelled {
+		log.Warn("--allow-unlabelled with several tenants: an explicit docker://, containerd:// or kube:// reference is not checked for any label, so every tenant can open runs in every container it can name; drop --allow-unlabelled")
+	}
 }
 
 // describeCredentials says at start which credentials berth accepts and

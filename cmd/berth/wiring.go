@@ -126,6 +126,11 @@ func newController(g *globalFlags, b *backends, reg prometheus.Registerer, log *
 	if err != nil {
 		return nil, err
 	}
+	if g.labelKey != "" { // empty: the controller's default
+		if err := sandbox.CheckLabelKey("berth: --label-key", g.labelKey); err != nil {
+			return nil, err
+		}
+	}
 	if g.lspRequestTimeout < 0 {
 		return nil, fmt.Errorf("berth: --lsp-request-timeout %v is negative: pass a duration such as 30s (0: the default, %v)", g.lspRequestTimeout, lsp.DefaultRequestTimeout)
 	}
@@ -169,6 +174,6 @@ func (u unavailable) Open(ctx context.Context, ref string) (sandbox.Sandbox, err
 	return nil, fmt.Errorf("berth: %s sandboxes are unavailable: %v: %w", u.scheme, u.err, sandbox.ErrGone)
 }
 
-func (u unavailable) Locate(ctx context.Context, conversationID string) (string, error) {
+func (u unavailable) Locate(ctx context.Context, owner sandbox.Owner) (string, error) {
 	return "", fmt.Errorf("berth: %s sandboxes are unavailable: %v: %w", u.scheme, u.err, sandbox.ErrGone)
 }

@@ -46,11 +46,11 @@ func (p *provider) Open(ctx context.Context, ref string) (sandbox.Sandbox, error
 	return nil, fmt.Errorf("fake: no container %q: %w", ref, sandbox.ErrNotFound)
 }
 
-func (p *provider) Locate(ctx context.Context, conv string) (string, error) {
-	if r, ok := p.containers[conv]; ok {
+func (p *provider) Locate(ctx context.Context, o sandbox.Owner) (string, error) {
+	if r, ok := p.containers[o.Conversation]; ok {
 		return r, nil
 	}
-	return "", fmt.Errorf("fake: none for %q: %w", conv, sandbox.ErrNotFound)
+	return "", fmt.Errorf("fake: none for %q: %w", o.Conversation, sandbox.ErrNotFound)
 }
 
 type sb struct {

@@ -130,8 +130,8 @@ func New(opts ...Option) (*Provider, error) {
 	for _, o := range opts {
 		o(&p.opts)
 	}
-	if p.opts.labelKey == "" {
-		return nil, errors.New("containerd: the label key is empty; pass a key such as berth.conversation to WithLabelKey")
+	if err := sandbox.CheckLabelKey("containerd: WithLabelKey", p.opts.labelKey); err != nil {
+		return nil, err
 	}
 	if p.opts.address == "" {
 		p.opts.address = DefaultAddress()
@@ -228,20 +228,22 @@ type candidate struct {
 func (c candidate) ref() string { return c.ns + "/" + c.id }
 
 // Locate returns the "NAMESPACE/ID" of the one container with a running
-// task that belongs to conversationID: labelled <label key>=id or
-// berth.dev/conversation=id itself (any namespace), or, for containers the
-// CRI plugin runs, in a pod whose sandbox carries one of these labels. It
-// fails with an error wrapping sandbox.ErrNotFound when none matches and
-// names all candidates when several do. ctx bounds the listing.
-func (p *Provider) Locate(ctx context.Context, conversationID string) (string, error) {
-	found, err := p.conversation(ctx, conversationID, nil)
+// task that belongs to owner: labelled <label key>=conversation (and,
+// when owner.Tenant is set, <tenant key>=tenant; sandbox.TenantLabelKey)
+// or berth.dev/conversation=conversation (and berth.dev/tenant=tenant)
+// itself (any namespace), or, for containers the CRI plugin runs, in a
+// pod whose sandbox carries one of these sets of labels. It fails with an
+// error wrapping sandbox.ErrNotFound when none matches and names all
+// candidates when several do. ctx bounds the listing.
+func (p *Provider) Locate(ctx context.Context, owner sandbox.Owner) (string, error) {
+	found, err := p.conversation(ctx, owner, nil)
 	if err != nil {
 		return "", err
 	}
 	switch len(found) {
 	case 0:
-		return "", fmt.Errorf("containerd: no container with a running task has the label %s=%s or %s=%s, nor is in a pod labelled so: %w",
-			p.opts.labelKey, conversationID, PodLabelKey, conversationID, sandbox.ErrNotFound)
+		return "", fmt.Errorf("containerd: no container with a running task is labelled %s or %s, nor is in a pod labelled so: %w",
+			owner.Selector(p.opts.labelKey), owner.Selector(PodLabelKey), sandbox.ErrNotFound)
 	case 1:
 		return found[0].ref(), nil
 	}
@@ -250,20 +252,18 @@ func (p *Provider) Locate(ctx context.Context, conversationID string) (string, e
 		names = append(names, fmt.Sprintf("%s (%s)", c.ref(), c.why))
 	}
 	slices.Sort(names)
-	return "", fmt.Errorf("containerd: %d running containers belong to conversation %s: %s; stop all but one or open one with containerd://NAMESPACE/ID",
-		len(names), conversationID, strings.Join(names, ", "))
+	return "", fmt.Errorf("containerd: %d running containers are labelled %s: %s; stop all but one or open one with containerd://NAMESPACE/ID",
+		len(names), owner.Selector(p.opts.labelKey), strings.Join(names, ", "))
 }
 
 // conversation lists the containers with a running task that belong to
-// conversationID (see [Provider.Locate]), in the namespaces nss or, when
-// nil, in every namespace.
-func (p *Provider) conversation(ctx context.Context, conversationID string, nss []string) ([]candidate, error) {
-	if conversationID == "" {
+// owner (see [Provider.Locate]), in the namespaces nss or, when nil, in
+// every namespace.
+func (p *Provider) conversation(ctx context.Context, owner sandbox.Owner, nss []string) ([]candidate, error) {
+	if owner.Conversation == "" {
 		return nil, fmt.Errorf("containerd: empty conversation id: %w", sandbox.ErrNotFound)
 	}
-	matches := func(labels map[string]string) bool {
-		return labels[p.opts.labelKey] == conversationID || labels[PodLabelKey] == conversationID
-	}
+	matches := func(labels map[string]string) bool { return p.belongs(owner, labels) }
 	// Pods whose sandbox names the conversation, by pod key.
 	pods := make(map[string]bool)
 	return p.containers(ctx, nss, func(c containers.Container) (string, bool) {
@@ -280,6 +280,14 @@ func (p *Provider) conversation(ctx context.Context, conversationID string, nss 
 		}
 		return "", false
 	})
+}
+
+// belongs reports whether labels, of a container or of a pod's sandbox,
+// say it belongs to owner: the conversation and the tenant on the same
+// object, under one pair of keys (the provider's label key and its tenant
+// key, or berth.dev/conversation and berth.dev/tenant).
+func (p *Provider) belongs(owner sandbox.Owner, labels map[string]string) bool {
+	return owner.Matches(p.opts.labelKey, labels) || owner.Matches(PodLabelKey, labels)
 }
 
 // containers lists, namespace by namespace (nss, or every namespace when

@@ -184,7 +184,7 @@ func TestLocateDocker(t *testing.T) {
 	conv := "locate-" + randomID()
 	startContainer(t, conv)
 	for _, c := range []string{conv, "", "locate-none-" + randomID()} {
-		if got, err := p.Locate(context.Background(), c); !errors.Is(err, sandbox.ErrNotFound) {
+		if got, err := p.Locate(context.Background(), sandbox.Owner{Conversation: c}); !errors.Is(err, sandbox.ErrNotFound) {
 			t.Errorf("Locate(%q) = %q, %v; want ErrNotFound", c, got, err)
 		}
 	}
@@ -288,7 +288,7 @@ func TestUnreachable(t *testing.T) {
 	ctx := context.Background()
 	t.Run("locate", func(t *testing.T) {
 		t.Parallel()
-		if _, err := p.Locate(ctx, "c1"); !errors.Is(err, sandbox.ErrGone) {
+		if _, err := p.Locate(ctx, sandbox.Owner{Conversation: "c1"}); !errors.Is(err, sandbox.ErrGone) {
 			t.Errorf("Locate = %v, want ErrGone", err)
 		}
 	})

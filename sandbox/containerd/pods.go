@@ -99,10 +99,11 @@ func pick(r sandbox.PodRef, found []candidate) (candidate, error) {
 }
 
 // Locate returns "NAMESPACE/POD/CONTAINER" of the one running container,
-// on this node, of a pod labelled berth.dev/conversation=conversationID
-// (or the provider's label key), or a container labelled so itself.
-func (q *Pods) Locate(ctx context.Context, conversationID string) (string, error) {
-	found, err := q.p.conversation(ctx, conversationID, []string{CRINamespace})
+// on this node, of a pod labelled berth.dev/conversation=conversation (and
+// berth.dev/tenant=tenant when owner.Tenant is set), or with the
+// provider's label keys, or a container labelled so itself.
+func (q *Pods) Locate(ctx context.Context, owner sandbox.Owner) (string, error) {
+	found, err := q.p.conversation(ctx, owner, []string{CRINamespace})
 	if err != nil {
 		return "", err
 	}
@@ -114,11 +115,11 @@ func (q *Pods) Locate(ctx context.Context, conversationID string) (string, error
 	refs = slices.Compact(refs)
 	switch len(refs) {
 	case 0:
-		return "", fmt.Errorf("containerd: no running pod %s is labelled %s=%s (berth runs as a node agent and sees only its own node's pods); label the conversation's pod so, or call the berth of the node it runs on: %w",
-			q.onNode(), PodLabelKey, conversationID, sandbox.ErrNotFound)
+		return "", fmt.Errorf("containerd: no running pod %s is labelled %s (berth runs as a node agent and sees only its own node's pods); label the conversation's pod so, or call the berth of the node it runs on: %w",
+			q.onNode(), owner.Selector(PodLabelKey), sandbox.ErrNotFound)
 	case 1:
 		return refs[0], nil
 	}
-	return "", fmt.Errorf("containerd: %d running containers %s belong to conversation %s: %s; give the pod one container or open one with kube://NAMESPACE/POD/CONTAINER",
-		len(refs), q.onNode(), conversationID, strings.Join(refs, ", "))
+	return "", fmt.Errorf("containerd: %d running containers %s are labelled %s: %s; give the pod one container or open one with kube://NAMESPACE/POD/CONTAINER",
+		len(refs), q.onNode(), owner.Selector(PodLabelKey), strings.Join(refs, ", "))
 }

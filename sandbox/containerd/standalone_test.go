@@ -248,15 +248,15 @@ func TestStandalone(t *testing.T) {
 	pods := p.Pods("test-node")
 
 	t.Run("locate one container", func(t *testing.T) {
-		got, err := p.Locate(ctx, conv)
+		got, err := p.Locate(ctx, sandbox.Owner{Conversation: conv})
 		if want := CRINamespace + "/" + mainID; err != nil || got != want {
 			t.Errorf("Locate = %q, %v; want %q", got, err, want)
 		}
-		got, err = pods.Locate(ctx, conv)
+		got, err = pods.Locate(ctx, sandbox.Owner{Conversation: conv})
 		if want := "team-a/" + pod + "/main"; err != nil || got != want {
 			t.Errorf("Pods.Locate = %q, %v; want %q", got, err, want)
 		}
-		ref, err := pods.Locate(ctx, "nobody-"+randomID())
+		ref, err := pods.Locate(ctx, sandbox.Owner{Conversation: "nobody-" + randomID()})
 		if !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "test-node") {
 			t.Errorf("Pods.Locate(unknown) = %q, %v; want ErrNotFound naming the node", ref, err)
 		}
@@ -309,7 +309,7 @@ func TestStandalone(t *testing.T) {
 			t.Fatal(err)
 		}
 		sb.Close()
-		_, err = pods.Locate(ctx, conv)
+		_, err = pods.Locate(ctx, sandbox.Owner{Conversation: conv})
 		if err == nil || !strings.Contains(err.Error(), "/main, team-a/") {
 			t.Errorf("Pods.Locate with two containers = %v; want an error naming both", err)
 		}

@@ -143,6 +143,15 @@ func TestTasks(t *testing.T) {
 	// the pod's one app container, without it.
 	startTask(t, p.cli, withKind("sandbox", map[string]string{PodLabelKey: podConv}), false)
 	app := startTask(t, p.cli, withKind("container", map[string]string{criContainerName: "app"}), false)
+	// Tenant a's container, and tenant a's pod (its sandbox labelled with
+	// the pod keys), each of a conversation id tenant b names too.
+	tenantConv := "tasks-tenant-" + randomID()
+	ofA := startTask(t, p.cli, map[string]string{DefaultLabelKey: tenantConv, "berth.tenant": "a"}, false)
+	tenantPodConv := "tasks-tenant-pod-" + randomID()
+	uid2 := randomID()
+	podA := map[string]string{criPodNamespace: "default", criPodName: "a-" + uid2, criPodUID: uid2}
+	startTask(t, p.cli, merge(podA, map[string]string{criKind: "sandbox", PodLabelKey: tenantPodConv, "berth.dev/tenant": "a"}), false)
+	appA := startTask(t, p.cli, merge(podA, map[string]string{criKind: "container", criContainerName: "app"}), false)
 	stopped := startTask(t, p.cli, map[string]string{DefaultLabelKey: "tasks-stopped-" + randomID()}, false)
 	stopTask(t, p.cli, stopped)
 	created := startTask(t, p.cli, nil, true)
@@ -156,9 +165,31 @@ func TestTasks(t *testing.T) {
 			{podConv, taskNamespace + "/" + app},
 		}
 		for _, tt := range tests {
-			got, err := p.Locate(ctx, tt.conv)
+			got, err := p.Locate(ctx, sandbox.Owner{Conversation: tt.conv})
 			if err != nil || got != tt.want {
 				t.Errorf("Locate(%s) = %q, %v; want %q", tt.conv, got, err, tt.want)
+			}
+		}
+	})
+
+	t.Run("locate with tenants", func(t *testing.T) {
+		for _, tt := range []struct {
+			owner sandbox.Owner
+			want  string // "": ErrNotFound
+		}{
+			{sandbox.Owner{Conversation: tenantConv, Tenant: "a"}, taskNamespace + "/" + ofA},
+			{sandbox.Owner{Conversation: tenantConv, Tenant: "b"}, ""},
+			{sandbox.Owner{Conversation: tenantConv}, taskNamespace + "/" + ofA}, // one tenant: the conversation alone
+			{sandbox.Owner{Conversation: tenantPodConv, Tenant: "a"}, taskNamespace + "/" + appA},
+			{sandbox.Owner{Conversation: tenantPodConv, Tenant: "b"}, ""},
+			{sandbox.Owner{Conversation: conv, Tenant: "a"}, ""}, // labelled with the conversation only
+		} {
+			got, err := p.Locate(ctx, tt.owner)
+			switch {
+			case tt.want == "" && (!errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "tenant="+tt.owner.Tenant)):
+				t.Errorf("Locate(%+v) = %q, %v; want ErrNotFound naming the tenant label", tt.owner, got, err)
+			case tt.want != "" && (err != nil || got != tt.want):
+				t.Errorf("Locate(%+v) = %q, %v; want %q", tt.owner, got, err, tt.want)
 			}
 		}
 	})
@@ -204,4 +235,41 @@ func TestTasks(t *testing.T) {
 			})
 		}
 	})
+}
+
+// merge returns the labels of ms in one map, later ones winning.
+func merge(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestBelongs: the one rule both containerd locators (containers and
+// pods) apply to a container's or a pod sandbox's labels: conversation and
+// tenant on the same object, under one pair of keys.
+func TestBelongs(t *testing.T) {
+	p := &Provider{opts: options{labelKey: "acme.io/chat"}}
+	a := sandbox.Owner{Conversation: "c1", Tenant: "a"}
+	for _, tt := range []struct {
+		labels map[string]string
+		owner  sandbox.Owner
+		want   bool
+	}{
+		{map[string]string{"acme.io/chat": "c1", "acme.io/tenant": "a"}, a, true},
+		{map[string]string{PodLabelKey: "c1", "berth.dev/tenant": "a"}, a, true},
+		{map[string]string{"acme.io/chat": "c1", "acme.io/tenant": "b"}, a, false},
+		{map[string]string{PodLabelKey: "c1", "berth.dev/tenant": "b"}, a, false},
+		{map[string]string{"acme.io/chat": "c1"}, a, false},
+		{map[string]string{"acme.io/chat": "c1", "berth.dev/tenant": "a"}, a, false}, // keys of two pairs
+		{map[string]string{"acme.io/chat": "c1"}, sandbox.Owner{Conversation: "c1"}, true},
+		{map[string]string{PodLabelKey: "c1"}, sandbox.Owner{Conversation: "c1"}, true},
+	} {
+		if got := p.belongs(tt.owner, tt.labels); got != tt.want {
+			t.Errorf("belongs(%+v, %v) = %v, want %v", tt.owner, tt.labels, got, tt.want)
+		}
+	}
 }

@@ -7,7 +7,6 @@ package docker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -80,8 +79,8 @@ func New(opts ...Option) (*Provider, error) {
 	for _, o := range opts {
 		o(&p.opts)
 	}
-	if p.opts.labelKey == "" {
-		return nil, errors.New("docker: the label key is empty; pass a key such as berth.conversation to WithLabelKey")
+	if err := sandbox.CheckLabelKey("docker: WithLabelKey", p.opts.labelKey); err != nil {
+		return nil, err
 	}
 	cli, err := p.newClient()
 	if err != nil {
@@ -139,23 +138,26 @@ func (p *Provider) Open(ctx context.Context, ref string) (sandbox.Sandbox, error
 }
 
 // Locate returns the id of the one running container labelled
-// <label key>=conversationID. It fails with an error wrapping
-// sandbox.ErrNotFound when none runs and names all candidates when several
-// do. ctx bounds the listing.
-func (p *Provider) Locate(ctx context.Context, conversationID string) (string, error) {
-	if conversationID == "" {
+// <label key>=owner.Conversation and, when owner.Tenant is set, <tenant
+// key>=owner.Tenant (sandbox.TenantLabelKey). It fails with an error
+// wrapping sandbox.ErrNotFound when none runs and names all candidates
+// when several do. ctx bounds the listing.
+func (p *Provider) Locate(ctx context.Context, owner sandbox.Owner) (string, error) {
+	if owner.Conversation == "" {
 		return "", fmt.Errorf("docker: empty conversation id: %w", sandbox.ErrNotFound)
 	}
-	label := p.opts.labelKey + "=" + conversationID
-	res, err := p.cli.ContainerList(ctx, client.ContainerListOptions{
-		Filters: make(client.Filters).Add("label", label).Add("status", string(container.StateRunning)),
-	})
+	label := owner.Selector(p.opts.labelKey)
+	filters := make(client.Filters).Add("label", p.opts.labelKey+"="+owner.Conversation).Add("status", string(container.StateRunning))
+	if owner.Tenant != "" {
+		filters.Add("label", sandbox.TenantLabelKey(p.opts.labelKey)+"="+owner.Tenant)
+	}
+	res, err := p.cli.ContainerList(ctx, client.ContainerListOptions{Filters: filters})
 	if err != nil {
 		return "", engineError("", err)
 	}
 	switch len(res.Items) {
 	case 0:
-		return "", fmt.Errorf("docker: no running container has the label %s: %w", label, sandbox.ErrNotFound)
+		return "", fmt.Errorf("docker: no running container is labelled %s: %w", label, sandbox.ErrNotFound)
 	case 1:
 		return res.Items[0].ID, nil
 	}
@@ -168,7 +170,7 @@ func (p *Provider) Locate(ctx context.Context, conversationID string) (string, e
 		names = append(names, describe(name, c.ID))
 	}
 	slices.Sort(names)
-	return "", fmt.Errorf("docker: %d running containers have the label %s: %s; stop all but one or open one by name with docker://NAME",
+	return "", fmt.Errorf("docker: %d running containers are labelled %s: %s; stop all but one or open one by name with docker://NAME",
 		len(names), label, strings.Join(names, ", "))
 }
 

@@ -139,7 +139,7 @@ func TestLocate(t *testing.T) {
 	ctx := context.Background()
 
 	none := "conv-" + randomID()
-	if _, err := p.Locate(ctx, none); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := p.Locate(ctx, sandbox.Owner{Conversation: none}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Locate with no container = %v, want ErrNotFound", err)
 	}
 
@@ -147,21 +147,37 @@ func TestLocate(t *testing.T) {
 	id := startContainer(t, cli, containerSpec{conversation: one})
 	// A stopped container of the same conversation is not a candidate.
 	stopContainer(t, cli, startContainer(t, cli, containerSpec{conversation: one}))
-	if got, err := p.Locate(ctx, one); err != nil || got != id {
+	if got, err := p.Locate(ctx, sandbox.Owner{Conversation: one}); err != nil || got != id {
 		t.Errorf("Locate with one running container = %q, %v; want %s", got, err, id)
 	}
 
 	several := "conv-" + randomID()
 	a := startContainer(t, cli, containerSpec{conversation: several})
 	b := startContainer(t, cli, containerSpec{conversation: several})
-	_, err := p.Locate(ctx, several)
+	_, err := p.Locate(ctx, sandbox.Owner{Conversation: several})
 	if err == nil || errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), short(a)) || !strings.Contains(err.Error(), short(b)) {
 		t.Errorf("Locate with two containers = %v; want an error naming %s and %s", err, short(a), short(b))
 	}
 
+	// Tenants: a container belongs to the tenant on its label only.
+	shared := "conv-" + randomID()
+	ofA := startContainer(t, cli, containerSpec{conversation: shared, tenant: "a"})
+	ofB := startContainer(t, cli, containerSpec{conversation: shared, tenant: "b"})
+	for tenant, want := range map[string]string{"a": ofA, "b": ofB} {
+		if got, err := p.Locate(ctx, sandbox.Owner{Conversation: shared, Tenant: tenant}); err != nil || got != want {
+			t.Errorf("Locate(%s, tenant %s) = %q, %v; want %s", shared, tenant, got, err, want)
+		}
+	}
+	if _, err := p.Locate(ctx, sandbox.Owner{Conversation: shared, Tenant: "c"}); !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "berth.tenant=c") {
+		t.Errorf("Locate for a tenant with no container = %v; want ErrNotFound naming berth.tenant=c", err)
+	}
+	if _, err := p.Locate(ctx, sandbox.Owner{Conversation: one, Tenant: "a"}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("Locate for a tenant of a container without a tenant label = %v; want ErrNotFound", err)
+	}
+
 	// Another label key.
 	other := newProvider(t, WithLabelKey("berth.other"))
-	if _, err := other.Locate(ctx, one); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := other.Locate(ctx, sandbox.Owner{Conversation: one}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Locate under another label key = %v, want ErrNotFound", err)
 	}
 }
@@ -300,7 +316,7 @@ func TestContainersUnchanged(t *testing.T) {
 		}
 		proc.Wait()
 	}
-	p.Locate(ctx, "conv-"+randomID())
+	p.Locate(ctx, sandbox.Owner{Conversation: "conv-" + randomID()})
 
 	if after := containerStates(t, cli, busyboxImage); !slices.Equal(before, after) {
 		t.Fatalf("containers changed:\nbefore %q\nafter  %q", before, after)

@@ -15,6 +15,8 @@ import (
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+
+	"berth.dev/berth/sandbox"
 )
 
 // busyboxImage is the registry-free test image made from Debian's
@@ -123,6 +125,7 @@ func needBusybox(t testing.TB, cli *client.Client) string {
 type containerSpec struct {
 	image        string
 	conversation string // value of the berth.conversation label; random when empty
+	tenant       string // value of the berth.tenant label; none when empty
 	readOnly     bool
 	binds        []string
 	tmpfs        map[string]string
@@ -141,11 +144,15 @@ func startContainer(t testing.TB, cli *client.Client, spec containerSpec) string
 	if spec.conversation == "" {
 		spec.conversation = randomID()
 	}
+	labels := map[string]string{DefaultLabelKey: spec.conversation}
+	if spec.tenant != "" {
+		labels[sandbox.TenantLabelKey(DefaultLabelKey)] = spec.tenant
+	}
 	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{
 			Image:  spec.image,
 			Cmd:    []string{"sleep", "1000000"},
-			Labels: map[string]string{DefaultLabelKey: spec.conversation},
+			Labels: labels,
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    "none",

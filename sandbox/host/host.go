@@ -308,8 +308,8 @@ func (p *Provider) Open(ctx context.Context, ref string) (sandbox.Sandbox, error
 }
 
 // Locate always fails: conversations have no host sandbox of their own.
-func (p *Provider) Locate(ctx context.Context, conversationID string) (string, error) {
-	return "", fmt.Errorf("host: locate conversation %q: the host is not labelled per conversation: %w", conversationID, sandbox.ErrNotFound)
+func (p *Provider) Locate(ctx context.Context, owner sandbox.Owner) (string, error) {
+	return "", fmt.Errorf("host: locate conversation %q: the host is not labelled per conversation: %w", owner.Conversation, sandbox.ErrNotFound)
 }
 
 var _ sandbox.Provider = (*Provider)(nil)

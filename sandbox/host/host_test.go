@@ -56,7 +56,7 @@ func TestProvider(t *testing.T) {
 	if _, err := p.Open(ctx, "other"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("Open(other) = %v, want ErrNotFound", err)
 	}
-	if _, err := p.Locate(ctx, "c-1"); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := p.Locate(ctx, sandbox.Owner{Conversation: "c-1"}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("Locate = %v, want ErrNotFound", err)
 	}
 }

@@ -95,8 +95,8 @@ func New(opts ...Option) (*Provider, error) {
 	for _, o := range opts {
 		o(&p.opts)
 	}
-	if p.opts.labelKey == "" {
-		return nil, errors.New("kube: the label key is empty; pass a key such as berth.dev/conversation to WithLabelKey")
+	if err := sandbox.CheckLabelKey("kube: WithLabelKey", p.opts.labelKey); err != nil {
+		return nil, err
 	}
 	if errs := validation.IsQualifiedName(p.opts.labelKey); len(errs) > 0 {
 		return nil, fmt.Errorf("kube: %q is not a valid label key (%s); pass one such as berth.dev/conversation to WithLabelKey", p.opts.labelKey, strings.Join(errs, "; "))
@@ -232,19 +232,19 @@ func getPod(ctx context.Context, core *podClient, ns, name string) (*corev1.Pod,
 }
 
 // Locate returns "NAMESPACE/POD/CONTAINER" of the one running pod labelled
-// <label key>=conversationID, in the namespaces of [WithNamespaces] or all
-// namespaces. The container is the pod's default one. It fails with an
-// error wrapping sandbox.ErrNotFound when no pod matches, and names all
-// candidates when several do. ctx bounds the listing.
-func (p *Provider) Locate(ctx context.Context, conversationID string) (string, error) {
-	if conversationID == "" {
+// <label key>=owner.Conversation (and <tenant key>=owner.Tenant when it is
+// set; sandbox.TenantLabelKey), in the namespaces of [WithNamespaces] or
+// all namespaces. The container is the pod's default one. It fails with
+// an error wrapping sandbox.ErrNotFound when no pod matches, and names
+// all candidates when several do. ctx bounds the listing.
+func (p *Provider) Locate(ctx context.Context, owner sandbox.Owner) (string, error) {
+	if owner.Conversation == "" {
 		return "", fmt.Errorf("kube: empty conversation id: %w", sandbox.ErrNotFound)
 	}
-	if errs := validation.IsValidLabelValue(conversationID); len(errs) > 0 {
-		return "", fmt.Errorf("kube: conversation id %q cannot be the value of the pod label %s (%s), so no pod can carry it; open the pod with kube://NAMESPACE/POD: %w",
-			conversationID, p.opts.labelKey, strings.Join(errs, "; "), sandbox.ErrNotFound)
+	selector, err := ownerSelector(p.opts.labelKey, owner)
+	if err != nil {
+		return "", err
 	}
-	selector := labels.SelectorFromSet(labels.Set{p.opts.labelKey: conversationID}).String()
 	nss := p.opts.namespaces
 	where := "in namespace " + strings.Join(nss, ", ")
 	if len(nss) == 0 {
@@ -292,6 +292,26 @@ func (p *Provider) Locate(ctx context.Context, conversationID string) (string, e
 		msg += fmt.Sprintf(" (%s carry the label but do not run; kubectl describe pod tells why)", strings.Join(notRunning, ", "))
 	}
 	return "", fmt.Errorf("%s: %w", msg, sandbox.ErrNotFound)
+}
+
+// ownerSelector returns the label selector of the pods that belong to
+// owner under the conversation label key key: the conversation label and,
+// when owner.Tenant is set, the tenant label (sandbox.TenantLabelKey). A
+// value no label can hold is an error wrapping sandbox.ErrNotFound.
+func ownerSelector(key string, owner sandbox.Owner) (string, error) {
+	set := labels.Set{}
+	for _, l := range [][2]string{{key, owner.Conversation}, {sandbox.TenantLabelKey(key), owner.Tenant}} {
+		key, value := l[0], l[1]
+		if value == "" {
+			continue // no tenant asked for
+		}
+		if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+			return "", fmt.Errorf("kube: %q cannot be the value of the pod label %s (%s), so no pod can carry it: %w",
+				value, key, strings.Join(errs, "; "), sandbox.ErrNotFound)
+		}
+		set[key] = value
+	}
+	return labels.SelectorFromSet(set).String(), nil
 }
 
 // defaultContainer returns the container a reference without one means.

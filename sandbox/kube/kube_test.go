@@ -311,26 +311,26 @@ func TestLocate(t *testing.T) {
 		"one namespace":  newProvider(t, WithNamespaces(ns)),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got, err := p.Locate(ctx, one); err != nil || got != ns+"/one/main" {
+			if got, err := p.Locate(ctx, sandbox.Owner{Conversation: one}); err != nil || got != ns+"/one/main" {
 				t.Errorf("Locate(one) = %q, %v; want %s/one/main", got, err, ns)
 			}
-			_, err := p.Locate(ctx, two)
+			_, err := p.Locate(ctx, sandbox.Owner{Conversation: two})
 			if err == nil || errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), ns+"/two-a/main") || !strings.Contains(err.Error(), ns+"/two-b/main") {
 				t.Errorf("Locate(two) = %v; want an error naming both pods", err)
 			}
-			if got, err := p.Locate(ctx, "none-"+randomID()); !errors.Is(err, sandbox.ErrNotFound) {
+			if got, err := p.Locate(ctx, sandbox.Owner{Conversation: "none-" + randomID()}); !errors.Is(err, sandbox.ErrNotFound) {
 				t.Errorf("Locate(none) = %q, %v; want ErrNotFound", got, err)
 			}
 		})
 	}
 	other := newProvider(t, WithLabelKey("example.com/conv"), WithNamespaces(ns))
-	if got, err := other.Locate(ctx, one); err != nil || got != ns+"/other-key/main" {
+	if got, err := other.Locate(ctx, sandbox.Owner{Conversation: one}); err != nil || got != ns+"/other-key/main" {
 		t.Errorf("Locate with another label key = %q, %v; want %s/other-key/main", got, err, ns)
 	}
 	// A labelled pod that does not run is no sandbox, but is named.
 	three := "three-" + randomID()
 	c.pod(t, ns, "three", podSpec{labels: map[string]string{DefaultLabelKey: three}, image: "docker.io/library/berth-no-such-image:" + randomID(), noWait: true})
-	if _, err := newProvider(t, WithNamespaces(ns)).Locate(ctx, three); !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), ns+"/three") {
+	if _, err := newProvider(t, WithNamespaces(ns)).Locate(ctx, sandbox.Owner{Conversation: three}); !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), ns+"/three") {
 		t.Errorf("Locate of a pod that does not run = %v; want ErrNotFound naming it", err)
 	}
 }
@@ -501,14 +501,14 @@ func TestLeastPrivilege(t *testing.T) {
 	if err := sb.Check(ctx); err != nil {
 		t.Errorf("Check as %s: %v", sa, err)
 	}
-	if got, err := p.Locate(ctx, conv); err != nil || got != ns+"/target/main" {
+	if got, err := p.Locate(ctx, sandbox.Owner{Conversation: conv}); err != nil || got != ns+"/target/main" {
 		t.Errorf("Locate as %s = %q, %v; want %s/target/main", sa, got, err, ns)
 	}
 
 	// The rules are all it has: listing pods in all namespaces is refused,
 	// which shows that the cluster enforces RBAC at all.
 	wide := newProvider(t, WithRESTConfig(cfg))
-	_, err = wide.Locate(ctx, conv)
+	_, err = wide.Locate(ctx, sandbox.Owner{Conversation: conv})
 	if err == nil {
 		fail := t.Skipf
 		if os.Getenv("CI") == "true" {

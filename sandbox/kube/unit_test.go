@@ -115,7 +115,7 @@ func TestNewOffline(t *testing.T) {
 				}
 				t.Errorf("Open = %v; want ErrGone saying the API server cannot be reached", err)
 			}
-			if _, err := p.Locate(ctx, "conv-1"); !errors.Is(err, sandbox.ErrGone) {
+			if _, err := p.Locate(ctx, sandbox.Owner{Conversation: "conv-1"}); !errors.Is(err, sandbox.ErrGone) {
 				t.Errorf("Locate = %v; want ErrGone", err)
 			}
 		})
@@ -135,7 +135,7 @@ func TestOpenLocateWithoutCluster(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"", "has spaces", strings.Repeat("x", 64)} {
-		if _, err := p.Locate(ctx, id); !errors.Is(err, sandbox.ErrNotFound) {
+		if _, err := p.Locate(ctx, sandbox.Owner{Conversation: id}); !errors.Is(err, sandbox.ErrNotFound) {
 			t.Errorf("Locate(%q) = %v; want ErrNotFound", id, err)
 		}
 	}
