@@ -235,6 +235,10 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		if rep.Damage != nil {
 			log.Warn("run store damaged: " + rep.String())
 		}
+		if len(rep.Sealed) > 0 {
+			// Once: the records of a berth before records carried a MAC.
+			log.Warn(rep.String())
+		}
 		store, salvaged, storeName = st, rep.Salvaged, cfg.stateDir
 		tune = append(tune, func(c *controller.Config) { c.Store = st })
 	case storeKube:
