@@ -197,6 +197,15 @@ type Config struct {
 	// is then refused a container.
 	RequireTenantLabel bool
 
+	// HostUser names who the host provider runs processes as (the uid of
+	// --host-user; empty: berth's own user). A host run's record keeps
+	// it, and Adopt refuses a host run recorded under another.
+	HostUser string
+
+	// KnownTenants are the tenants the current credentials may open runs
+	// for; Adopt refuses a stored run of any other tenant. Nil: any.
+	KnownTenants []string
+
 	// Tools wire each run's tools, in order. Nil means DefaultTools.
 	Tools []Binder
 
@@ -536,6 +545,9 @@ func (c *Controller) open(ctx context.Context, spec RunSpec, sb sandbox.Sandbox,
 	if rec != nil {
 		base.Resident = rec.Resident
 	}
+	if ref == HostScheme {
+		base.User = c.cfg.HostUser
+	}
 	r.durable = c.newDurable(base)
 	if r.durable != nil && res != nil {
 		r.durable.res = res
@@ -624,7 +636,7 @@ func (c *Controller) place(ctx context.Context, spec RunSpec) (sandbox.Sandbox, 
 		if err := c.checkLabelled(ctx, p, sch, sb, spec); err != nil {
 			return nil, "", err
 		}
-		return sb, sch + ": named explicitly", nil
+		return sb, sch + namedExplicitly, nil
 	}
 
 	owner := c.owner(spec)

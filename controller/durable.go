@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -283,6 +285,12 @@ type AdoptReport struct {
 	// unreadable (removed; a resident supervisor it named ends after its
 	// grace).
 	Failed map[string]string
+	// Refused are runs whose record today's policy refuses (Adopt), or
+	// whose record fails its integrity check (runstore.ErrForged): not
+	// adopted, removed from the store, and, for a record berth sealed,
+	// its resident supervisor ended; their ids answer sandbox_gone,
+	// saying why (a forged record's only to an operator).
+	Refused map[string]string
 	// Problems are resources of adopted runs that could not be taken
 	// over (the run serves on; the next result of that tool says what was
 	// lost).
@@ -299,8 +307,12 @@ type AdoptReport struct {
 // there (the container restarted, or berth was away longer than the
 // resident's grace), is removed from the store and its id answers
 // sandbox_gone. Call it once, after New and before serving.
+//
+// A record is a claim, not a fact: before anything of a run is opened,
+// today's policy is applied to it again (adoptable), and a record whose
+// integrity check fails is not acted on at all. Such runs are Refused.
 func (c *Controller) Adopt(ctx context.Context) (AdoptReport, error) {
-	rep := AdoptReport{Gone: map[string]string{}, Failed: map[string]string{}}
+	rep := AdoptReport{Gone: map[string]string{}, Failed: map[string]string{}, Refused: map[string]string{}}
 	if c.cfg.Store == nil {
 		return rep, nil
 	}
@@ -309,6 +321,10 @@ func (c *Controller) Adopt(ctx context.Context) (AdoptReport, error) {
 		return rep, fmt.Errorf("controller: read the run store: %w", err)
 	}
 	for _, u := range bad {
+		if errors.Is(u.Err, runstore.ErrForged) {
+			rep.Refused[u.ID] = c.refuseForged(ctx, u).Error()
+			continue
+		}
 		rep.Failed[u.ID] = "its stored record is unreadable: " + u.Err.Error()
 		c.cfg.Store.Delete(ctx, u.ID)
 	}
@@ -328,6 +344,8 @@ func (c *Controller) Adopt(ctx context.Context) (AdoptReport, error) {
 				rep.Elsewhere = append(rep.Elsewhere, rec.ID)
 			case err == nil:
 				rep.Adopted = append(rep.Adopted, rec.ID)
+			case errors.Is(err, ErrAdoptRefused):
+				rep.Refused[rec.ID] = err.Error()
 			case errors.Is(err, sandbox.ErrGone):
 				rep.Gone[rec.ID] = err.Error()
 			default:
@@ -352,6 +370,9 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 	if err != nil {
 		return nil, err
 	}
+	if why := c.adoptable(rec, sch); why != "" {
+		return nil, refused(rec.ID, why)
+	}
 	p, ok := c.providers[sch]
 	if !ok {
 		return nil, fmt.Errorf("controller: run %s is in %s, and this berth has no %s provider (configured: %s)", rec.ID, rec.Sandbox, sch, c.schemeList())
@@ -365,6 +386,14 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 			return nil, fmt.Errorf("controller: run %s: its sandbox %s is gone (%w) while berth was down: %w; open a new run", rec.ID, rec.Sandbox, err, sandbox.ErrGone)
 		}
 		return nil, fmt.Errorf("controller: run %s: open its sandbox %s again: %w", rec.ID, rec.Sandbox, err)
+	}
+	// The container must still be the conversation's (and the tenant's),
+	// by the check an explicit reference gets when a run is opened.
+	if err := c.checkLabelled(ctx, p, sch, sb, spec); err != nil { // closes sb
+		if cut := cutShort(ctx, rec.ID, "checking its container's labels", err); cut != nil {
+			return nil, cut
+		}
+		return nil, refused(rec.ID, err.Error())
 	}
 	var res sandbox.Resident
 	if rec.Resident != nil {
@@ -404,6 +433,80 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 	}
 	r.log.Info("run adopted", "opened", rec.Opened, "problems", len(problems))
 	return problems, nil
+}
+
+// ErrAdoptRefused: a stored run was not adopted because today's policy
+// refuses what its record says, or its record fails its integrity check.
+// Such an error also wraps sandbox.ErrGone: the run cannot come back
+// (HTTP 410 sandbox_gone), and the message says why.
+var ErrAdoptRefused = errors.New("adoption refused")
+
+// namedExplicitly ends the placement of a run whose sandbox was named in
+// its spec (RunInfo.Placement "host: named explicitly").
+const namedExplicitly = ": named explicitly"
+
+// adoptable applies today's policy to a stored run in a sandbox of scheme
+// sch before anything of it is opened: its tenant must be one the
+// current credentials know, and a host run must be one this berth would
+// place on the host now (--host-placement), under its host roots, for
+// its host user. It returns why not, or "". A container's labels are
+// checked once it is opened (checkLabelled).
+func (c *Controller) adoptable(rec runstore.Record, sch string) string {
+	if c.cfg.KnownTenants != nil && !slices.Contains(c.cfg.KnownTenants, rec.Tenant) {
+		return fmt.Sprintf("its tenant %q is not one this berth's credentials name", rec.Tenant)
+	}
+	if sch != HostScheme {
+		return ""
+	}
+	switch c.cfg.hostPlacement() {
+	case HostOff:
+		return "it runs on the host, and host placement is off on this berth (--host-placement off)"
+	case HostExplicit:
+		if !strings.HasSuffix(rec.Placement, namedExplicitly) {
+			return fmt.Sprintf("it was placed on the host as auto's fallback (%s), and this berth places a run there only when its spec names the host (--host-placement explicit)", rec.Placement)
+		}
+	}
+	if rec.User != c.cfg.HostUser {
+		return fmt.Sprintf("its processes run on the host as %s, and this berth runs host processes as %s (--host-user)", userName(rec.User), userName(c.cfg.HostUser))
+	}
+	ws, err := c.workspace(rec.Workspace, HostScheme)
+	if err != nil {
+		return err.Error()
+	}
+	if ws != rec.Workspace {
+		return fmt.Sprintf("its workspace %s resolves to %s now", rec.Workspace, ws)
+	}
+	return ""
+}
+
+// userName shows a Config.HostUser.
+func userName(u string) string {
+	if u == "" {
+		return "berth's own user"
+	}
+	return "uid " + u
+}
+
+// refused is the error of run id, which today's policy refuses to adopt
+// for the reason why.
+func refused(id, why string) error {
+	return fmt.Errorf("controller: run %s was not adopted when berth restarted: %s; open a new run: %w (%w)", id, why, ErrAdoptRefused, sandbox.ErrGone)
+}
+
+// refuseForged reports a stored run whose record fails its integrity
+// check. Nothing the record says is acted on — not its sandbox (its
+// resident supervisor, if it has one, ends by itself after its grace),
+// and not its tenant: its id answers why to an operator only. Without
+// leases the record is removed; with them it is left, since a replica of
+// an older berth may serve it.
+func (c *Controller) refuseForged(ctx context.Context, u runstore.Unreadable) error {
+	err := refused(u.ID, u.Err.Error())
+	c.log.Error("run not adopted: its stored record fails its integrity check", "run", u.ID, "why", u.Err)
+	if c.cfg.Leases == nil {
+		c.rememberGone(u.ID, AllTenants, err)
+		c.cfg.Store.Delete(ctx, u.ID)
+	}
+	return err
 }
 
 // cutShort is the error of an adoption whose context ended while it was

@@ -144,6 +144,10 @@ func (c *Controller) locateStored(ctx context.Context, tenant, id string) (*Run,
 	switch {
 	case errors.Is(err, runstore.ErrNotFound):
 		return nil, nil, unknownRun(id)
+	case errors.Is(err, runstore.ErrForged) && tenant == AllTenants:
+		return nil, nil, refused(id, err.Error())
+	case errors.Is(err, runstore.ErrForged):
+		return nil, nil, unknownRun(id) // its tenant is not to be believed
 	case err != nil:
 		return nil, nil, fmt.Errorf("controller: run %s: the run store does not answer (%v): %w; retry in a few seconds", id, err, ErrMoving)
 	case tenant != AllTenants && rec.Tenant != tenant:
@@ -242,6 +246,19 @@ func (c *Controller) adoptLeased(ctx context.Context, rec runstore.Record) (prob
 	problems, err = c.adopt(ctx, rec)
 	switch {
 	case err == nil:
+	case errors.Is(err, ErrAdoptRefused):
+		// Refused by today's policy: the record is berth's own, so what
+		// the run left in its sandbox is ended where berth can reach it.
+		c.rememberGone(rec.ID, rec.Tenant, err)
+		end := "its resident supervisor and what ran under it were ended"
+		if rec.Resident == nil {
+			end = "it had no resident supervisor"
+		} else if rerr := c.retire(context.WithoutCancel(ctx), rec); rerr != nil {
+			end = fmt.Sprintf("its resident supervisor could not be ended (%v) and ends by itself after its grace", rerr)
+		}
+		c.log.Error("run not adopted: today's policy refuses its record", "run", rec.ID, "tenant", rec.Tenant, "sandbox", rec.Sandbox, "why", err, "resident", end)
+		c.cfg.Store.Delete(context.WithoutCancel(ctx), rec.ID)
+		err = fmt.Errorf("%w; %s", err, end)
 	case errors.Is(err, sandbox.ErrGone) && ctx.Err() == nil:
 		// Gone for certain, not an answer cut short (berth shutting
 		// down, the adoption's time running out).

@@ -44,6 +44,10 @@ type Report struct {
 	// SalvageNote says how the salvaged records were read and how far to
 	// trust them.
 	SalvageNote string
+	// Sealed are the runs whose records, written by a berth before
+	// records were sealed, this Open sealed as they were: it created the
+	// directory's key (KeyFile), and the store had no MAC yet.
+	Sealed []string
 }
 
 // String is a message for berth's log.
@@ -64,6 +68,8 @@ func (r Report) String() string {
 		return b.String()
 	case r.Fresh:
 		return fmt.Sprintf("runstore: no runs recorded yet: started an empty store at %s", r.Path)
+	case len(r.Sealed) > 0:
+		return fmt.Sprintf("runstore: opened %s: %d runs recorded; sealed the records of a berth before records carried a MAC, as they were: %s", r.Path, r.Runs, strings.Join(r.Sealed, ", "))
 	}
 	return fmt.Sprintf("runstore: opened %s: %d runs recorded", r.Path, r.Runs)
 }
@@ -72,6 +78,9 @@ func (r Report) String() string {
 // salvaged records' contents (their ids only).
 func (r Report) LogValue() slog.Value {
 	attrs := []slog.Attr{slog.String("path", r.Path), slog.Bool("fresh", r.Fresh), slog.Int("runs", r.Runs)}
+	if len(r.Sealed) > 0 {
+		attrs = append(attrs, slog.String("sealed", strings.Join(r.Sealed, ",")))
+	}
 	if r.Damage != nil {
 		ids := make([]string, len(r.Salvaged))
 		for i, rec := range r.Salvaged {

@@ -9,10 +9,13 @@
 //
 // # The state directory
 //
-// It holds two files:
+// It holds three files:
 //
 //   - runs.db ([DBFile]), a bbolt database: one record per run, as JSON,
-//     keyed by run id, plus the store's format version. Mode 0600.
+//     keyed by run id, with its MAC, plus the store's format version.
+//     Mode 0600.
+//   - records.key ([KeyFile]), the key the records' MACs are made with,
+//     created on the first Open. Mode 0600.
 //   - berth.lock ([LockFile]), which the berth using the directory holds
 //     (flock) and in which it writes its pid, host and start time.
 //
@@ -55,6 +58,20 @@
 // runs.db written by a newer berth (a newer format) is refused, not
 // moved. A single record that does not decode is not damage: List
 // returns it as [Unreadable], with its id.
+//
+// # Integrity
+//
+// Each record is stored with a MAC ([Seal]: HMAC-SHA256 under the
+// directory's key, over the run id and the record's stored bytes). A
+// record whose MAC is missing or does not match is returned as
+// [Unreadable] with an error wrapping [ErrForged]: a restarted berth acts
+// on what a record says (the sandbox it opens, the tenant the run is
+// answered to), so one changed outside berth is not adopted. The records
+// of a berth before records carried a MAC are sealed as they are by the
+// Open that creates the key ([Report].Sealed); once a store has MACs, a
+// record without one is refused. The key guards against whoever may
+// write runs.db but not read records.key (a restored backup, a copied
+// file); whoever may write the whole directory may also replace the key.
 //
 // # Why bbolt
 //

@@ -34,6 +34,7 @@ type Record struct {
 	Opened       time.Time                  `json:"opened"`
 	Updated      time.Time                  `json:"updated"`
 	Owner        string                     `json:"owner,omitempty"` // the replica (berth instance) that serves it
+	User         string                     `json:"user,omitempty"`  // who the run's processes run as on the host (controller.Config.HostUser)
 	Resident     *Resident                  `json:"resident,omitempty"`
 	State        map[string]json.RawMessage `json:"state,omitempty"` // per resource: "eval", "structural", "questions", "debug", …
 }
@@ -114,18 +115,18 @@ func (r Record) residentString(gosyntax bool) string {
 // String describes r without its resident's secret or its State's
 // contents.
 func (r Record) String() string {
-	return fmt.Sprintf("{ID:%s Tenant:%s Conversation:%s Sandbox:%s Workspace:%s Mode:%s Vibe:%t Placement:%s Opened:%s Updated:%s Owner:%s Resident:%s State:%s}",
+	return fmt.Sprintf("{ID:%s Tenant:%s Conversation:%s Sandbox:%s Workspace:%s Mode:%s Vibe:%t Placement:%s Opened:%s Updated:%s Owner:%s User:%s Resident:%s State:%s}",
 		r.ID, r.Tenant, r.Conversation, r.Sandbox, r.Workspace, r.Mode, r.Vibe, r.Placement,
-		r.Opened.Format(time.RFC3339Nano), r.Updated.Format(time.RFC3339Nano), r.Owner,
+		r.Opened.Format(time.RFC3339Nano), r.Updated.Format(time.RFC3339Nano), r.Owner, r.User,
 		r.residentString(false), r.stateSummary())
 }
 
 // GoString describes r as Go syntax, without its resident's secret or
 // its State's contents.
 func (r Record) GoString() string {
-	return fmt.Sprintf("runstore.Record{ID:%q, Tenant:%q, Conversation:%q, Sandbox:%q, Workspace:%q, Mode:%q, Vibe:%t, Placement:%q, Opened:%q, Updated:%q, Owner:%q, Resident:%s, State:%s}",
+	return fmt.Sprintf("runstore.Record{ID:%q, Tenant:%q, Conversation:%q, Sandbox:%q, Workspace:%q, Mode:%q, Vibe:%t, Placement:%q, Opened:%q, Updated:%q, Owner:%q, User:%q, Resident:%s, State:%s}",
 		r.ID, r.Tenant, r.Conversation, r.Sandbox, r.Workspace, r.Mode, r.Vibe, r.Placement,
-		r.Opened.Format(time.RFC3339Nano), r.Updated.Format(time.RFC3339Nano), r.Owner,
+		r.Opened.Format(time.RFC3339Nano), r.Updated.Format(time.RFC3339Nano), r.Owner, r.User,
 		r.residentString(true), r.stateSummary())
 }
 
@@ -155,6 +156,7 @@ func (r Record) LogValue() slog.Value {
 		slog.Time("opened", r.Opened),
 		slog.Time("updated", r.Updated),
 		slog.String("owner", r.Owner),
+		slog.String("user", r.User),
 	}
 	if r.Resident != nil {
 		attrs = append(attrs, slog.Any("resident", *r.Resident))

@@ -26,14 +26,17 @@ type Store interface {
 	// Delete removes the record id; deleting a missing id is not an error.
 	Delete(ctx context.Context, id string) error
 	// List returns every record, by Opened then ID. Records that fail to
-	// decode are returned as Unreadable (with their id), never dropped
-	// and never fatal.
+	// decode, or whose MAC fails (ErrForged), are returned as Unreadable
+	// (with their id), never dropped and never fatal. Get fails on them
+	// with the same error.
 	List(ctx context.Context) ([]Record, []Unreadable, error)
 	// Close releases the store; later calls fail with ErrClosed.
 	Close() error
 }
 
-// Unreadable is a stored record that does not decode.
+// Unreadable is a stored record that does not decode, or whose MAC does
+// not match (Err wraps ErrForged): either way none of it is to be acted
+// on.
 type Unreadable struct {
 	ID  string
 	Err error
@@ -70,10 +73,11 @@ const (
 	LockFile = "berth.lock"
 )
 
-// Bucket layout: runs maps id to the record's JSON; meta holds the
-// store's format version.
+// Bucket layout: runs maps id to the record's JSON; macs maps id to the
+// record's MAC (Seal); meta holds the store's format version.
 var (
 	runsBucket = []byte("runs")
+	macsBucket = []byte("macs")
 	metaBucket = []byte("meta")
 	formatKey  = []byte("format")
 )
@@ -94,7 +98,8 @@ type Options struct {
 type Dir struct {
 	dir       string
 	lock      *os.File
-	maxRecord int // MaxRecord; tests lower it
+	key       []byte // seals the records (KeyFile)
+	maxRecord int    // MaxRecord; tests lower it
 
 	// mu guards db against Close: every operation holds it for reading.
 	mu sync.RWMutex
@@ -141,7 +146,44 @@ func Open(dir string, opts Options) (*Dir, Report, error) {
 		unlockDir(lock)
 		return nil, report, err
 	}
-	return &Dir{dir: abs, lock: lock, db: db, maxRecord: MaxRecord}, report, nil
+	key, created, err := loadKey(abs)
+	if err == nil {
+		report.Sealed, err = sealUnsealed(db, key, created)
+	}
+	if err != nil {
+		db.Close()
+		unlockDir(lock)
+		return nil, report, err
+	}
+	return &Dir{dir: abs, lock: lock, key: key, db: db, maxRecord: MaxRecord}, report, nil
+}
+
+// sealUnsealed readies the MAC bucket of a store that has none and
+// returns the runs it sealed. A store without one was written by a berth
+// before records were sealed: when its key was created by this Open
+// (created), its records are sealed as they are, trusted as the berth
+// that wrote them trusted them (and checked against today's policy when
+// adopted). When the key existed already, the bucket was removed since,
+// and nothing is sealed: every record without a MAC is refused.
+func sealUnsealed(db *bolt.DB, key []byte, created bool) ([]string, error) {
+	var sealed []string
+	err := db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(macsBucket) != nil {
+			return nil
+		}
+		macs, err := tx.CreateBucket(macsBucket)
+		if err != nil || !created {
+			return err
+		}
+		return tx.Bucket(runsBucket).ForEach(func(k, v []byte) error {
+			sealed = append(sealed, string(k))
+			return macs.Put(k, Seal(key, string(k), v))
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("runstore: sealing the records of %s: %w", db.Path(), err)
+	}
+	return sealed, nil
 }
 
 // Path is the state directory.
@@ -192,7 +234,10 @@ func (d *Dir) Put(ctx context.Context, r Record) error {
 	}
 	defer d.mu.RUnlock()
 	err = d.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(runsBucket).Put([]byte(r.ID), data)
+		if err := tx.Bucket(runsBucket).Put([]byte(r.ID), data); err != nil {
+			return err
+		}
+		return tx.Bucket(macsBucket).Put([]byte(r.ID), Seal(d.key, r.ID, data))
 	})
 	if err != nil {
 		return fmt.Errorf("runstore: saving run %s in %s: %w", r.ID, d.dir, err)
@@ -218,7 +263,7 @@ func (d *Dir) Get(ctx context.Context, id string) (Record, error) {
 			return nil
 		}
 		found = true
-		r, derr = decode(id, v)
+		r, derr = d.open(tx, id, v)
 		return nil
 	})
 	switch {
@@ -240,7 +285,10 @@ func (d *Dir) Delete(ctx context.Context, id string) error {
 	}
 	defer d.mu.RUnlock()
 	err := d.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(runsBucket).Delete([]byte(id))
+		if err := tx.Bucket(runsBucket).Delete([]byte(id)); err != nil {
+			return err
+		}
+		return tx.Bucket(macsBucket).Delete([]byte(id))
 	})
 	if err != nil {
 		return fmt.Errorf("runstore: deleting run %s from %s: %w", id, d.dir, err)
@@ -264,7 +312,7 @@ func (d *Dir) List(ctx context.Context) ([]Record, []Unreadable, error) {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			r, err := decode(string(k), v)
+			r, err := d.open(tx, string(k), v)
 			if err != nil {
 				bad = append(bad, Unreadable{ID: string(k), Err: err})
 				return nil
@@ -287,6 +335,14 @@ func sortRecords(records []Record) {
 		}
 		return records[i].ID < records[j].ID
 	})
+}
+
+// open checks the MAC of run id's stored bytes v, then decodes them.
+func (d *Dir) open(tx *bolt.Tx, id string, v []byte) (Record, error) {
+	if err := Verify(d.key, id, v, tx.Bucket(macsBucket).Get([]byte(id))); err != nil {
+		return Record{}, fmt.Errorf("%w (state directory %s)", err, d.dir)
+	}
+	return decode(id, v)
 }
 
 // decode decodes a stored record. v belongs to a bbolt transaction, so

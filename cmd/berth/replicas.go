@@ -17,6 +17,7 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/httpapi"
+	"berth.dev/berth/runstore"
 	"berth.dev/berth/runstore/kubestore"
 	"berth.dev/berth/sandbox/kube"
 )
@@ -104,6 +105,10 @@ func openReplicated(f replicaFlags, ln net.Listener, log *slog.Logger) (*replica
 	st, err := kubestore.New(cs, ns, replica, kubestore.Options{
 		Address: addr,
 		Logger:  log,
+		// Records are sealed with a key derived from the peer key, which
+		// the records' Secrets do not hold: whoever may write those
+		// cannot forge a record without reading the peer key too.
+		Key: runstore.DeriveKey(peer.Key),
 		OnLost: func(id string) {
 			if c := rp.ctl.Load(); c != nil {
 				c.Lost(id)

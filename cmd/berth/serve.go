@@ -210,7 +210,9 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		ln.Close()
 		return err
 	}
-	var tune []func(*controller.Config)
+	// A stored run of a tenant these credentials do not name is not
+	// adopted.
+	tune := []func(*controller.Config){func(c *controller.Config) { c.KnownTenants = knownTenants(creds) }}
 	if cfg.tune != nil {
 		tune = append(tune, cfg.tune)
 	}
@@ -237,6 +239,10 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		defer st.Close()
 		if rep.Damage != nil {
 			log.Warn("run store damaged: " + rep.String())
+		}
+		if len(rep.Sealed) > 0 {
+			// Once: the records of a berth before records carried a MAC.
+			log.Warn(rep.String())
 		}
 		store, salvaged, storeName = st, rep.Salvaged, cfg.stateDir
 		tune = append(tune, func(c *controller.Config) { c.Store = st })
@@ -340,7 +346,7 @@ func defaultStateDir() string {
 // describeAdoption says at start which runs berth took over from the
 // store, which were gone and which it could not adopt.
 func describeAdoption(stderr io.Writer, log *slog.Logger, dir string, rep controller.AdoptReport) {
-	if n := len(rep.Adopted) + len(rep.Gone) + len(rep.Failed) + len(rep.Elsewhere); n == 0 {
+	if n := len(rep.Adopted) + len(rep.Gone) + len(rep.Failed) + len(rep.Refused) + len(rep.Elsewhere); n == 0 {
 		return
 	}
 	fmt.Fprintf(stderr, "berth: adopted %d run(s) from %s\n", len(rep.Adopted), dir)
@@ -353,6 +359,7 @@ func describeAdoption(stderr io.Writer, log *slog.Logger, dir string, rep contro
 	for id, why := range rep.Failed {
 		log.Warn("run not adopted", "run", id, "why", why)
 	}
+	// Refused runs were logged by the controller (Error), with the reason.
 	for _, p := range rep.Problems {
 		log.Warn("adopted run lost a resource", "problem", p)
 	}

@@ -141,6 +141,7 @@ func newController(g *globalFlags, b *backends, reg prometheus.Registerer, log *
 		HostPlacement:     policy.host,
 		HostRoots:         policy.roots,
 		AllowUnlabelled:   policy.allowUnlabelled,
+		HostUser:          hostUserOf(b),
 		DefaultWorkspace:  defaultWorkspace,
 		Registerer:        reg,
 		Logger:            log,

@@ -69,7 +69,7 @@
 //	404 not_found          no such route
 //	405 method_not_allowed
 //	409 bad_report         a worker report that does not fit: the worker is not running, already reported its end, or the status is unknown
-//	410 sandbox_gone       the run's container stopped, restarted or was removed (sandbox.ErrGone): open a new run
+//	410 sandbox_gone       the run's container stopped, restarted or was removed, or a restarted berth refused to adopt the run (sandbox.ErrGone; the message says why): open a new run
 //	413 too_large          the body exceeds MaxBodyBytes
 //	421 misdirected        Host is not a loopback name while serving without a token
 //	429 too_many           the tenant's cap of open runs or calls in flight (controller.ErrTooMany): close a run or wait

@@ -38,6 +38,9 @@ const (
 	StoreVersion = "v1"
 	// RecordKey is the Secret's data key holding the record's JSON.
 	RecordKey = "record"
+	// MACKey is the Secret's data key holding the record's MAC
+	// (runstore.Seal under Options.Key).
+	MACKey = "mac"
 	// AnnotationAddress, on a run's Lease, is where the holder replica
 	// serves (Options.Address), so that the other replicas can forward
 	// the run's requests to it.
@@ -82,6 +85,13 @@ type Options struct {
 	// http://10.0.0.7:8080), written on every lease it acquires
 	// (AnnotationAddress) and returned by Owner; empty writes none.
 	Address string
+	// Key seals the records: each Secret carries the MAC of its record
+	// (runstore.Seal) under MACKey, and a Secret whose MAC is missing or
+	// does not match is returned as runstore.Unreadable wrapping
+	// runstore.ErrForged. Every replica needs the same key (berth derives
+	// it from the replicas' peer key, runstore.DeriveKey). Nil neither
+	// seals nor checks.
+	Key []byte
 }
 
 // Store is a [runstore.Store] kept in one Kubernetes namespace: a Secret
@@ -97,6 +107,7 @@ type Store struct {
 	duration  time.Duration
 	interval  time.Duration
 	onLost    func(id string)
+	key       []byte // Options.Key
 	log       *slog.Logger
 	maxRecord int // MaxRecord; tests lower it
 
@@ -165,6 +176,7 @@ func New(client kubernetes.Interface, namespace, identity string, opts Options) 
 		duration:  d,
 		interval:  iv,
 		onLost:    opts.OnLost,
+		key:       opts.Key,
 		log:       logger,
 		maxRecord: MaxRecord,
 		versions:  map[string]string{},
@@ -268,6 +280,9 @@ func (s *Store) Put(ctx context.Context, r runstore.Record) error {
 			Type:       corev1.SecretTypeOpaque,
 			Data:       map[string][]byte{RecordKey: data},
 		}
+		if s.key != nil {
+			sec.Data[MACKey] = runstore.Seal(s.key, r.ID, data)
+		}
 		rv, known := s.version(r.ID)
 		var got *corev1.Secret
 		if known {
@@ -325,7 +340,7 @@ func (s *Store) Get(ctx context.Context, id string) (runstore.Record, error) {
 		return runstore.Record{}, fmt.Errorf("kubestore: reading run %s from Secret %s/%s: %w", id, s.namespace, Name(id), err)
 	}
 	s.setVersion(id, sec.ResourceVersion)
-	return decode(id, sec)
+	return s.decode(id, sec)
 }
 
 // Delete removes run id's Secret, and its Lease unless another live
@@ -386,7 +401,7 @@ func (s *Store) List(ctx context.Context) ([]runstore.Record, []runstore.Unreada
 			if id == "" {
 				id = strings.TrimPrefix(sec.Name, Prefix)
 			}
-			r, err := decode(id, sec)
+			r, err := s.decode(id, sec)
 			if err != nil {
 				bad = append(bad, runstore.Unreadable{ID: id, Err: err})
 				continue
@@ -408,8 +423,9 @@ func (s *Store) List(ctx context.Context) ([]runstore.Record, []runstore.Unreada
 	return records, bad, nil
 }
 
-// decode decodes run id's record from its Secret.
-func decode(id string, sec *corev1.Secret) (runstore.Record, error) {
+// decode checks the MAC of run id's record in its Secret (with a key),
+// then decodes it.
+func (s *Store) decode(id string, sec *corev1.Secret) (runstore.Record, error) {
 	where := fmt.Sprintf("Secret %s/%s", sec.Namespace, sec.Name)
 	if sec.Name != Name(id) {
 		return runstore.Record{}, fmt.Errorf("kubestore: %s is labelled %s=%s but is not named %s; the run cannot be adopted: delete the Secret", where, LabelRun, id, Name(id))
@@ -417,6 +433,11 @@ func decode(id string, sec *corev1.Secret) (runstore.Record, error) {
 	data, ok := sec.Data[RecordKey]
 	if !ok {
 		return runstore.Record{}, fmt.Errorf("kubestore: run %s's %s has no %q key; the run cannot be adopted: close its sandbox's resident by hand if it still runs, then Delete the record", id, where, RecordKey)
+	}
+	if s.key != nil {
+		if err := runstore.Verify(s.key, id, data, sec.Data[MACKey]); err != nil {
+			return runstore.Record{}, fmt.Errorf("kubestore: %s: %w", where, err)
+		}
 	}
 	var r runstore.Record
 	if err := json.Unmarshal(data, &r); err != nil {

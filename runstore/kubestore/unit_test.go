@@ -7,13 +7,15 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"berth.dev/berth/runstore"
 )
 
 // These tests need no cluster: they cover what the store refuses before
-// it calls the API server. The fake client is never called.
+// it calls the API server (the fake client is never called), and, with
+// the fake client's storage, the records' MACs.
 
 func TestCheckID(t *testing.T) {
 	tests := []struct {
@@ -115,5 +117,59 @@ func TestRulesLeast(t *testing.T) {
 				t.Errorf("rule %v names %s, which the store never touches", r, res)
 			}
 		}
+	}
+}
+
+// TestSealedRecords: with a key, a record is stored with its MAC; one
+// changed in its Secret (its tenant), or whose MAC was removed, is
+// refused by Get and List with runstore.ErrForged. The fake client
+// stands in for the API server's storage.
+func TestSealedRecords(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset()
+	key := runstore.DeriveKey([]byte(strings.Repeat("k", 32)))
+	s, err := New(cs, "berth", "berth-0", Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, id := range []string{"run-a", "run-b", "run-c"} {
+		if err := s.Put(ctx, runstore.Record{ID: id, Tenant: "acme", Sandbox: "docker://x", Opened: time.Unix(0, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secrets := cs.CoreV1().Secrets("berth")
+	tamper := func(id string, change func(map[string][]byte)) {
+		sec, err := secrets.Get(ctx, Name(id), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(sec.Data)
+		if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tamper("run-a", func(d map[string][]byte) {
+		d[RecordKey] = []byte(strings.Replace(string(d[RecordKey]), `"acme"`, `"mallory"`, 1))
+	})
+	tamper("run-b", func(d map[string][]byte) { delete(d, MACKey) })
+
+	list, bad, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != "run-c" {
+		t.Errorf("List returned %v; want run-c only", list)
+	}
+	if len(bad) != 2 || !errors.Is(bad[0].Err, runstore.ErrForged) || !errors.Is(bad[1].Err, runstore.ErrForged) {
+		t.Errorf("List: unreadable %v; want run-a and run-b refused with ErrForged", bad)
+	}
+	for _, id := range []string{"run-a", "run-b"} {
+		if _, err := s.Get(ctx, id); !errors.Is(err, runstore.ErrForged) {
+			t.Errorf("Get(%s) = %v; want ErrForged", id, err)
+		}
+	}
+	if r, err := s.Get(ctx, "run-c"); err != nil || r.Tenant != "acme" {
+		t.Errorf("Get(run-c) = %v, %v", r, err)
 	}
 }
