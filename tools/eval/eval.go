@@ -328,7 +328,9 @@ const ipykernelScript = `cd / && if "$1" -c 'import ipykernel' >/dev/null 2>&1; 
 // ipykernelLauncher starts ipykernel as python -m ipykernel_launcher would,
 // from a file in the kernel's private directory: python -m would put the
 // current directory (the workspace) first on the path, and a workspace
-// ipykernel_launcher.py or ipykernel/ would be the kernel.
+// ipykernel_launcher.py or ipykernel/ would be the kernel. Its name keeps
+// "ipykernel_launcher" in the kernel's command line, where process tables
+// look for it.
 const ipykernelLauncher = `import runpy
 runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 `
@@ -572,11 +574,11 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 		return nil, errors.New(msg)
 	case lang == Python && pr.ipykernel:
 		k.kind, k.binary, k.interrupt = "ipykernel", pr.python, "signal"
-		if err := dfs.WriteFile(ctx, "berth_ipykernel.py", []byte(ipykernelLauncher), 0o600); err != nil {
+		if err := dfs.WriteFile(ctx, "berth_ipykernel_launcher.py", []byte(ipykernelLauncher), 0o600); err != nil {
 			cleanup()
 			return nil, fmt.Errorf("eval: cannot write ipykernel's launcher into the sandbox: %w", err)
 		}
-		args = []string{pr.python, path.Join(pr.dir, "berth_ipykernel.py"), "-f", connPath}
+		args = []string{pr.python, path.Join(pr.dir, "berth_ipykernel_launcher.py"), "-f", connPath}
 	case lang == Python:
 		k.kind, k.binary, k.interrupt = "berth's Python kernel", pr.python, "signal"
 		src, _ := bundled.Source(bundled.Python)
