@@ -112,6 +112,15 @@ type Availability struct {
 	Skipped []string `json:"skipped,omitempty"`
 
 	absRoot string
+	// adapter is the python that runs debugpy's adapter when it is not
+	// Binary: on the host, the interpreter a workspace venv's python
+	// resolves to, run by that path (so outside the venv: neither its
+	// site-packages nor a debugpy of the workspace is imported).
+	adapter string
+	// startup is set on the host when Binary is a workspace venv's python
+	// whose site-packages run code at start (proc.VenvStartup): why
+	// launching under it is an exec step of its own.
+	startup string
 }
 
 // probe is what one discovery run in the sandbox found.
@@ -125,7 +134,8 @@ type pythonProbe struct {
 	path     string // the python chosen by DBG-4 preference, "" when none
 	venv     bool   // path is a project venv's python
 	importOK bool
-	real     string // on the host: what a venv path resolves to
+	real     string // on the host: what a venv path resolves to; debugpy runs from it
+	startup  string // on the host: what the venv runs at start (Availability.startup)
 }
 
 // probeScript lists the adapter binaries on PATH, in PATH order, one
@@ -153,8 +163,11 @@ echo "py none"
 
 // hostPyScript checks the pythons given as arguments, and only those, as
 // probeScript does: on the host they are the ones [Supervisor.discover]
-// resolved outside the workspace, and nothing else is executed.
-const hostPyScript = `for py in "$@"; do
+// resolved outside the workspace, and nothing else is executed. It runs in
+// / so that python's -c path entry (the current directory) is not the
+// workspace.
+const hostPyScript = `cd / || exit 1
+for py in "$@"; do
   if [ -f "$py" ] && [ -x "$py" ]; then
     if "$py" -c 'import debugpy' >/dev/null 2>&1; then echo "py ok $py"; else echo "py nomod $py"; fi
     exit 0
@@ -192,7 +205,11 @@ func (s *Supervisor) runProbe(ctx context.Context, venvRoots []string) (probe, e
 // workspace runs: the adapters on PATH are listed without running any
 // python, every program found (and every venv candidate) is resolved, and
 // only a python that resolves outside the workspace is then asked whether
-// it imports debugpy.
+// it imports debugpy. A venv's python is never run for that: the
+// interpreter it resolves to is asked, by its own path (outside the venv),
+// since that is what runs debugpy's adapter; the venv's own debugpy is the
+// workspace's code and never imported. What the venv runs at start is
+// looked at instead (proc.VenvStartup).
 func (s *Supervisor) runHostProbe(ctx context.Context, venvs []string) (probe, error) {
 	out, err := s.script(ctx, probeScript, []string{"BERTH_PROBE_NO_PYTHON=1"}, nil)
 	if err != nil {
@@ -212,7 +229,7 @@ func (s *Supervisor) runHostProbe(ctx context.Context, venvs []string) (probe, e
 		bins = append(bins, b)
 	}
 	var pys []string
-	resolved := map[string]string{}
+	venvPy, venvReal := "", ""
 	for _, v := range venvs {
 		rel := strings.TrimPrefix(strings.TrimPrefix(v, s.root), "/")
 		if _, err := os.Lstat(v); err != nil {
@@ -224,12 +241,13 @@ func (s *Supervisor) runHostProbe(ctx context.Context, venvs []string) (probe, e
 			skipped = append(skipped, rel+" does not resolve to a program")
 		case inside:
 			skipped = append(skipped, fmt.Sprintf("%s is the workspace's own program (it resolves to %s); on the host berth runs only interpreters from outside the workspace: make the venv with a python from outside it (python3 -m venv links bin/python to it) or use a container", rel, real))
-		default:
-			pys = append(pys, v)
-			resolved[v] = real
+		case venvPy == "":
+			venvPy, venvReal = v, real
 		}
 	}
-	if py := proc.PickBinary(bins, []string{"python3"}); py != "" {
+	if venvPy != "" {
+		pys = append(pys, venvReal)
+	} else if py := proc.PickBinary(bins, []string{"python3"}); py != "" {
 		pys = append(pys, py)
 	}
 	out, err = s.script(ctx, hostPyScript, nil, pys)
@@ -242,8 +260,11 @@ func (s *Supervisor) runHostProbe(ctx context.Context, venvs []string) (probe, e
 	}
 	pr := s.parseProbe(strings.Join(lines, "\n") + "\n" + out)
 	pr.skipped = skipped
-	if pr.python.venv {
-		pr.python.real = resolved[pr.python.path]
+	if venvPy != "" && pr.python.path == venvReal {
+		pr.python = pythonProbe{path: venvPy, venv: true, importOK: pr.python.importOK, real: venvReal}
+		if runs := proc.VenvStartup(s.root, venvPy); len(runs) > 0 {
+			pr.python.startup = proc.VenvStartupWhy(s.root, venvPy, runs)
+		}
 	}
 	return pr, nil
 }
@@ -368,6 +389,9 @@ func (s *Supervisor) discover(ctx context.Context, dir string) ([]Availability, 
 			if pr.python.real != "" {
 				av.Interpreter = strings.TrimPrefix(strings.TrimPrefix(pr.python.path, s.root), "/") + " → " + pr.python.real
 			}
+			if s.opts.Host && pr.python.venv {
+				av.adapter, av.startup = pr.python.real, pr.python.startup
+			}
 		} else {
 			av.Binary = pr.bins[a.id]
 		}
@@ -382,6 +406,8 @@ func (s *Supervisor) discover(ctx context.Context, dir string) ([]Availability, 
 		switch {
 		case a.id == AdapterDebugpy && pr.python.path == "":
 			why = append(why, "binary missing: no .venv/bin/python or venv/bin/python in the project and no python3 on the sandbox's PATH")
+		case a.id == AdapterDebugpy && !pr.python.importOK && av.adapter != "":
+			why = append(why, fmt.Sprintf("module missing: %s resolves to %s, which cannot import debugpy; on the host debugpy runs from that interpreter, never from the workspace's venv: install it there (the distribution's python3-debugpy package), or use a container", pr.python.path, pr.python.real))
 		case a.id == AdapterDebugpy && !pr.python.importOK:
 			fix := "install debugpy into that environment (" + pr.python.path + " -m pip install debugpy, or the distribution's python3-debugpy package)"
 			why = append(why, fmt.Sprintf("module missing: %s cannot import debugpy; %s", pr.python.path, fix))

@@ -521,7 +521,16 @@ func (s *Supervisor) startAdapter(ctx context.Context, av Availability) (*adapte
 		return s.startDelve(ctx, pctx, cancel, av, env, stderr)
 	case AdapterDebugpy:
 		env = append(env, "PYDEVD_DISABLE_FILE_VALIDATION=1")
-		cmd = &sandbox.Cmd{Args: []string{av.Binary, "-m", "debugpy.adapter"}, Env: env, Dir: av.absRoot, Stderr: stderr}
+		py, dir := av.Binary, av.absRoot
+		if av.adapter != "" {
+			py = av.adapter // the venv's interpreter by its own path: no workspace site-packages
+		}
+		if s.opts.Host {
+			// python -m puts the current directory first on its path: a
+			// workspace debugpy/ would be the adapter.
+			dir = "/"
+		}
+		cmd = &sandbox.Cmd{Args: []string{py, "-m", "debugpy.adapter"}, Env: env, Dir: dir, Stderr: stderr}
 	case AdapterDart:
 		cmd = &sandbox.Cmd{Args: []string{av.Binary, "debug_adapter"}, Env: env, Dir: av.absRoot, Stderr: stderr}
 	default:

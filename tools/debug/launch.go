@@ -207,6 +207,15 @@ func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply,
 	if err != nil {
 		return reply{}, err
 	}
+	if av.startup != "" {
+		// The venv's startup code is the project's: an exec step of its
+		// own, on its own card, refused where exec is not allowed.
+		step := tools.Step{Tool: "debug", Level: tools.LevelExec, Why: av.startup,
+			Command: fmt.Sprintf("%s (the debuggee's python, under debugpy)", av.Binary)}
+		if err := tools.ApproveStep(ctx, step); err != nil {
+			return reply{}, tools.Fail("%s was not launched: %w; remove that startup code from the venv, or use a container", tg.label(), err)
+		}
+	}
 	cwd := tg.cwd
 	if cwd == "" {
 		cwd = av.absRoot

@@ -29,6 +29,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -278,6 +279,10 @@ type probe struct {
 	node      string
 	dir       string
 	notes     []string // on the host: interpreters skipped, and what a venv python resolves to
+	// startup is set on the host when python is a workspace venv's whose
+	// site-packages run code at start (proc.VenvStartup): why starting it
+	// is an exec step of its own.
+	startup string
 }
 
 // probeScript finds the python (project venv first) and whether it imports
@@ -315,13 +320,29 @@ d=$(mktemp -d /tmp/berth-kernel.XXXXXX) && echo "dir $d"
 exit 0
 `
 
-// ipykernelScript reports whether the python $1 imports ipykernel.
-const ipykernelScript = `if "$1" -c 'import ipykernel' >/dev/null 2>&1; then echo "py ipykernel $1"; else echo "py plain $1"; fi`
+// ipykernelScript reports whether the python $1 imports ipykernel. It runs
+// in / so that python's -c path entry (the current directory) is not the
+// workspace.
+const ipykernelScript = `cd / && if "$1" -c 'import ipykernel' >/dev/null 2>&1; then echo "py ipykernel $1"; else echo "py plain $1"; fi`
+
+// ipykernelLauncher starts ipykernel as python -m ipykernel_launcher would,
+// from a file in the kernel's private directory: python -m would put the
+// current directory (the workspace) first on the path, and a workspace
+// ipykernel_launcher.py or ipykernel/ would be the kernel. Its name keeps
+// "ipykernel_launcher" in the kernel's command line, where process tables
+// look for it.
+const ipykernelLauncher = `import runpy
+runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+`
 
 // hostProbe is discovery on the host: nothing from the workspace runs.
 // The project's venv pythons are resolved here without running them and
 // kept only when they resolve outside the workspace; python3 and node from
-// PATH likewise; only then is the chosen python asked about ipykernel.
+// PATH likewise. A venv python is never asked about ipykernel (asking
+// would run its startup code, and its ipykernel would be the workspace's
+// own): it runs berth's Python kernel, and what its site-packages run at
+// start is pr.startup, an exec step [Supervisor.start] asks for. Only a
+// PATH python is asked about ipykernel.
 func (s *Supervisor) hostProbe(ctx context.Context) (probe, error) {
 	var out, errb bytes.Buffer
 	p, err := s.sb.Start(ctx, &sandbox.Cmd{Args: []string{"/bin/sh", "-c", hostProbeScript, "berth-eval-probe", s.root}, Stdout: &out, Stderr: &errb})
@@ -345,8 +366,12 @@ func (s *Supervisor) hostProbe(ctx context.Context) (probe, error) {
 		case pr.python == "":
 			pr.python = v
 			pr.notes = append(pr.notes, fmt.Sprintf("python: %s → %s", rel, real))
+			if runs := proc.VenvStartup(s.root, v); len(runs) > 0 {
+				pr.startup = proc.VenvStartupWhy(s.root, v, runs)
+			}
 		}
 	}
+	venvPy := pr.python != ""
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {
 		kind, rest, _ := strings.Cut(sc.Text(), " ")
@@ -374,6 +399,12 @@ func (s *Supervisor) hostProbe(ctx context.Context) (probe, error) {
 		return probe{}, fmt.Errorf("eval: cannot make a private directory under /tmp in the sandbox: %s", proc.Clip(errb.String(), 400))
 	}
 	if pr.python == "" {
+		return pr, nil
+	}
+	if venvPy {
+		if m, _ := filepath.Glob(filepath.Join(path.Dir(path.Dir(pr.python)), "lib*", "python*", "site-packages", "ipykernel")); len(m) > 0 {
+			pr.notes = append(pr.notes, "the venv's ipykernel is not used on the host (it is the workspace's code): berth's Python kernel runs with the venv's packages")
+		}
 		return pr, nil
 	}
 	out.Reset()
@@ -543,7 +574,11 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 		return nil, errors.New(msg)
 	case lang == Python && pr.ipykernel:
 		k.kind, k.binary, k.interrupt = "ipykernel", pr.python, "signal"
-		args = []string{pr.python, "-m", "ipykernel_launcher", "-f", connPath}
+		if err := dfs.WriteFile(ctx, "berth_ipykernel_launcher.py", []byte(ipykernelLauncher), 0o600); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("eval: cannot write ipykernel's launcher into the sandbox: %w", err)
+		}
+		args = []string{pr.python, path.Join(pr.dir, "berth_ipykernel_launcher.py"), "-f", connPath}
 	case lang == Python:
 		k.kind, k.binary, k.interrupt = "berth's Python kernel", pr.python, "signal"
 		src, _ := bundled.Source(bundled.Python)
@@ -566,6 +601,16 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 	default:
 		cleanup()
 		return nil, fmt.Errorf("eval: unknown language %q: use python or javascript", lang)
+	}
+	if lang == Python && pr.startup != "" {
+		// The venv's startup code is the project's: an exec step of its
+		// own, on its own card, refused where exec is not allowed.
+		step := tools.Step{Tool: "eval", Level: tools.LevelExec, Why: pr.startup,
+			Command: fmt.Sprintf("cd %s && %s (%s)", s.root, pr.python, k.kind)}
+		if err := tools.ApproveStep(ctx, step); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("eval: the python kernel was not started: %w; remove that startup code from the venv, or use a container", err)
+		}
 	}
 	k.conn = conn
 	pctx, cancel := context.WithCancel(s.runCtx)

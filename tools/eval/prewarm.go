@@ -2,8 +2,11 @@ package eval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+
+	"berth.dev/berth/tools"
 )
 
 // Prewarm: a run may ask for its kernels as it opens, so that its first
@@ -69,8 +72,19 @@ func (s *Supervisor) prewarm(lang string, approve func(ctx context.Context, lang
 		fail(strings.TrimPrefix(err.Error(), "permission: "))
 		return
 	}
+	// ctx carries no call's permission gate: a start that is an exec step
+	// of its own (a workspace venv's startup code, on the host) is refused
+	// here, and the first eval asks for it on its own card.
 	k, err := s.start(ctx, lang)
-	if err != nil {
+	switch {
+	case err != nil && errors.Is(err, tools.ErrStepRefused):
+		s.mu.Lock()
+		if !s.closed {
+			s.notes[lang] = append(s.notes[lang], fmt.Sprintf("the %s kernel asked for when the run opened (prewarm) was not started: its start runs the workspace's code, which prewarm never does; this call asked for it as a step of its own", lang))
+		}
+		s.mu.Unlock()
+		return
+	case err != nil:
 		if ctx.Err() == nil {
 			fail(strings.TrimPrefix(err.Error(), "eval: "))
 		}

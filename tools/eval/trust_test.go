@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +124,104 @@ func TestVenvLinkedOutsideIsUsedOnHost(t *testing.T) {
 	real, _ := filepath.EvalSymlinks(systemPython)
 	if res.IsError || !strings.Contains(text, "python: .venv/bin/python → "+real) || !strings.Contains(text, filepath.Join(dir, ".venv/bin/python")) {
 		t.Errorf("want the kernel on .venv/bin/python, named as resolving to %s; got %s", real, text)
+	}
+}
+
+// plantVenv makes dir/.venv a virtualenv of the system's python (pyvenv.cfg,
+// bin/python linking to it) whose site-packages hold evil.pth, an import
+// line that creates marker, and returns marker.
+func plantVenv(t *testing.T, dir string) string {
+	t.Helper()
+	marker := filepath.Join(t.TempDir(), "pth-ran")
+	site := filepath.Join(dir, ".venv/lib/python3.11/site-packages")
+	if err := os.MkdirAll(site, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(dir, ".venv/bin"), 0o755)
+	if err := os.Symlink(systemPython, filepath.Join(dir, ".venv/bin/python")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.11.2\n"
+	if err := os.WriteFile(filepath.Join(dir, ".venv/pyvenv.cfg"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pth := "import os; open(" + strconv.Quote(marker) + ", 'w').close()\n"
+	if err := os.WriteFile(filepath.Join(site, "evil.pth"), []byte(pth), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return marker
+}
+
+// TestVenvStartupIsAStepOnHost: a workspace venv whose site-packages hold
+// a .pth import line is not started without a step of its own: with no
+// gate to ask (fail closed) the kernel does not start and the line never
+// runs (before, it ran in the ipykernel probe and in the kernel); approved,
+// the kernel runs with the venv's python, berth's Python kernel.
+func TestVenvStartupIsAStepOnHost(t *testing.T) {
+	dir := t.TempDir()
+	marker := plantVenv(t, dir)
+	reg := trustRun(t, dir, "/usr/bin:/bin")
+	res := cell(t, reg, "print(1 + 1)")
+	text := res.AllText()
+	t.Log(text)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatalf("the venv's .pth import line ran on the host without a step of its own")
+	}
+	if !res.IsError || !strings.Contains(text, "the workspace venv .venv runs at start: .venv/lib/python3.11/site-packages/evil.pth (import line)") {
+		t.Errorf("want the kernel refused, naming evil.pth; got %s", text)
+	}
+
+	var steps []tools.Step
+	reg2 := trustRun(t, dir, "/usr/bin:/bin")
+	reg2.Use(func(_ tools.Tool, next tools.Handler) tools.Handler {
+		return func(ctx context.Context, args json.RawMessage) (*tools.Result, error) {
+			ctx = tools.WithStepApprover(ctx, func(ctx context.Context, s tools.Step) error {
+				steps = append(steps, s)
+				return nil
+			})
+			return next(ctx, args)
+		}
+	})
+	res = cell(t, reg2, "import sys; print(sys.executable, 1 + 1)")
+	text = res.AllText()
+	t.Log(text)
+	if res.IsError || !strings.Contains(text, filepath.Join(dir, ".venv/bin/python")+" 2") {
+		t.Errorf("approved: want the cell run on the venv's python; got %s", text)
+	}
+	if len(steps) != 1 || steps[0].Level != tools.LevelExec || !strings.Contains(steps[0].Why, "evil.pth (import line)") {
+		t.Errorf("steps asked: %+v; want one exec step naming evil.pth", steps)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("approved, the .pth line did not run: the kernel did not use the venv")
+	}
+}
+
+// TestWorkspaceIPykernelLauncherNotImported: python -m ipykernel_launcher
+// in the workspace would import a workspace ipykernel_launcher.py (python
+// -m puts the current directory first on its path); ipykernel is started
+// from a file in the kernel's private directory instead.
+func TestWorkspaceIPykernelLauncherNotImported(t *testing.T) {
+	needIPyKernel(t)
+	dir := t.TempDir()
+	marker := filepath.Join(t.TempDir(), "launcher-ran")
+	for _, name := range []string{"ipykernel_launcher.py", "sitecustomize.py"} {
+		src := "open(" + strconv.Quote(marker) + ", 'a').write(" + strconv.Quote(name+"\n") + ")\n"
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := t.TempDir()
+	if err := os.Symlink(systemPython, filepath.Join(bin, "python3")); err != nil {
+		t.Fatal(err)
+	}
+	reg := trustRun(t, dir, bin+":/usr/bin:/bin")
+	res := cell(t, reg, "import ipykernel, os; print(os.getcwd(), ipykernel.__file__)")
+	text := res.AllText()
+	t.Log(text)
+	if ran, err := os.ReadFile(marker); err == nil {
+		t.Errorf("the workspace's %q ran at the kernel's start", ran)
+	}
+	if res.IsError || !strings.Contains(text, dir+" /usr/lib/python3/dist-packages/ipykernel/") {
+		t.Errorf("want ipykernel from the system, in the workspace; got %s", text)
 	}
 }

@@ -289,7 +289,7 @@ func TestVenvStartupCodeNeedsApprovalOnHost(t *testing.T) {
 	if _, err := os.Stat(mark); err == nil {
 		t.Fatalf("the venv's .pth ran in a plan call")
 	}
-	if !res.IsError || !strings.Contains(text, "evil.pth's import line") || !strings.Contains(text, "plan surface") {
+	if !res.IsError || !strings.Contains(text, "evil.pth (import line)") || !strings.Contains(text, "plan surface") {
 		t.Errorf("want a refusal naming evil.pth; got %s", text)
 	}
 	res = projectCheck(t, reg, tools.SurfaceDefault)

@@ -274,9 +274,10 @@ func (pr *probe) pythonProject() bool {
 // venvSite learns, on the host, what the venv's python would import and
 // run without running it: which of the checker modules its site-packages
 // hold, whether it sees its base interpreter's too (no pyvenv.cfg, or
-// include-system-site-packages = true: venvSys), and whether they hold
-// code python executes at startup (a .pth file's import line,
-// sitecustomize or usercustomize), in venvRuns.
+// include-system-site-packages = true: venvSys), and what python would
+// execute from the workspace at startup (proc.VenvStartup: .pth import
+// lines, sitecustomize or usercustomize, a pyvenv.cfg home inside the
+// workspace), in venvRuns.
 func (pr *probe) venvSite(root string) {
 	pr.pythons = append(pr.pythons, pr.venvPython)
 	pr.venvSys = true
@@ -304,28 +305,9 @@ func (pr *probe) venvSite(root string) {
 				}
 			}
 		}
-		if pr.venvRuns != "" {
-			continue
-		}
-		for _, name := range []string{"sitecustomize.py", "usercustomize.py"} {
-			if _, err := os.Lstat(filepath.Join(site, name)); err == nil {
-				pr.venvRuns = filepath.Join(site, name)
-			}
-		}
-		pths, _ := filepath.Glob(filepath.Join(site, "*.pth"))
-		for _, pth := range pths {
-			data, err := os.ReadFile(pth)
-			if err != nil {
-				pr.venvRuns = pth + " (unreadable)"
-				break
-			}
-			for _, line := range strings.Split(string(data), "\n") {
-				if strings.HasPrefix(line, "import ") || strings.HasPrefix(line, "import\t") {
-					pr.venvRuns = pth + "'s import line"
-					break
-				}
-			}
-		}
+	}
+	if runs := proc.VenvStartup(root, pr.venvPython); len(runs) > 0 {
+		pr.venvRuns = strings.Join(runs, ", ")
 	}
 	pr.modules[pr.venvPython] = mods
 }
