@@ -18,7 +18,9 @@ type Edit struct {
 // template, its metavariables substituted:
 //   - $NAME and $$NAME insert the capture's text; $$$NAME inserts the source
 //     from the first to the last captured node, separators included;
-//     unknown or empty captures insert nothing; $$$ and $lower stay literal;
+//     unknown or empty captures insert nothing, and the separators around
+//     them stay, as in the ast-grep CLI ([Template.Rewrite] drops one);
+//     $$$ and $lower stay literal;
 //   - a multi-line capture is de-indented by the indentation of its own first
 //     line and re-indented to the indentation of the template line it sits on;
 //   - template lines after the first are indented like the line where the
@@ -36,7 +38,7 @@ func Rewrite(src []byte, matches []Match, template string) ([]Edit, error) {
 	}
 	edits := make([]Edit, len(ms))
 	for i, m := range ms {
-		edits[i] = Edit{StartByte: m.StartByte, EndByte: m.EndByte, Text: expand(src, m, template)}
+		edits[i] = Edit{StartByte: m.StartByte, EndByte: m.EndByte, Text: expand(src, m, template, false)}
 	}
 	return edits, nil
 }
@@ -120,26 +122,27 @@ func TemplateVars(template string) []string {
 }
 
 // expand substitutes m's captures into template and indents the result for
-// the match's position.
-func expand(src []byte, m Match, template string) string {
-	var b strings.Builder
+// the match's position. With dropSep, a multi capture that is empty takes
+// one separating comma of the template with it (see [Template.Rewrite]).
+func expand(src []byte, m Match, template string, dropSep bool) string {
+	var b []byte
 	lineStart := 0 // index in b of the current template line
 	for i := 0; i < len(template); {
 		c := template[i]
 		if c == '\n' {
-			b.WriteByte('\n')
+			b = append(b, '\n')
 			i++
-			lineStart = b.Len()
+			lineStart = len(b)
 			continue
 		}
 		if c != '$' {
-			b.WriteByte(c)
+			b = append(b, c)
 			i++
 			continue
 		}
 		j, k, name := templateVar(template, i)
 		if name == "" {
-			b.WriteString(template[i:j])
+			b = append(b, template[i:j]...)
 			i = j
 			continue
 		}
@@ -148,20 +151,64 @@ func expand(src []byte, m Match, template string) string {
 		if !ok {
 			continue // unknown and non-binding metavariables insert nothing
 		}
+		if dropSep && capt.Multi && capt.Text == "" {
+			if n := sepAfter(template[i:]); n > 0 {
+				i += n
+			} else if n := sepBefore(b); n > 0 {
+				b = b[:len(b)-n]
+				lineStart = bytes.LastIndexByte(b, '\n') + 1
+			}
+			continue
+		}
 		text := capt.Text
 		if strings.Contains(text, "\n") {
-			cur := b.String()[lineStart:]
+			cur := string(b[lineStart:])
 			ind := cur[:len(cur)-len(strings.TrimLeft(cur, " \t"))]
 			text = reindent(text, lineIndent(src, capt.Range.StartByte), ind)
 		}
-		b.WriteString(text)
+		b = append(b, text...)
 	}
-	out := b.String()
+	out := string(b)
 	ind := lineIndent(src, m.StartByte)
 	if ind == "" || !strings.Contains(out, "\n") {
 		return out
 	}
 	return indentRest(out, ind)
+}
+
+// isBlank reports whether c is a space, tab, or line break.
+func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// sepAfter returns the length of the separator that starts rest, the
+// template after an empty multi capture: blanks, a comma and the blanks
+// after it; 0 when no comma follows.
+func sepAfter(rest string) int {
+	i := 0
+	for i < len(rest) && isBlank(rest[i]) {
+		i++
+	}
+	if i == len(rest) || rest[i] != ',' {
+		return 0
+	}
+	i++
+	for i < len(rest) && isBlank(rest[i]) {
+		i++
+	}
+	return i
+}
+
+// sepBefore returns the length of the separator that ends out, the text
+// written before an empty multi capture that ends its list: a comma and the
+// blanks after it; 0 when out does not end so.
+func sepBefore(out []byte) int {
+	i := len(out)
+	for i > 0 && isBlank(out[i-1]) {
+		i--
+	}
+	if i == 0 || out[i-1] != ',' {
+		return 0
+	}
+	return len(out) - i + 1
 }
 
 // reindent strips from lines after the first the prefix from (or as much of

@@ -129,7 +129,13 @@ func NewTemplate(p *Pattern, text string, transforms map[string]Replace) (*Templ
 
 // Rewrite is the package's Rewrite with the template's transforms: each
 // match gets the transformed variables as captures of its own (with their
-// source's range, for indentation) before the template is filled.
+// source's range, for indentation) before the template is filled. Unlike
+// Rewrite and the ast-grep CLI (0.51.1 writes f("x", , err) for f($W,
+// $$$A, err) when $$$A is empty), a multi capture that is empty takes one
+// separating comma with it: the comma after it and the blanks around that
+// comma, or, when it ends its list, the comma before it and the blanks
+// after that one. So f($W, $$$A, err) gives f("x", err), f($W, $$$A)
+// gives f("x"), and ($$$A,) gives ().
 func (tm *Template) Rewrite(src []byte, matches []Match) ([]Edit, error) {
 	ms, err := outermost(src, matches)
 	if err != nil {
@@ -151,7 +157,7 @@ func (tm *Template) Rewrite(src []byte, matches []Match) ([]Edit, error) {
 			}
 			m.Captures = caps
 		}
-		edits[i] = Edit{StartByte: m.StartByte, EndByte: m.EndByte, Text: expand(src, m, tm.text)}
+		edits[i] = Edit{StartByte: m.StartByte, EndByte: m.EndByte, Text: expand(src, m, tm.text, true)}
 	}
 	return edits, nil
 }

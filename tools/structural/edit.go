@@ -83,10 +83,13 @@ func compileRules(t *target, rs []Rule) ([]*rule, error) {
 // and stages it in the Engine under a new id (edit_1, edit_2, …), with every
 // file's content as it was read. Nothing is written. Rules apply in order,
 // each to the text the one before left, so a later rule sees (and may
-// rewrite) what an earlier one wrote; the result is one proposal. Each
-// rewritten file is parsed again, and syntax errors the rewrite brings in
-// are reported in FileEdit.SyntaxWarnings (the edit is staged all the
-// same). A rewrite that uses a variable its pattern does not bind, or a
+// rewrite) what an earlier one wrote; the result is one proposal.
+// A match whose rewrite is the text it has already is no replacement: it
+// is counted in Proposal.Unchanged, and a file where nothing changes is not
+// staged. Each rewritten file is parsed again, and syntax errors the
+// rewrite brings in are reported in FileEdit.SyntaxWarnings; with
+// req.RefuseSyntaxErrors they refuse the edit instead, naming the files and
+// lines. A rewrite that uses a variable its pattern does not bind, or a
 // transform that cannot work, is an error before anything is searched.
 // When nothing matches, it returns a Proposal with no files and no id, and
 // stages nothing.
@@ -110,20 +113,22 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 		}
 	}
 	var (
-		mu       sync.Mutex
-		edits    []FileEdit
-		firstErr error
+		mu        sync.Mutex
+		edits     []FileEdit
+		unchanged int
+		firstErr  error
 	)
 	st, err := e.scan(ctx, fsys, t, true, false, func(f *fileResult) {
 		if len(rules) == 1 && len(f.matches) == 0 {
 			return
 		}
-		fe, err := e.rewriteFile(ctx, t.lang, rules, f.data, f.tree, f.matches)
+		fe, same, err := e.rewriteFile(ctx, t.lang, rules, f.data, f.tree, f.matches)
 		if err == nil && fe != nil {
 			fe.SyntaxWarnings, err = e.syntaxWarnings(ctx, t.lang, f.tree, fe)
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		unchanged += same
 		switch {
 		case err != nil:
 			if firstErr == nil {
@@ -142,7 +147,12 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 		return nil, firstErr
 	}
 	sort.Slice(edits, func(i, j int) bool { return edits[i].Path < edits[j].Path })
-	p := &Proposal{Language: t.lang.ID, Pattern: rs[0].Pattern, Rewrite: rs[0].Rewrite, Rules: rs, Files: edits, Skipped: st.skipped, lang: t.lang, rules: rules}
+	if req.RefuseSyntaxErrors {
+		if err := refuseSyntaxErrors(edits); err != nil {
+			return nil, err
+		}
+	}
+	p := &Proposal{Language: t.lang.ID, Pattern: rs[0].Pattern, Rewrite: rs[0].Rewrite, Rules: rs, Files: edits, Unchanged: unchanged, Skipped: st.skipped, lang: t.lang, rules: rules}
 	var diff strings.Builder
 	for _, f := range edits {
 		p.Replacements += f.Replacements
@@ -168,10 +178,12 @@ func (e *Engine) Stage(ctx context.Context, fsys sandbox.FS, req EditRequest) (*
 
 // rewriteFile applies rules in order to data, each to the text the one
 // before left; tree and ms are data's parse and the first rule's matches
-// when the scan has them (nil to parse here). It returns nil when nothing
-// changes; otherwise the FileEdit's Old, OldHash, New, Edits (composed into
-// replacements of data) and Replacements.
-func (e *Engine) rewriteFile(ctx context.Context, lang *syntax.Language, rules []*rule, data []byte, tree *syntax.Tree, ms []syntax.Match) (*FileEdit, error) {
+// when the scan has them (nil to parse here). A match whose rewrite is the
+// text it has is no replacement: those are counted in unchanged. It returns
+// a nil FileEdit when nothing changes; otherwise the FileEdit's Old,
+// OldHash, New, Edits (composed into replacements of data) and
+// Replacements.
+func (e *Engine) rewriteFile(ctx context.Context, lang *syntax.Language, rules []*rule, data []byte, tree *syntax.Tree, ms []syntax.Match) (fe *FileEdit, unchanged int, err error) {
 	cur := data
 	var all []syntax.Edit
 	n := 0
@@ -183,12 +195,12 @@ func (e *Engine) rewriteFile(ctx context.Context, lang *syntax.Language, rules [
 			if tree == nil {
 				var err error
 				if tree, err = e.parse(ctx, lang, cur); err != nil {
-					return nil, err
+					return nil, unchanged, err
 				}
 			}
 			var err error
 			if ms, err = r.pat.Match(ctx, tree); err != nil {
-				return nil, err
+				return nil, unchanged, err
 			}
 		}
 		if len(ms) == 0 {
@@ -196,20 +208,69 @@ func (e *Engine) rewriteFile(ctx context.Context, lang *syntax.Language, rules [
 		}
 		ed, err := r.tmpl.Rewrite(cur, ms)
 		if err != nil {
-			return nil, err
+			return nil, unchanged, err
 		}
-		next := syntax.Apply(cur, ed)
-		if bytes.Equal(next, cur) {
+		changed := ed[:0]
+		for _, x := range ed {
+			if x.Text == string(cur[x.StartByte:x.EndByte]) {
+				unchanged++
+				continue
+			}
+			changed = append(changed, x)
+		}
+		if len(changed) == 0 {
 			continue
 		}
-		all = syntax.Compose(data, all, ed)
-		n += len(ed)
-		cur, tree = next, nil
+		all = syntax.Compose(data, all, changed)
+		n += len(changed)
+		cur, tree = syntax.Apply(cur, changed), nil
 	}
 	if n == 0 || bytes.Equal(cur, data) {
-		return nil, nil
+		// Rules that undo each other leave the file as it was.
+		return nil, unchanged + n, nil
 	}
-	return &FileEdit{Old: data, New: cur, OldHash: sha256.Sum256(data), Edits: all, Replacements: n}, nil
+	return &FileEdit{Old: data, New: cur, OldHash: sha256.Sum256(data), Edits: all, Replacements: n}, unchanged, nil
+}
+
+// refuseSyntaxErrors is the error that refuses edits whose rewrite brings
+// in syntax errors (FileEdit.SyntaxWarnings): it names the first places,
+// with the rewritten line, and how many files have them; nil when none has.
+func refuseSyntaxErrors(edits []FileEdit) error {
+	var where []string
+	files := 0
+	for _, f := range edits {
+		if len(f.SyntaxWarnings) == 0 {
+			continue
+		}
+		files++
+		for _, w := range f.SyntaxWarnings {
+			if len(where) == maxSyntaxWarnings {
+				break
+			}
+			line := strings.TrimSpace(lineText(f.New, w.Line))
+			where = append(where, fmt.Sprintf("%s:%d: %s in `%s`", f.Path, w.Line, w.What, cut(line, MaxLineChars)))
+		}
+	}
+	if files == 0 {
+		return nil
+	}
+	return tools.Fail("the rewrite breaks the syntax of %s, so no edit was staged: %s. Fix the rewrite and run ast_edit again (narrow path or the pattern to leave out the matches it does not fit); if the code is valid and the grammar is wrong, make this change with edit",
+		plural(files, "file"), strings.Join(where, "; "))
+}
+
+// lineText returns the 1-based line n of b, without its newline.
+func lineText(b []byte, n int) string {
+	for i := 1; i < n; i++ {
+		k := bytes.IndexByte(b, '\n')
+		if k < 0 {
+			return ""
+		}
+		b = b[k+1:]
+	}
+	if k := bytes.IndexByte(b, '\n'); k >= 0 {
+		b = b[:k]
+	}
+	return string(b)
 }
 
 // parse parses src within the per-file parse budget.
@@ -571,7 +632,7 @@ func (e *Engine) restageDiff(ctx context.Context, p *Proposal, path string, now 
 	if p.rulesErr != nil {
 		return fmt.Sprintf("(%s: the diff cannot be shown: %v)\n", path, p.rulesErr)
 	}
-	fe, err := e.rewriteFile(ctx, p.lang, p.rules, now, nil, nil)
+	fe, _, err := e.rewriteFile(ctx, p.lang, p.rules, now, nil, nil)
 	switch {
 	case err != nil:
 		return fmt.Sprintf("(%s: the rewrite of its current content fails: %s)\n", path, strings.TrimPrefix(err.Error(), "syntax: "))

@@ -140,9 +140,10 @@ func TestEditRulesInOrder(t *testing.T) {
 	wantOK(t, res, "nothing matched the patterns of the 2 rules: no edit was staged")
 }
 
-// TestEditSyntaxWarnings: a rewrite that leaves a syntax error is staged
-// with a warning naming the file and line; errors the file had before, away
-// from the edit, are not the rewrite's.
+// TestEditSyntaxWarnings: ast_edit refuses a rewrite that leaves a syntax
+// error, naming the file and line, and stages nothing; errors the file had
+// before, away from the edit, are not the rewrite's. Without
+// RefuseSyntaxErrors, Stage stages it with a warning naming the line.
 func TestEditSyntaxWarnings(t *testing.T) {
 	ev := newEnv(t, map[string]string{
 		"a.py":      "def f(x):\n    print(x)\n    return x\n",
@@ -150,7 +151,10 @@ func TestEditSyntaxWarnings(t *testing.T) {
 		"ok.py":     "print(2)\n",
 	}, structural.Options{})
 	res := ev.call(t, "ast_edit", map[string]any{"pattern": "print($A)", "rewrite": "log($A", "path": "a.py"})
-	wantOK(t, res, "(proposed) 1 replacement in 1 file", "warning: a.py:2: the rewritten code has a syntax error here: ")
+	wantError(t, res, "the rewrite breaks the syntax of 1 file, so no edit was staged: a.py:2: ", "in `log(x`")
+	if got := ev.e.Pending(); len(got) != 0 {
+		t.Errorf("pending %v after a refusal", got)
+	}
 	res = ev.call(t, "ast_edit", map[string]any{"pattern": "print($A)", "rewrite": "log($A)", "language": "python"})
 	wantOK(t, res, "(proposed) 3 replacements in 3 files")
 	if strings.Contains(res.AllText(), "warning:") {

@@ -236,11 +236,16 @@ type SearchResult struct {
 // replaced with Rewrite, its metavariables substituted, with the variables
 // Transform derives. Rules, instead of Pattern, Rewrite and Transform,
 // gives several such rewrites, applied in order to each file (see Stage).
+//
+// RefuseSyntaxErrors refuses an edit whose rewrite brings syntax errors
+// into a file (ast_edit sets it), instead of staging it with
+// FileEdit.SyntaxWarnings.
 type EditRequest struct {
-	Pattern, Rewrite string
-	Transform        map[string]Transform
-	Rules            []Rule
-	Language, Path   string
+	Pattern, Rewrite   string
+	Transform          map[string]Transform
+	Rules              []Rule
+	Language, Path     string
+	RefuseSyntaxErrors bool
 }
 
 // Rule is one rewrite of an edit: every match of Pattern becomes Rewrite,
@@ -293,7 +298,10 @@ type Proposal struct {
 	Rules        []Rule
 	Files        []FileEdit
 	Replacements int
-	Diff         string
+	// Unchanged counts the matches whose rewrite is the text they have:
+	// they are not replacements.
+	Unchanged int
+	Diff      string
 	// Skipped counts files that were not searched or not rewritten, by
 	// reason, as in SearchResult.
 	Skipped map[string]int

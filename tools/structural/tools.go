@@ -49,7 +49,7 @@ type ResolveInput struct {
 
 const grepDescription = `Structural code search: finds code by syntax-tree shape, not text. The pattern is parsed with the file's grammar, so whitespace, line breaks and comments do not matter and text inside strings or comments never matches code. $NAME matches one node, $$$NAME a possibly empty sequence of siblings, $_ any node; a metavariable used twice must capture the same text (if ($X != null) $X.dispose()). Results are path:line anchored with the matched text and the captures; .gitignore'd, binary and very large files are skipped and counted.`
 
-const editDescription = `Structural rewrite, staged: replaces every match of pattern (as in ast_grep) with rewrite, its $NAME / $$$NAME substituted. A metavariable cannot stand for part of a string; to change part of a capture, match the whole ($MSG) and derive a new variable with transform, a regexp replacement: {"pattern": "fmt.Errorf($MSG, $E)", "rewrite": "fmt.Errorf($W, $E)", "transform": {"W": {"source": "$MSG", "replace": "%v", "by": "%w"}}}. rules [{pattern, rewrite, transform}, …] applies several rewrites in order as one edit. A rewrite variable the pattern does not bind is an error; a rewrite that leaves a syntax error is staged with a warning naming the line. Nothing is written: the result shows a diff and an edit_id; call resolve with it to accept (write all files) or discard.`
+const editDescription = `Structural rewrite, staged: replaces every match of pattern (as in ast_grep) with rewrite, its $NAME / $$$NAME substituted. A metavariable cannot stand for part of a string; to change part of a capture, match the whole ($MSG) and derive a new variable with transform, a regexp replacement: {"pattern": "fmt.Errorf($MSG, $E)", "rewrite": "fmt.Errorf($W, $E)", "transform": {"W": {"source": "$MSG", "replace": "%v", "by": "%w"}}}. rules [{pattern, rewrite, transform}, …] applies several rewrites in order as one edit. A rewrite variable the pattern does not bind is an error; a $$$NAME that captured nothing takes one separating comma with it (f($W, $$$A, err) gives f("x", err)); a rewrite that leaves a syntax error is refused, naming the file and line; a match the rewrite leaves as it was is not a replacement. Nothing is written: the result shows a diff and an edit_id; call resolve with it to accept (write all files) or discard.`
 
 const resolveDescription = `Applies or drops an edit staged by ast_edit. accept writes every file of the edit, but refuses the whole edit (writing nothing) when any of them changed since it was staged, except by another edit accepted here: then its replacements are carried over that one's, and only where they overlap is the edit refused, with the diff it would stage now; discard drops it.`
 
@@ -193,7 +193,7 @@ func (sh *Shown) Format() string {
 }
 
 func (h *handlers) edit(ctx context.Context, in EditInput) (*tools.Result, error) {
-	req := EditRequest{Pattern: in.Pattern, Transform: in.Transform, Rules: in.Rules, Language: in.Language, Path: in.Path}
+	req := EditRequest{Pattern: in.Pattern, Transform: in.Transform, Rules: in.Rules, Language: in.Language, Path: in.Path, RefuseSyntaxErrors: true}
 	switch {
 	case in.Rewrite != nil:
 		req.Rewrite = *in.Rewrite
@@ -215,7 +215,15 @@ func FormatProposal(p *Proposal) string {
 	if s := skipSummary(p.Skipped); s != "" {
 		skips = " (skipped: " + s + ")"
 	}
+	same := ""
+	if p.Unchanged > 0 {
+		same = fmt.Sprintf("%s left as %s: the rewrite gives the text %s already", plural(p.Unchanged, "match"), pick(p.Unchanged, "it was", "they were"), pick(p.Unchanged, "it has", "they have"))
+	}
 	if p.ID == "" {
+		if same != "" {
+			fmt.Fprintf(&b, "nothing to change: %s; no edit was staged%s", same, skips)
+			return b.String()
+		}
 		if len(p.Rules) > 1 {
 			fmt.Fprintf(&b, "nothing matched the patterns of the %d rules: no edit was staged%s", len(p.Rules), skips)
 		} else {
@@ -226,8 +234,11 @@ func FormatProposal(p *Proposal) string {
 		}
 		return b.String()
 	}
-	fmt.Fprintf(&b, "(proposed) %s in %s%s; nothing is written yet: call resolve with edit_id %q and action \"accept\" to write them, or \"discard\"\n",
-		plural(p.Replacements, "replacement"), plural(len(p.Files), "file"), skips, p.ID)
+	if same != "" {
+		same = " (" + same + ")"
+	}
+	fmt.Fprintf(&b, "(proposed) %s in %s%s%s; nothing is written yet: call resolve with edit_id %q and action \"accept\" to write them, or \"discard\"\n",
+		plural(p.Replacements, "replacement"), plural(len(p.Files), "file"), same, skips, p.ID)
 	for _, f := range p.Files {
 		for _, w := range f.SyntaxWarnings {
 			fmt.Fprintf(&b, "warning: %s:%d: the rewritten code has a syntax error here: %s; fix the rewrite and stage it again, or discard\n", f.Path, w.Line, w.What)
@@ -309,6 +320,14 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// pick returns one when n is 1, else more.
+func pick(n int, one, more string) string {
+	if n == 1 {
+		return one
+	}
+	return more
 }
 
 // plural returns "n word" or "n words".
