@@ -96,6 +96,9 @@ func (s *Supervisor) locationsAt(ctx context.Context, q *query, at spot) (*tools
 
 // references answers references: every use, the declaration included.
 func (s *Supervisor) references(ctx context.Context, q *query, at spot) (*tools.Result, error) {
+	if err := q.openOccurrences(ctx, at.t.ident); err != nil {
+		return nil, err
+	}
 	if err := q.crossFile(ctx); err != nil {
 		return nil, err
 	}
@@ -111,6 +114,11 @@ func (s *Supervisor) references(ctx context.Context, q *query, at spot) (*tools.
 // site in it, with the callee), through the server's call hierarchy.
 func calls(incoming bool) answer {
 	return func(s *Supervisor, ctx context.Context, q *query, at spot) (*tools.Result, error) {
+		if incoming {
+			if err := q.openOccurrences(ctx, at.t.ident); err != nil {
+				return nil, err
+			}
+		}
 		if err := q.crossFile(ctx); err != nil {
 			return nil, err
 		}

@@ -91,6 +91,11 @@ type Server struct {
 	// (gopls), so its cross-file answers are not checked against the
 	// text (verdict.go).
 	Exact bool
+	// LinksOpenFiles says the server links across files only what it has
+	// open (clangd without a compilation database, tsserver's inferred
+	// project): before a references or incoming_calls answer, the files
+	// where the name occurs are opened (verdict.go, openOccurrences).
+	LinksOpenFiles bool
 	// ByName says the server links references by name inference (pylsp's
 	// jedi): a references answer says that it may list uses of other
 	// symbols of the same name.
@@ -170,7 +175,7 @@ func DefaultServers() []Server {
 		// tsserver loads the project (tsconfig.json) before it answers
 		// across files, and reports the load as progress.
 		{ID: "typescript-language-server", Languages: ts, Markers: []string{"tsconfig.json", "jsconfig.json", "package.json"}, MarkerOptional: true, Binaries: []string{"typescript-language-server"}, Args: []string{"--stdio"}, Local: []string{"node_modules/.bin"},
-			HostRefuse: []string{"node_modules/typescript"}, BackgroundIndex: true, OpenRoot: true, SilentWhenUnchanged: true, Settle: tsSettle,
+			HostRefuse: []string{"node_modules/typescript"}, BackgroundIndex: true, OpenRoot: true, LinksOpenFiles: true, SilentWhenUnchanged: true, Settle: tsSettle,
 			// lsp_rename renames the symbol: at an imported name's use,
 			// tsserver would otherwise rename only the local binding
 			// (import { hello as sayHello }) in that one file.
@@ -181,7 +186,7 @@ func DefaultServers() []Server {
 		// .clangd is not read either (it could add flags or name a remote
 		// index to connect to).
 		{ID: "clangd", Languages: c, Markers: []string{"compile_commands.json", "CMakeLists.txt", ".clangd"}, MarkerOptional: true, Binaries: []string{"clangd", "clangd-*"},
-			Args: []string{"--background-index", "--log=error", "--pch-storage=memory"}, HostArgs: []string{"--enable-config=false"}, BackgroundIndex: true},
+			Args: []string{"--background-index", "--log=error", "--pch-storage=memory"}, HostArgs: []string{"--enable-config=false"}, BackgroundIndex: true, LinksOpenFiles: true},
 		{ID: "bash-language-server", Languages: map[string]string{".sh": "shellscript", ".bash": "shellscript"}, MarkerOptional: true, Binaries: []string{"bash-language-server"}, Args: []string{"start"}, Local: []string{"node_modules/.bin"}, AnalyzeOnOpen: true,
 			// shellcheck, when installed, is its linter; without it the
 			// server reports nothing.

@@ -190,3 +190,145 @@ func TestTruthPython(t *testing.T) {
 		})
 	}
 }
+
+// cTokens returns the whole-word occurrences of every identifier in C
+// source, comments, string and character literals left out: the truth of
+// TestTruthC, independent of berth's own scan (which counts comments too).
+func cTokens(src string) map[string]int {
+	out := map[string]int{}
+	for i := 0; i < len(src); {
+		c := src[i]
+		switch {
+		case strings.HasPrefix(src[i:], "//"):
+			for i < len(src) && src[i] != '\n' {
+				i++
+			}
+		case strings.HasPrefix(src[i:], "/*"):
+			end := strings.Index(src[i+2:], "*/")
+			if end < 0 {
+				return out
+			}
+			i += end + 4
+		case c == '"' || c == '\'':
+			i++
+			for i < len(src) && src[i] != c && src[i] != '\n' {
+				if src[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			i++
+		case c == '_' || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z'):
+			j := i
+			for j < len(src) && (src[j] == '_' || ('a' <= src[j] && src[j] <= 'z') || ('A' <= src[j] && src[j] <= 'Z') || ('0' <= src[j] && src[j] <= '9')) {
+				j++
+			}
+			out[src[i:j]]++
+			i = j
+		case '0' <= c && c <= '9':
+			for i < len(src) && (src[i] == '_' || ('a' <= src[i] && src[i] <= 'z') || ('A' <= src[i] && src[i] <= 'Z') || ('0' <= src[i] && src[i] <= '9') || src[i] == '.') {
+				i++
+			}
+		default:
+			i++
+		}
+	}
+	return out
+}
+
+// cQuestions picks up to max functions declared in a header of root (a
+// prototype at the start of a line: "Type name(" ending in ";") that code
+// in other files refers to, most referred first, with the files whose
+// code (not comments) names them.
+func cQuestions(t *testing.T, root string, max int) []question {
+	t.Helper()
+	tokens := map[string]map[string]int{} // file -> identifier -> count
+	var headers []string
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if ext := filepath.Ext(rel); ext != ".c" && ext != ".h" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		tokens[rel] = cTokens(string(b))
+		if filepath.Ext(rel) == ".h" {
+			headers = append(headers, rel)
+		}
+		return nil
+	})
+	slices.Sort(headers)
+	var qs []question
+	seen := map[string]bool{}
+	for _, h := range headers {
+		b, _ := os.ReadFile(filepath.Join(root, h))
+		for i, line := range strings.Split(string(b), "\n") {
+			if !strings.HasSuffix(strings.TrimSpace(line), ");") || strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t") || strings.HasPrefix(line, "static") || strings.HasPrefix(line, "#") {
+				continue
+			}
+			open := strings.Index(line, "(")
+			if open < 0 {
+				continue
+			}
+			fields := strings.FieldsFunc(line[:open], func(r rune) bool { return r == ' ' || r == '*' })
+			if len(fields) < 2 {
+				continue
+			}
+			name := fields[len(fields)-1]
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			q := question{Name: name, File: h, Line: i + 1}
+			for f, toks := range tokens {
+				n := toks[name]
+				if f == h {
+					n-- // the declaration asked about
+				}
+				if n > 0 {
+					q.Files = append(q.Files, f)
+				}
+			}
+			slices.Sort(q.Files)
+			if slices.ContainsFunc(q.Files, func(f string) bool { return f != h }) {
+				qs = append(qs, q)
+			}
+		}
+	}
+	slices.SortStableFunc(qs, func(a, b question) int { return len(b.Files) - len(a.Files) })
+	return qs[:min(len(qs), max)]
+}
+
+// TestTruthC: tree-sitter's C runtime (from the Go module cache, as
+// go-tree-sitter ships it) with no compile_commands.json, asked who refers
+// to 20 of the functions its headers declare, through clangd. A scan of
+// the code that leaves out comments and literals is the truth.
+func TestTruthC(t *testing.T) {
+	need(t, "clangd")
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(strings.TrimSpace(string(out)), "github.com/tree-sitter/go-tree-sitter@v0.25.0")
+	if _, err := os.Stat(filepath.Join(src, "src", "parser.c")); err != nil {
+		t.Skipf("no tree-sitter runtime in the module cache: %v", err)
+	}
+	h := newHostRun(t, lsp.Options{})
+	copyTree(t, filepath.Join(src, "src"), filepath.Join(h.dir, "src"), func(rel string) bool {
+		return (strings.HasSuffix(rel, ".c") || strings.HasSuffix(rel, ".h")) && !strings.HasPrefix(rel, "wasm") && rel != "lib.c"
+	})
+	var tl tally
+	for _, q := range cQuestions(t, filepath.Join(h.dir, "src"), 20) {
+		q.File = "src/" + q.File
+		for i := range q.Files {
+			q.Files[i] = "src/" + q.Files[i]
+		}
+		askTruth(t, h, "references", q, &tl)
+	}
+	t.Logf("clangd references on tree-sitter's runtime: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
+}

@@ -233,6 +233,60 @@ func (s *Supervisor) verdict(ctx context.Context, q *query, at spot, covered, se
 	return strings.Join(notes, "\n"), v
 }
 
+// MaxOccurrenceOpens caps the files opened for one answer of a server
+// that links only the files it has open (Server.LinksOpenFiles).
+const MaxOccurrenceOpens = 100
+
+// openOccurrences makes a server that links only the files it has open
+// (Server.LinksOpenFiles: clangd without a compilation database, tsserver's
+// inferred project) see the files where ident occurs before it answers
+// across files: it opens them (at most MaxOccurrenceOpens, those with the
+// most occurrences first) and waits, bounded by DiagnosticsWait in all,
+// for the server to publish the diagnostics of what it opened — its sign
+// that it analyzed them.
+func (q *query) openOccurrences(ctx context.Context, ident string) error {
+	if !q.in.spec.LinksOpenFiles {
+		return nil
+	}
+	occ := q.textOccurrences(ctx, ident)
+	names := make([]string, 0, len(occ.files))
+	for name := range occ.files {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if occ.files[a] != occ.files[b] {
+			return occ.files[b] - occ.files[a]
+		}
+		return strings.Compare(a, b)
+	})
+	want := map[string]int32{}
+	for _, name := range names[:min(len(names), MaxOccurrenceOpens)] {
+		uri := q.in.s.uriOf(name)
+		if _, open := q.c.Document(uri); open {
+			continue
+		}
+		_, v, err := q.in.open(ctx, q.c, name)
+		if err != nil {
+			if isNotExist(err) {
+				continue
+			}
+			return err
+		}
+		want[uri] = v
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, q.in.s.opts.DiagnosticsWait)
+	defer cancel()
+	for uri, v := range want {
+		if _, err := q.c.WaitDiagnostics(wctx, uri, v); err != nil {
+			break // answer with what it has analyzed; the verdict says what it missed
+		}
+	}
+	return ctx.Err()
+}
+
 // likelyCause names, when berth can see it, why q's server may not have
 // linked files where the name occurs ("" when it cannot tell).
 func (q *query) likelyCause(ctx context.Context) string {
