@@ -231,3 +231,25 @@ func TestParentNodeModulesTypescriptDoesNotRun(t *testing.T) {
 		t.Errorf("hover with berth's own tsserver: want the type of x, got %s / %s", r, res.Text())
 	}
 }
+
+// TestProjectCheckPinsRustup: in a local run, where exec is allowed, the
+// project check's cargo check runs with rustup pinned: the cargo of the
+// toolchain rustup chooses outside the workspace, not the one the
+// workspace's rust-toolchain.toml names.
+func TestProjectCheckPinsRustup(t *testing.T) {
+	h := newRustupHost(t, true)
+	tok := newToken(t)
+	s := h.serve(t, tok)
+	markers := t.TempDir()
+	ws := toolchainCrate(t, markers)
+
+	run := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q}`, ws))
+	res, r := s.call(tok, run, "lsp", `{"action":"diagnostics","file":"*"}`)
+	t.Logf("local run, diagnostics *: %s / %s", r, res.Text())
+	if left := markersLeft(t, markers); len(left) > 0 {
+		t.Errorf("the project check ran the workspace's toolchain: %s", strings.Join(left, "; "))
+	}
+	if b, _ := os.ReadFile(h.mark); !strings.Contains(string(b), "cargo") {
+		t.Errorf("the pinned toolchain's cargo did not run either (its marks: %q), so the test proves nothing: %s", b, res.Text())
+	}
+}

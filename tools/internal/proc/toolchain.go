@@ -47,10 +47,14 @@ var Managers = []Manager{
 	{Program: "nodenv", Active: []string{"version-name"}, Env: "NODENV_VERSION", Files: []string{".node-version"}},
 }
 
-// HostPinEnv is set for every language server on the host besides
-// HostEnv and the managers' pins: corepack never downloads the package
-// manager a package.json's packageManager names (which may be a URL).
-var HostPinEnv = []string{HostEnv, "COREPACK_ENABLE_NETWORK=0", "COREPACK_ENABLE_AUTO_PIN=0"}
+// CorepackEnv keeps corepack from downloading the package manager a
+// package.json's packageManager names (which may be a URL) and from
+// writing one into it.
+var CorepackEnv = []string{"COREPACK_ENABLE_NETWORK=0", "COREPACK_ENABLE_AUTO_PIN=0"}
+
+// HostPinEnv is set for every language server on the host besides the
+// managers' pins.
+var HostPinEnv = append([]string{HostEnv}, CorepackEnv...)
 
 // pinTimeout bounds asking one manager for its active toolchain.
 const pinTimeout = 20 * time.Second
