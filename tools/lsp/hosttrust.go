@@ -119,7 +119,11 @@ func (s *Supervisor) hostStart(ctx context.Context, c Choice) (*startSpec, error
 func pinAdvice(pins []proc.Pin) string {
 	var out []string
 	for _, p := range pins {
-		if p.Err != nil {
+		switch {
+		case p.Err == nil:
+		case len(p.Manager.Active) == 0:
+			out = append(out, fmt.Sprintf("take %s and its shims off the PATH of berth's host processes", p.Program))
+		default:
 			out = append(out, fmt.Sprintf("give %s a default toolchain, or set %s and pass --host-env %s", p.Program, p.Manager.Env, p.Manager.Env))
 		}
 	}

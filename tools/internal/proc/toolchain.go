@@ -34,17 +34,26 @@ type Manager struct {
 	// Files are the files a directory names its toolchain in, nearest
 	// directory first.
 	Files []string
+	// Key, when set, is what a file must contain to name a toolchain
+	// (volta's "volta" key in package.json).
+	Key string
 }
 
-// Managers are the toolchain managers berth pins on the host. asdf,
-// mise, volta and SDKMAN are not among them: a host whose PATH goes
-// through their shims runs what a workspace's .tool-versions or
-// .sdkmanrc chooses, so keep them off the PATH berth's host processes
-// get.
+// Managers are the toolchain managers berth knows on the host. rustup,
+// pyenv and nodenv are pinned. asdf, mise and volta have no one variable
+// that overrides every file for every tool, so berth does not pin them:
+// with one of them on PATH, a file of theirs at or above a server's root
+// makes its start an exec step. SDKMAN and nvm choose a version only in
+// an interactive shell (sdk env, nvm use), which berth never runs, and a
+// Gradle or Maven wrapper is the workspace's own program, never run on
+// the host.
 var Managers = []Manager{
 	{Program: "rustup", Active: []string{"show", "active-toolchain"}, Env: "RUSTUP_TOOLCHAIN", Files: []string{"rust-toolchain.toml", "rust-toolchain"}},
 	{Program: "pyenv", Active: []string{"version-name"}, Env: "PYENV_VERSION", Files: []string{".python-version"}},
 	{Program: "nodenv", Active: []string{"version-name"}, Env: "NODENV_VERSION", Files: []string{".node-version"}},
+	{Program: "asdf", Files: []string{".tool-versions"}},
+	{Program: "mise", Files: []string{"mise.toml", ".mise.toml", "mise.local.toml", ".mise.local.toml", ".tool-versions", ".config/mise.toml", ".config/mise/config.toml", ".mise/config.toml", "mise/config.toml"}},
+	{Program: "volta", Files: []string{"package.json"}, Key: `"volta"`},
 }
 
 // CorepackEnv keeps corepack from downloading the package manager a
@@ -87,6 +96,10 @@ func ManagerOf(real string) (Manager, bool) {
 // sb as the host's processes run.
 func ResolvePin(ctx context.Context, sb sandbox.Sandbox, m Manager, prog string) Pin {
 	pin := Pin{Manager: m, Program: prog}
+	if len(m.Active) == 0 {
+		pin.Err = fmt.Errorf("berth does not pin %s, which has no variable that overrides every file", m.Program)
+		return pin
+	}
 	ctx, cancel := context.WithTimeout(ctx, pinTimeout)
 	defer cancel()
 	var out bytes.Buffer
@@ -125,7 +138,7 @@ func ToolchainFile(m Manager, dir string, read func(abs string) ([]byte, error))
 		for _, f := range m.Files {
 			p := path.Join(d, f)
 			b, err := read(p)
-			if err != nil {
+			if err != nil || (m.Key != "" && !bytes.Contains(b, []byte(m.Key))) {
 				continue
 			}
 			name, isPath = toolchainName(m, f, b)
@@ -140,6 +153,9 @@ func ToolchainFile(m Manager, dir string, read func(abs string) ([]byte, error))
 // toolchainName is what a manager's file f with content b names.
 func toolchainName(m Manager, f string, b []byte) (name string, isPath bool) {
 	s := strings.TrimSpace(string(b))
+	if len(m.Active) == 0 {
+		return "", false // a configuration, not a toolchain's name
+	}
 	if m.Program != "rustup" {
 		line, _, _ := strings.Cut(s, "\n")
 		return strings.TrimSpace(line), strings.Contains(line, "/")
@@ -185,10 +201,13 @@ func HostToolchain(pins []Pin, dir string, read func(abs string) ([]byte, error)
 			continue // nothing chooses a toolchain: the manager fails on its own
 		}
 		what := "the toolchain " + name
-		if isPath {
+		switch {
+		case isPath:
 			what = "the toolchain at " + name
+		case name == "":
+			what = "the toolchains"
 		}
-		needs = append(needs, fmt.Sprintf("%s chooses %s, whose programs %s would run (berth could not pin %s outside the workspace: %v)", file, what, p.Program, p.Manager.Env, p.Err))
+		needs = append(needs, fmt.Sprintf("%s chooses %s whose programs the shims of %s would run (berth could not pin %s outside the workspace: %v)", file, what, p.Program, p.Manager.Program, p.Err))
 	}
 	return env, needs
 }
