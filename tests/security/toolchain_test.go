@@ -13,8 +13,11 @@ import (
 
 // Issue 31, findings 2 and 3: a toolchain file or a node_modules above
 // the server's root makes a trusted program on PATH run the workspace's
-// code. The rustup here is the real one (rustup-init's, as this machine
-// has it: Debian 12 packages no rustup); its proxies are links to it.
+// code. Each rustup test runs twice: with the real rustup when the
+// machine has one (rustup-init's; Debian 12 packages none), and with a
+// stand-in built from testdata/rustup that follows rustup's rules and
+// file formats, so that it never depends on the machine. The proxies are
+// links to either.
 
 // prewarmWait bounds waiting for a prewarm's server to start; it asserts
 // nothing about speed.
@@ -40,12 +43,8 @@ type rustupHost struct {
 	bin, rustupHome, cargoHome, mark string
 }
 
-func newRustupHost(t *testing.T, withDefault bool) rustupHost {
+func newRustupHost(t *testing.T, withDefault bool, rustup string) rustupHost {
 	t.Helper()
-	rustup := rustupPath()
-	if rustup == "" {
-		t.Skip("no rustup on this machine (Debian 12 packages none; rustup-init installs it in ~/.cargo/bin)")
-	}
 	d := t.TempDir()
 	h := rustupHost{bin: filepath.Join(d, "bin"), rustupHome: filepath.Join(d, "rustup"), cargoHome: filepath.Join(d, "cargo"), mark: filepath.Join(d, "mark")}
 	tc := filepath.Join(d, "neutral")
@@ -72,6 +71,29 @@ func newRustupHost(t *testing.T, withDefault bool) rustupHost {
 		}
 	}
 	return h
+}
+
+// eachRustup runs f as a subtest with the real rustup ("rustup", skipped
+// when the machine has none) and with the stand-in ("stand-in").
+func eachRustup(t *testing.T, f func(t *testing.T, rustup string)) {
+	t.Run("rustup", func(t *testing.T) {
+		rustup := rustupPath()
+		if rustup == "" {
+			t.Skip("no rustup on this machine (Debian 12 packages none; rustup-init installs it in ~/.cargo/bin); the stand-in runs instead")
+		}
+		f(t, rustup)
+	})
+	t.Run("stand-in", func(t *testing.T) {
+		dir := t.TempDir()
+		os.Chmod(dir, 0o755)
+		out := filepath.Join(dir, "rustup")
+		ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+		defer cancel()
+		if b, err := exec.CommandContext(ctx, "go", "build", "-o", out, "./testdata/rustup").CombinedOutput(); err != nil {
+			t.Fatalf("go build testdata/rustup: %v: %s", err, b)
+		}
+		f(t, out)
+	})
 }
 
 func (h rustupHost) env() []string {
@@ -129,33 +151,35 @@ func waitFile(t *testing.T, p string, d time.Duration) bool {
 // chooses outside the workspace (berth pins RUSTUP_TOOLCHAIN), never the
 // workspace's.
 func TestRustToolchainPathDoesNotRunOnTheHost(t *testing.T) {
-	h := newRustupHost(t, true)
-	tok := newToken(t)
-	s := h.serve(t, tok)
-	markers := t.TempDir()
-	ws := toolchainCrate(t, markers)
+	eachRustup(t, func(t *testing.T, rustup string) {
+		h := newRustupHost(t, true, rustup)
+		tok := newToken(t)
+		s := h.serve(t, tok)
+		markers := t.TempDir()
+		ws := toolchainCrate(t, markers)
 
-	run := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q,"mode":"readonly"}`, ws))
-	res, r := s.call(tok, run, "lsp", `{"action":"hover","file":"src/main.rs","line":2,"symbol":"x"}`)
-	t.Logf("readonly run, hover: %s / %s", r, res.Text())
-	if left := markersLeft(t, markers); len(left) > 0 {
-		t.Errorf("a read-level lsp call ran the workspace's toolchain: %s", strings.Join(left, "; "))
-	}
-	if !fileExists(h.mark) {
-		t.Errorf("the pinned toolchain's rust-analyzer did not run either, so the test proves nothing: %s", res.Text())
-	}
+		run := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q,"mode":"readonly"}`, ws))
+		res, r := s.call(tok, run, "lsp", `{"action":"hover","file":"src/main.rs","line":2,"symbol":"x"}`)
+		t.Logf("readonly run, hover: %s / %s", r, res.Text())
+		if left := markersLeft(t, markers); len(left) > 0 {
+			t.Errorf("a read-level lsp call ran the workspace's toolchain: %s", strings.Join(left, "; "))
+		}
+		if !fileExists(h.mark) {
+			t.Errorf("the pinned toolchain's rust-analyzer did not run either, so the test proves nothing: %s", res.Text())
+		}
 
-	// The prewarm alone, in a plan run, on a crate of its own.
-	os.Remove(h.mark)
-	markers2 := t.TempDir()
-	ws2 := toolchainCrate(t, markers2)
-	s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q,"mode":"plan","prewarm":["lsp:rust"]}`, ws2))
-	if !waitFile(t, h.mark, prewarmWait) && len(markersLeft(t, markers2)) == 0 {
-		t.Errorf("the prewarm started no rust-analyzer of the pinned toolchain within %v", prewarmWait)
-	}
-	if left := markersLeft(t, markers2); len(left) > 0 {
-		t.Errorf("a plan run's prewarm ran the workspace's toolchain: %s", strings.Join(left, "; "))
-	}
+		// The prewarm alone, in a plan run, on a crate of its own.
+		os.Remove(h.mark)
+		markers2 := t.TempDir()
+		ws2 := toolchainCrate(t, markers2)
+		s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q,"mode":"plan","prewarm":["lsp:rust"]}`, ws2))
+		if !waitFile(t, h.mark, prewarmWait) && len(markersLeft(t, markers2)) == 0 {
+			t.Errorf("the prewarm started no rust-analyzer of the pinned toolchain within %v", prewarmWait)
+		}
+		if left := markersLeft(t, markers2); len(left) > 0 {
+			t.Errorf("a plan run's prewarm ran the workspace's toolchain: %s", strings.Join(left, "; "))
+		}
+	})
 }
 
 // TestUnpinnableRustupIsAnExecStep: a rustup with no default toolchain
@@ -163,21 +187,23 @@ func TestRustToolchainPathDoesNotRunOnTheHost(t *testing.T) {
 // what runs: in a plan run the server is not started, and the error says
 // why; nothing of the workspace's toolchain runs.
 func TestUnpinnableRustupIsAnExecStep(t *testing.T) {
-	h := newRustupHost(t, false)
-	tok := newToken(t)
-	s := h.serve(t, tok)
-	markers := t.TempDir()
-	ws := toolchainCrate(t, markers)
+	eachRustup(t, func(t *testing.T, rustup string) {
+		h := newRustupHost(t, false, rustup)
+		tok := newToken(t)
+		s := h.serve(t, tok)
+		markers := t.TempDir()
+		ws := toolchainCrate(t, markers)
 
-	run := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q,"mode":"plan"}`, ws))
-	res, r := s.call(tok, run, "lsp", `{"action":"hover","file":"src/main.rs","line":2,"symbol":"x"}`)
-	t.Logf("plan run, hover: %s / %s", r, res.Text())
-	if r.status != 200 || !res.IsError || !strings.Contains(res.Text(), "rust-toolchain.toml") {
-		t.Errorf("want a tool error naming rust-toolchain.toml, got %s / %s", r, res.Text())
-	}
-	if left := markersLeft(t, markers); len(left) > 0 {
-		t.Fatalf("the workspace's toolchain ran: %s", strings.Join(left, "; "))
-	}
+		run := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q,"mode":"plan"}`, ws))
+		res, r := s.call(tok, run, "lsp", `{"action":"hover","file":"src/main.rs","line":2,"symbol":"x"}`)
+		t.Logf("plan run, hover: %s / %s", r, res.Text())
+		if r.status != 200 || !res.IsError || !strings.Contains(res.Text(), "rust-toolchain.toml") {
+			t.Errorf("want a tool error naming rust-toolchain.toml, got %s / %s", r, res.Text())
+		}
+		if left := markersLeft(t, markers); len(left) > 0 {
+			t.Fatalf("the workspace's toolchain ran: %s", strings.Join(left, "; "))
+		}
+	})
 }
 
 // TestParentNodeModulesTypescriptDoesNotRun: the workspace's root holds
@@ -237,19 +263,21 @@ func TestParentNodeModulesTypescriptDoesNotRun(t *testing.T) {
 // toolchain rustup chooses outside the workspace, not the one the
 // workspace's rust-toolchain.toml names.
 func TestProjectCheckPinsRustup(t *testing.T) {
-	h := newRustupHost(t, true)
-	tok := newToken(t)
-	s := h.serve(t, tok)
-	markers := t.TempDir()
-	ws := toolchainCrate(t, markers)
+	eachRustup(t, func(t *testing.T, rustup string) {
+		h := newRustupHost(t, true, rustup)
+		tok := newToken(t)
+		s := h.serve(t, tok)
+		markers := t.TempDir()
+		ws := toolchainCrate(t, markers)
 
-	run := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q}`, ws))
-	res, r := s.call(tok, run, "lsp", `{"action":"diagnostics","file":"*"}`)
-	t.Logf("local run, diagnostics *: %s / %s", r, res.Text())
-	if left := markersLeft(t, markers); len(left) > 0 {
-		t.Errorf("the project check ran the workspace's toolchain: %s", strings.Join(left, "; "))
-	}
-	if b, _ := os.ReadFile(h.mark); !strings.Contains(string(b), "cargo") {
-		t.Errorf("the pinned toolchain's cargo did not run either (its marks: %q), so the test proves nothing: %s", b, res.Text())
-	}
+		run := s.open(tok, fmt.Sprintf(`{"sandbox":"host","workspace":%q}`, ws))
+		res, r := s.call(tok, run, "lsp", `{"action":"diagnostics","file":"*"}`)
+		t.Logf("local run, diagnostics *: %s / %s", r, res.Text())
+		if left := markersLeft(t, markers); len(left) > 0 {
+			t.Errorf("the project check ran the workspace's toolchain: %s", strings.Join(left, "; "))
+		}
+		if b, _ := os.ReadFile(h.mark); !strings.Contains(string(b), "cargo") {
+			t.Errorf("the pinned toolchain's cargo did not run either (its marks: %q), so the test proves nothing: %s", b, res.Text())
+		}
+	})
 }
