@@ -30,6 +30,7 @@ type instance struct {
 	spec Server
 
 	mu       sync.Mutex // guards the fields below; held across I/O only in ensureLocked's spawn bookkeeping
+	start    startSpec  // how the server starts, as last decided (Supervisor.instance)
 	gen      *generation
 	restarts int         // starts after the first
 	crashes  []time.Time // unexpected exits within CrashWindow
@@ -43,9 +44,19 @@ type instance struct {
 	pending map[string]bool
 }
 
+// startSpec is how a server starts beyond its table entry: on the host,
+// the environment that pins the toolchain managers and the initialization
+// options that name its runtime outside the workspace (Supervisor.hostStart).
+type startSpec struct {
+	decided bool     // set by hostStart; a host start without it is refused
+	env     []string // added to the sandbox's environment
+	init    any      // replaces the table's initialization options when set
+}
+
 // generation is one process of an instance's server.
 type generation struct {
 	binary  string
+	start   startSpec
 	started time.Time
 	ready   chan struct{} // closed when the start finished
 	err     error         // why the start failed; set before ready closes
@@ -170,10 +181,14 @@ func (in *instance) takePending() []string {
 	return names
 }
 
-// ensure is ensureLocked under the instance's lock.
-func (in *instance) ensure(binary string) error {
+// ensure is ensureLocked under the instance's lock; sp, when not nil,
+// becomes how the server starts from now on.
+func (in *instance) ensure(binary string, sp *startSpec) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if sp != nil {
+		in.start = *sp
+	}
 	return in.ensureLocked(binary)
 }
 
@@ -200,7 +215,7 @@ func (in *instance) ensureLocked(binary string) error {
 	if binary == "" && in.gen != nil {
 		binary = in.gen.binary
 	}
-	g := &generation{binary: binary, ready: make(chan struct{}), stderr: proc.NewTail(stderrKeep)}
+	g := &generation{binary: binary, start: in.start, ready: make(chan struct{}), stderr: proc.NewTail(stderrKeep)}
 	in.gen = g
 	in.lastUsed = time.Now()
 	go in.spawn(g, max(delay, 0))
@@ -269,12 +284,18 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		case <-s.runCtx.Done():
 			return s.runCtx.Err()
 		}
+		if s.opts.Host && !g.start.decided {
+			return fmt.Errorf("lsp: %s was not started: its start on the host was never checked for the toolchain it would run; call lsp again", in.key)
+		}
 		pctx, cancel := context.WithCancel(s.runCtx)
 		absRoot := path.Join(s.root, in.key.root)
 		args := append([]string{g.binary}, in.spec.args(s.opts.Host)...)
-		var env []string
-		if s.opts.Host {
-			env = []string{proc.HostEnv} // gopls runs go list: no toolchain switch on the host
+		// On the host g.start.env pins every toolchain manager (GOTOOLCHAIN
+		// for gopls's go list, RUSTUP_TOOLCHAIN for a rustup proxy …).
+		env := g.start.env
+		init := in.spec.initOptions(s.opts.Host)
+		if g.start.init != nil {
+			init = g.start.init
 		}
 		stream, err := sandbox.Pipe(pctx, s.sb, &sandbox.Cmd{Args: args, Env: env, Dir: absRoot, Stderr: g.stderr, WaitDelay: waitDelay})
 		if err != nil {
@@ -288,7 +309,7 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		in.mu.Unlock()
 		ictx, icancel := context.WithTimeout(s.runCtx, lspc.InitializeTimeout)
 		defer icancel()
-		if _, err := client.Initialize(ictx, lspc.InitOptions{RootURI: rootURI, InitializationOptions: in.spec.initOptions(in.s.opts.Host), Capabilities: capabilities()}); err != nil {
+		if _, err := client.Initialize(ictx, lspc.InitOptions{RootURI: rootURI, InitializationOptions: init, Capabilities: capabilities()}); err != nil {
 			msg := fmt.Sprintf("initializing %s failed: %v", g.binary, err)
 			if t := g.stderr.String(); t != "" {
 				msg += "; its stderr: " + proc.Clip(t, 600)

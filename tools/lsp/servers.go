@@ -49,12 +49,21 @@ type Server struct {
 	// call must run no project code: rust-analyzer's build scripts, proc
 	// macros and check on save are turned off there.
 	HostInitOptions any
-	// HostRefuse are paths, relative to the server's root, whose presence
-	// means the server would load and run code the workspace ships (the
-	// project's own node_modules/typescript, which
-	// typescript-language-server prefers to its bundled one). On the host
-	// such a server is not started.
+	// HostRefuse are paths, relative to the server's root or any
+	// directory above it up to "/", whose presence means the server would
+	// load and run code the workspace ships (the project's own
+	// node_modules/typescript, which typescript-language-server prefers to
+	// its bundled one, and which Node's resolution finds in any parent).
+	// On the host such a server is not started.
 	HostRefuse []string
+	// HostModule is a file the server would otherwise look for in its
+	// root's node_modules and every one above it
+	// (typescript-language-server's typescript/lib/tsserver.js). On the
+	// host it is taken from beside the server's own installation, outside
+	// the workspace, and given to the server as the initialization option
+	// HostModuleOption (dotted: "tsserver.path"); a server whose
+	// installation has none is not started there.
+	HostModule, HostModuleOption string
 	// HostArgs follow Args on the host only: clangd's
 	// --enable-config=false, so that a workspace .clangd can neither add
 	// flags nor point clangd at a remote index.
@@ -175,7 +184,8 @@ func DefaultServers() []Server {
 		// tsserver loads the project (tsconfig.json) before it answers
 		// across files, and reports the load as progress.
 		{ID: "typescript-language-server", Languages: ts, Markers: []string{"tsconfig.json", "jsconfig.json", "package.json"}, MarkerOptional: true, Binaries: []string{"typescript-language-server"}, Args: []string{"--stdio"}, Local: []string{"node_modules/.bin"},
-			HostRefuse: []string{"node_modules/typescript"}, BackgroundIndex: true, OpenRoot: true, LinksOpenFiles: true, SilentWhenUnchanged: true, Settle: tsSettle,
+			HostRefuse: []string{"node_modules/typescript"}, HostModule: "typescript/lib/tsserver.js", HostModuleOption: "tsserver.path",
+			BackgroundIndex: true, OpenRoot: true, LinksOpenFiles: true, SilentWhenUnchanged: true, Settle: tsSettle,
 			// lsp_rename renames the symbol: at an imported name's use,
 			// tsserver would otherwise rename only the local binding
 			// (import { hello as sayHello }) in that one file.

@@ -160,6 +160,13 @@ type Supervisor struct {
 	walkNote string
 	walkWhy  string
 
+	// pinMu serializes asking the host's toolchain managers for their
+	// toolchains (hostPins), and is held while they answer; pinned are
+	// their answers by program, pathManagers the managers on PATH.
+	pinMu        sync.Mutex
+	pinned       map[string]*proc.Pin
+	pathManagers []string
+
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
 	prewarms   sync.WaitGroup // the prewarms' goroutines
@@ -275,6 +282,9 @@ type Choice struct {
 	Binary string
 	// Missing says which half is missing ("" when the server is usable).
 	Missing string
+	// hostModule is, on the host, the Server.HostModule found beside the
+	// server's installation.
+	hostModule string
 }
 
 // Usable reports whether both the marker and the binary were found.
@@ -367,10 +377,18 @@ func (s *Supervisor) discover(ctx context.Context, dir, ext string, probeAlways 
 		var why []string
 		refused := false
 		if s.opts.Host && c.Binary != "" {
-			if r := s.shipsCode(ctx, c); r != "" {
-				why = append(why, fmt.Sprintf("not started on the host: the workspace ships %s, which %s would load and run, and on the host berth runs no code from the workspace; use a container for this project", r, c.Server.ID))
+			if r := s.shipsCode(c); r != "" {
+				why = append(why, fmt.Sprintf("not started on the host: %s exists at or above the server's root, %s would load and run it, and on the host berth runs no code from the workspace or a directory above it; use a container for this project", r, c.Server.ID))
 				c.Binary, refused = "", true
 			}
+		}
+		if s.opts.Host && c.Binary != "" && c.Server.HostModule != "" {
+			mod, missing := s.hostModule(c.Server, c.Binary)
+			if mod == "" {
+				why = append(why, fmt.Sprintf("not started on the host: %s; on the host berth gives %s the %s of its own installation, so that it never loads one from the project's node_modules or above it: install it beside the server (npm install -g %s)", missing, c.Server.ID, c.Server.HostModule, strings.SplitN(c.Server.HostModule, "/", 2)[0]))
+				c.Binary, refused = "", true
+			}
+			c.hostModule = mod
 		}
 		if c.Root == "" {
 			why = append(why, s.markerMissing(c.Server, dir))
@@ -385,18 +403,6 @@ func (s *Supervisor) discover(ctx context.Context, dir, ext string, probeAlways 
 		c.Missing = strings.Join(why, "; ")
 	}
 	return out, nil
-}
-
-// shipsCode returns the first of c's HostRefuse paths that exists under
-// its root, "" when none does.
-func (s *Supervisor) shipsCode(ctx context.Context, c *Choice) string {
-	for _, r := range c.Server.HostRefuse {
-		p := path.Join(c.Root, r)
-		if _, err := s.ws.Lstat(ctx, p); err == nil {
-			return p
-		}
-	}
-	return ""
 }
 
 func (s *Supervisor) markerMissing(sv Server, dir string) string {
@@ -449,7 +455,7 @@ func (s *Supervisor) serverFor(ctx context.Context, name string, wait time.Durat
 	}
 	for _, c := range choices {
 		if c.Usable() {
-			in, err := s.instance(c)
+			in, err := s.instance(ctx, c)
 			if err != nil {
 				return nil, err
 			}
@@ -519,20 +525,35 @@ func within(dir, root string) bool {
 }
 
 // instance returns the instance for a usable choice, creating it (and
-// starting its server) when there is none or it died.
-func (s *Supervisor) instance(c Choice) (*instance, error) {
+// starting its server) when there is none or it died. On the host a
+// server that is not running is first decided by hostStart, with ctx's
+// permission gate.
+func (s *Supervisor) instance(ctx context.Context, c Choice) (*instance, error) {
+	s.mu.Lock()
+	in := s.insts[c.key()]
+	s.mu.Unlock()
+	var sp *startSpec
+	if s.opts.Host && (in == nil || !in.alive()) {
+		var err error
+		if sp, err = s.hostStart(ctx, c); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errClosed
 	}
 	k := c.key()
-	in := s.insts[k]
+	in = s.insts[k]
 	if in == nil {
 		in = &instance{s: s, key: k, spec: c.Server}
 		s.insts[k] = in
 	}
-	if err := in.ensure(c.Binary); err != nil {
+	// sp is nil when the server was running a moment ago: should it have
+	// died since, its restart reuses the start last decided, as a restart
+	// after a crash does.
+	if err := in.ensure(c.Binary, sp); err != nil {
 		return nil, err
 	}
 	return in, nil

@@ -184,7 +184,7 @@ func (s *Supervisor) workspaceServers(ctx context.Context) ([]*query, error) {
 			continue
 		}
 		seen[lang] = true
-		in, err := s.instance(c)
+		in, err := s.instance(ctx, c)
 		if err != nil {
 			return nil, err
 		}

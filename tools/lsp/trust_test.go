@@ -325,11 +325,18 @@ func TestServerLinkedIntoWorkspaceNeverRunsOnHost(t *testing.T) {
 // on the host a workspace that ships one does not get the server (which
 // would run the workspace's tsserver); without it the same server on PATH
 // is chosen. The server here is a spy on PATH, outside the workspace, that
-// leaves a marker if it is ever started.
+// leaves a marker if it is ever started, installed as npm installs it:
+// bin/typescript-language-server links to its package's lib/cli.mjs, with
+// typescript beside the package (which berth hands it on the host).
 func TestServerLoadingWorkspaceCodeNotStartedOnHost(t *testing.T) {
 	bin, markers := t.TempDir(), t.TempDir()
 	spy := filepath.Join(bin, "typescript-language-server")
-	if err := os.WriteFile(spy, []byte("#!/bin/sh\necho started >> "+filepath.Join(markers, "tsls")+"\nexit 1\n"), 0o755); err != nil {
+	nm := filepath.Join(t.TempDir(), "node_modules")
+	writeTree(t, nm, map[string]string{
+		"typescript-language-server/lib/cli.mjs": "#!/bin/sh\necho started >> " + filepath.Join(markers, "tsls") + "\nexit 1\n",
+		"typescript/lib/tsserver.js":             "// berth's own\n",
+	})
+	if err := os.Symlink(filepath.Join(nm, "typescript-language-server/lib/cli.mjs"), spy); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
@@ -351,6 +358,18 @@ func TestServerLoadingWorkspaceCodeNotStartedOnHost(t *testing.T) {
 	r := e.Call(t, "lsp", map[string]any{"action": "hover", "file": "index.ts", "line": 1, "symbol": "x"})
 	if !r.IsError || !strings.Contains(r.Text, "node_modules/typescript") {
 		t.Errorf("hover: want an error naming node_modules/typescript, got %s", r.Text)
+	}
+
+	// A node_modules/typescript above the workspace (above a host root)
+	// is found by Node's resolution just the same.
+	if err := os.RemoveAll(filepath.Join(h.dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	writeTree(t, filepath.Dir(h.dir), map[string]string{"node_modules/typescript/lib/tsserver.js": "require('child_process').execSync('touch /tmp/pwned');\n"})
+	above := filepath.Join(filepath.Dir(h.dir), "node_modules/typescript")
+	st = status(t, e, "index.ts")["typescript-language-server"]
+	if st.Binary != "" || !strings.Contains(st.Missing, above) {
+		t.Errorf("with a typescript above the workspace: binary %q, missing %q; want not started, naming %s", st.Binary, st.Missing, above)
 	}
 	if _, err := os.Stat(filepath.Join(markers, "tsls")); err == nil {
 		t.Error("typescript-language-server was started on the host for a workspace that ships its own typescript")

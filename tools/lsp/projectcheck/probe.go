@@ -127,11 +127,16 @@ type probe struct {
 	venvRuns string            // what the venv's python would execute at startup (a .pth import line, sitecustomize)
 	venvSys  bool              // the venv's python also sees its base interpreter's modules
 	binSkip  map[string]string // program name → why a PATH program of that name was not used
+	pinEnv   []string          // pins every toolchain manager found (proc.HostToolchain)
+	pinNeeds []string          // why the workspace's toolchain files would still decide what runs
 }
 
 // probeNames are the programs looked up on PATH.
 func probeNames() []string {
 	names := []string{"python3", "find"}
+	for _, m := range proc.Managers {
+		names = append(names, m.Program) // pinned on the host (pinToolchains)
+	}
 	for _, l := range table {
 		for _, t := range l.tools {
 			for _, n := range t.names {
@@ -198,6 +203,8 @@ func runProbe(ctx context.Context, sb sandbox.Sandbox, workspace, root string, h
 		return pr, nil
 	}
 	pr.trustHost(workspace, root)
+	pr.pinToolchains(ctx, sb, root)
+	env = append(env, pr.pinEnv...)
 	if pr.venvPython != "" {
 		// Not asked: its site-packages are the workspace's, and python
 		// runs their .pth import lines at startup. Looked at instead.
@@ -407,4 +414,33 @@ func clip(s string, n int) string {
 		return s
 	}
 	return "…" + s[len(s)-n:]
+}
+
+// pinToolchains pins, on the host, every toolchain manager among the
+// programs found outside the workspace (rustup, also behind a cargo that
+// is its proxy; pyenv and nodenv behind python3 and node shims) to what it
+// chooses from "/", so that no toolchain file of the workspace or above
+// it chooses what a checker or the probe's pythons run. A manager that
+// cannot be pinned while such a file chooses for it is noted in pinNeeds:
+// the check is then an exec step.
+func (pr *probe) pinToolchains(ctx context.Context, sb sandbox.Sandbox, root string) {
+	var pins []proc.Pin
+	for _, b := range pr.bins {
+		real, _ := proc.HostProgram(root, b)
+		m, ok := proc.ManagerOf(b)
+		prog := b
+		if !ok {
+			if m, ok = proc.ManagerOf(real); !ok {
+				continue
+			}
+			prog = real
+		}
+		if slices.ContainsFunc(pins, func(p proc.Pin) bool { return p.Manager.Program == m.Program }) {
+			continue
+		}
+		pins = append(pins, proc.ResolvePin(ctx, sb, m, prog))
+	}
+	env, needs := proc.HostToolchain(pins, root, proc.ReadHostFile)
+	pr.pinEnv = append(slices.Clone(proc.CorepackEnv), env...)
+	pr.pinNeeds = needs
 }

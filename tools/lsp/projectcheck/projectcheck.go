@@ -19,7 +19,10 @@
 // project-local program, no PATH program that resolves into the workspace,
 // and the project's .venv/bin/python only when it resolves (symbolic links
 // followed, nothing executed) to an interpreter outside the workspace, which
-// the result then names. go runs with GOTOOLCHAIN=local. A check that
+// the result then names. go runs with GOTOOLCHAIN=local, and every
+// toolchain manager found (rustup, pyenv, nodenv) with the toolchain it
+// chooses from "/" (proc.HostToolchain), so that no rust-toolchain.toml or
+// .python-version of the workspace chooses what runs. A check that
 // executes the project's own code there (cargo check's build scripts and
 // proc macros, mypy plugins, dart analyzer plugins, a venv python whose
 // site-packages run code at startup — .pth import lines, sitecustomize) is

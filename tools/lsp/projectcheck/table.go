@@ -186,6 +186,14 @@ func resolve(pr *probe, l language, workspace, root string) (Applicable, bool) {
 			if l.lang == "go" {
 				a.env = append(a.env, proc.HostEnv)
 			}
+			a.env = append(a.env, pr.pinEnv...)
+			if len(pr.pinNeeds) > 0 {
+				why := strings.Join(pr.pinNeeds, "; ")
+				if a.ExecWhy != "" {
+					why = a.ExecWhy + "; " + why
+				}
+				a.ExecWhy = why
+			}
 		}
 		a.args = argv
 		return a, true
