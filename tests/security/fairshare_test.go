@@ -200,10 +200,12 @@ const (
 
 // TestIdleSocketsDoNotBlockHealth (issue 31, finding 5): one address
 // keeps idleAttackers connections open that never send a byte, opening a
-// new one whenever berth closes one. Meanwhile /healthz answers, and
-// tenant b's GET /v1/runs, both from another address.
+// new one whenever berth closes one, more than --max-conns. Meanwhile
+// /healthz answers, and tenant b's GET /v1/runs, both from another
+// address. (Before, the probes waited in the accept queue behind every
+// idle socket, each served its 10 s first-request deadline in turn.)
 func TestIdleSocketsDoNotBlockHealth(t *testing.T) {
-	tn := startTenants(t, "--mode", "local")
+	tn := startTenants(t, "--mode", "local", "--max-conns", "64")
 	s := tn.s
 	addr := strings.TrimPrefix(s.url, "http://")
 	attacker := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}
@@ -215,7 +217,7 @@ func TestIdleSocketsDoNotBlockHealth(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var reopened atomic.Int64
+	var connected, reopened atomic.Int64
 	defer func() { cancel(); wg.Wait() }()
 	d := &net.Dialer{LocalAddr: attacker}
 	for range idleAttackers {
@@ -228,6 +230,7 @@ func TestIdleSocketsDoNotBlockHealth(t *testing.T) {
 					}
 					continue
 				}
+				connected.Add(1)
 				stop := context.AfterFunc(ctx, func() { c.Close() })
 				io.Copy(io.Discard, c) // until berth (or the test's end) closes it
 				stop()
@@ -240,11 +243,13 @@ func TestIdleSocketsDoNotBlockHealth(t *testing.T) {
 			}
 		})
 	}
-	// Let the attack fill berth's slots and queue.
-	for end := time.Now().Add(probeDeadline); reopened.Load() < idleAttackers && time.Now().Before(end); {
-		time.Sleep(100 * time.Millisecond)
+	// Every socket connected: berth's slots and its accept queue are full.
+	for end := time.Now().Add(probeDeadline); connected.Load() < idleAttackers && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("idle sockets closed by berth and opened again so far: %d", reopened.Load())
+	defer func() {
+		t.Logf("idle sockets connected %d times, closed by berth %d times", connected.Load(), reopened.Load())
+	}()
 
 	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
 	for i := range 3 {
