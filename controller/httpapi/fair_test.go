@@ -3,11 +3,14 @@ package httpapi_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/httpapi"
+	"berth.dev/berth/controller/mcpserver"
 	"berth.dev/berth/sandbox"
 )
 
@@ -202,5 +206,85 @@ func TestSpareConnectionsAnswerProbes(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the waiting request was not answered after a slot freed")
+	}
+}
+
+// mcpInitialize is an initialize request.
+const mcpInitialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"fair","version":"1"}}}`
+
+// TestMCPSessionCaps: a run takes mcpserver.MaxSessionsPerRun sessions
+// and a tenant MaxMCPSessionsPerTenant (also through /v1/mcp, where a
+// refused session opens no run); the next initialize is 429 too_many
+// saying to DELETE one. Deleting the sessions gives their places back
+// and ends their goroutines.
+func TestMCPSessionCaps(t *testing.T) {
+	const perTenant = mcpserver.MaxSessionsPerRun + 4
+	rg := newRig(t, httpapi.Options{Token: token, Limits: httpapi.Limits{MaxMCPSessionsPerTenant: perTenant}}, false)
+	run1, run2 := rg.open(`{"sandbox":"host"}`), rg.open(`{"sandbox":"host"}`)
+	hdr := []string{"Content-Type", "application/json", "Accept", "application/json, text/event-stream"}
+	type sess struct{ path, sid string }
+	var open []sess
+	initialize := func(path string) response {
+		t.Helper()
+		r := rg.do("POST", path, token, mcpInitialize, hdr...)
+		if r.status == http.StatusOK {
+			open = append(open, sess{path, r.header.Get(mcpserver.SessionHeader)})
+		}
+		return r
+	}
+	refused := func(what string, r response, want string) {
+		t.Helper()
+		var body struct {
+			Error struct {
+				Message string
+				Data    struct{ Code string }
+			}
+		}
+		json.Unmarshal(r.body, &body)
+		if r.status != http.StatusTooManyRequests || body.Error.Data.Code != "too_many" || !strings.Contains(body.Error.Message, want) {
+			t.Errorf("%s: want 429 too_many saying %q, got %d %s", what, want, r.status, r.body)
+		}
+	}
+	runtime.GC()
+	before := runtime.NumGoroutine()
+
+	for i := range mcpserver.MaxSessionsPerRun {
+		if r := initialize("/v1/runs/" + run1 + "/mcp"); r.status != http.StatusOK {
+			t.Fatalf("session %d of run 1: %d %s", i+1, r.status, r.body)
+		}
+	}
+	refused("one session more than a run's cap", initialize("/v1/runs/"+run1+"/mcp"), "DELETE")
+	for i := range perTenant - mcpserver.MaxSessionsPerRun {
+		if r := initialize("/v1/runs/" + run2 + "/mcp"); r.status != http.StatusOK {
+			t.Fatalf("session %d of run 2: %d %s", i+1, r.status, r.body)
+		}
+	}
+	refused("one session more than the tenant's cap", initialize("/v1/runs/"+run2+"/mcp"), "tenant")
+	t.Logf("goroutines: %d before the sessions, %d with %d open", before, runtime.NumGoroutine(), len(open))
+	runs := len(rg.c.List())
+	refused("a session that would open its own run", initialize("/v1/mcp?sandbox=host"), "tenant")
+	if n := len(rg.c.List()); n != runs {
+		t.Errorf("a refused /v1/mcp session opened a run: %d runs, were %d", n, runs)
+	}
+
+	for _, s := range open {
+		if r := rg.do("DELETE", s.path, token, "", mcpserver.SessionHeader, s.sid, "Mcp-Protocol-Version", "2025-06-18"); r.status != http.StatusNoContent {
+			t.Errorf("DELETE session: %d %s", r.status, r.body)
+		}
+	}
+	if r := initialize("/v1/runs/" + run1 + "/mcp"); r.status != http.StatusOK {
+		t.Errorf("a session after the others were deleted: %d %s", r.status, r.body)
+	} else {
+		rg.do("DELETE", "/v1/runs/"+run1+"/mcp", token, "", mcpserver.SessionHeader, open[len(open)-1].sid, "Mcp-Protocol-Version", "2025-06-18")
+	}
+	http.DefaultClient.CloseIdleConnections()
+	var now int
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if now = runtime.NumGoroutine(); now <= before {
+			break
+		}
+	}
+	if now > before {
+		t.Errorf("%d goroutines after every session ended, %d before them", now, before)
 	}
 }
