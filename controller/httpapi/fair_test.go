@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -286,5 +287,43 @@ func TestMCPSessionCaps(t *testing.T) {
 	}
 	if now > before {
 		t.Errorf("%d goroutines after every session ended, %d before them", now, before)
+	}
+}
+
+// TestReadyz: /readyz answers 200 "ready" until the server's shutdown
+// begins, then 503; /healthz still answers 200.
+func TestReadyz(t *testing.T) {
+	c, err := controller.New(controller.Config{
+		Providers:  []sandbox.Provider{&provider{scheme: "host"}},
+		Tools:      []controller.Binder{binder},
+		Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := httpapi.NewServer(c, httpapi.Options{Token: token}, context.Background())
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		srv.Handler.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get("/readyz"); code != 200 || body != "ready" {
+		t.Fatalf("/readyz while serving: %d %q", code, body)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var code int
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if code, _ = get("/readyz"); code == http.StatusServiceUnavailable {
+			break
+		}
+	}
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz after shutdown began: %d, want 503", code)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok" {
+		t.Errorf("/healthz after shutdown began: %d %q", code, body)
 	}
 }
