@@ -22,9 +22,9 @@ import (
 // frees) and asserts nothing about speed.
 const probeDeadline = 20 * time.Second
 
-// get sends GET path with tok ("" none) on a connection of its own from
+// getFrom sends GET path with tok ("" none) on a connection of its own from
 // local (nil: any), within probeDeadline.
-func (s *server) get(local net.Addr, path, tok string) (reply, error) {
+func (s *server) getFrom(local net.Addr, path, tok string) (reply, error) {
 	tr := &http.Transport{DisableKeepAlives: true, DialContext: (&net.Dialer{LocalAddr: local}).DialContext}
 	defer tr.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), probeDeadline)
@@ -45,24 +45,24 @@ func (s *server) get(local net.Addr, path, tok string) (reply, error) {
 	return reply{status: resp.StatusCode, body: b}, err
 }
 
-// mustAnswer fails the test unless GET path answers want.
-func (s *server) mustAnswer(what, path, tok string, want int) {
+// mustAnswerGET fails the test unless GET path answers want.
+func (s *server) mustAnswerGET(what, path, tok string, want int) {
 	s.t.Helper()
-	r, err := s.get(nil, path, tok)
+	r, err := s.getFrom(nil, path, tok)
 	if err != nil || r.status != want {
 		s.t.Errorf("%s: want %d, got %v %v", what, want, r, err)
 	}
 }
 
-// stream is one open event stream.
-type stream struct {
+// heldStream is one open event stream.
+type heldStream struct {
 	resp   *http.Response
 	cancel context.CancelFunc
 }
 
-// openStream opens GET /v1/runs/{run}/events with tok and returns it once
+// holdStream opens GET /v1/runs/{run}/events with tok and returns it once
 // berth answered; a refusal is returned as the reply with a nil stream.
-func (s *server) openStream(tok, run string) (*stream, reply, error) {
+func (s *server) holdStream(tok, run string) (*heldStream, reply, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, "GET", s.url+"/v1/runs/"+run+"/events", nil)
 	if err != nil {
@@ -91,7 +91,7 @@ func (s *server) openStream(tok, run string) (*stream, reply, error) {
 		cancel()
 		return nil, reply{}, fmt.Errorf("event stream's first line: %w", err)
 	}
-	return &stream{resp: resp, cancel: func() { cancel(); resp.Body.Close() }}, reply{status: 200}, nil
+	return &heldStream{resp: resp, cancel: func() { cancel(); resp.Body.Close() }}, reply{status: 200}, nil
 }
 
 // TestOneTenantCannotHoldEveryConnection (issue 31, finding 5): tenant a
@@ -107,7 +107,7 @@ func TestOneTenantCannotHoldEveryConnection(t *testing.T) {
 	spec := fmt.Sprintf(`{"sandbox":"host","workspace":%q}`, t.TempDir())
 	runA, runB := s.open(tn.a, spec), s.open(tn.b, spec)
 
-	var held []*stream
+	var held []*heldStream
 	defer func() {
 		for _, st := range held {
 			st.cancel()
@@ -115,7 +115,7 @@ func TestOneTenantCannotHoldEveryConnection(t *testing.T) {
 	}()
 	var refused reply
 	for len(held) < maxConns {
-		st, r, err := s.openStream(tn.a, runA)
+		st, r, err := s.holdStream(tn.a, runA)
 		if err != nil {
 			t.Fatalf("tenant a's stream %d: %v (berth holds every connection for one tenant)\n%s", len(held)+1, err, s.log())
 		}
@@ -133,10 +133,10 @@ func TestOneTenantCannotHoldEveryConnection(t *testing.T) {
 	}
 
 	// While a holds its streams, b is served and the probes answer.
-	s.mustAnswer("tenant b's GET /v1/runs while a holds its streams", "/v1/runs", tn.b, http.StatusOK)
-	s.mustAnswer("/healthz while a holds its streams", "/healthz", "", http.StatusOK)
-	s.mustAnswer("/readyz while a holds its streams", "/readyz", "", http.StatusOK)
-	stB, r, err := s.openStream(tn.b, runB)
+	s.mustAnswerGET("tenant b's GET /v1/runs while a holds its streams", "/v1/runs", tn.b, http.StatusOK)
+	s.mustAnswerGET("/healthz while a holds its streams", "/healthz", "", http.StatusOK)
+	s.mustAnswerGET("/readyz while a holds its streams", "/readyz", "", http.StatusOK)
+	stB, r, err := s.holdStream(tn.b, runB)
 	if err != nil || stB == nil {
 		t.Fatalf("tenant b's stream while a holds its own: %v %v", r, err)
 	}
@@ -146,7 +146,7 @@ func TestOneTenantCannotHoldEveryConnection(t *testing.T) {
 	held[0].cancel()
 	held = held[1:]
 	for end := time.Now().Add(probeDeadline); ; time.Sleep(100 * time.Millisecond) {
-		st, r, err := s.openStream(tn.a, runA)
+		st, r, err := s.holdStream(tn.a, runA)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestHealthWhileEveryConnectionIsTaken(t *testing.T) {
 	spec := fmt.Sprintf(`{"sandbox":"host","workspace":%q}`, t.TempDir())
 	runs := map[string]string{tn.a: s.open(tn.a, spec), tn.b: s.open(tn.b, spec)}
 	http.DefaultClient.CloseIdleConnections() // the streams are to hold every slot
-	var held []*stream
+	var held []*heldStream
 	defer func() {
 		for _, st := range held {
 			st.cancel()
@@ -178,7 +178,7 @@ func TestHealthWhileEveryConnectionIsTaken(t *testing.T) {
 	}()
 	for tok, run := range runs {
 		for range maxConns / 2 {
-			st, r, err := s.openStream(tok, run)
+			st, r, err := s.holdStream(tok, run)
 			if err != nil || st == nil {
 				t.Fatalf("stream %d: %v %v", len(held)+1, r, err)
 			}
@@ -186,8 +186,8 @@ func TestHealthWhileEveryConnectionIsTaken(t *testing.T) {
 		}
 	}
 	for range 3 { // more probes than one: each closes its spare connection
-		s.mustAnswer("/healthz with every connection held", "/healthz", "", http.StatusOK)
-		s.mustAnswer("/readyz with every connection held", "/readyz", "", http.StatusOK)
+		s.mustAnswerGET("/healthz with every connection held", "/healthz", "", http.StatusOK)
+		s.mustAnswerGET("/readyz with every connection held", "/readyz", "", http.StatusOK)
 	}
 }
 
@@ -253,10 +253,10 @@ func TestIdleSocketsDoNotBlockHealth(t *testing.T) {
 
 	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
 	for i := range 3 {
-		if r, err := s.get(local, "/healthz", ""); err != nil || r.status != http.StatusOK {
+		if r, err := s.getFrom(local, "/healthz", ""); err != nil || r.status != http.StatusOK {
 			t.Errorf("/healthz %d among %d idle sockets: %v %v", i, idleAttackers, r, err)
 		}
-		if r, err := s.get(local, "/v1/runs", tn.b); err != nil || r.status != http.StatusOK {
+		if r, err := s.getFrom(local, "/v1/runs", tn.b); err != nil || r.status != http.StatusOK {
 			t.Errorf("tenant b's GET /v1/runs %d among %d idle sockets: %v %v", i, idleAttackers, r, err)
 		}
 	}
@@ -265,9 +265,9 @@ func TestIdleSocketsDoNotBlockHealth(t *testing.T) {
 // mcpInit is an initialize request.
 const mcpInit = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"fairshare","version":"1"}}}`
 
-// mcpPost sends one MCP POST (sid "" for none) and returns the reply and
+// fairMCPPost sends one MCP POST (sid "" for none) and returns the reply and
 // the session id berth gave.
-func mcpPost(cl *http.Client, url, tok, sid, body string) (reply, string, error) {
+func fairMCPPost(cl *http.Client, url, tok, sid, body string) (reply, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
@@ -290,8 +290,8 @@ func mcpPost(cl *http.Client, url, tok, sid, body string) (reply, string, error)
 	return reply{status: resp.StatusCode, body: b}, resp.Header.Get("Mcp-Session-Id"), err
 }
 
-// mcpDelete ends session sid.
-func mcpDelete(cl *http.Client, url, tok, sid string) (int, error) {
+// fairMCPDelete ends session sid.
+func fairMCPDelete(cl *http.Client, url, tok, sid string) (int, error) {
 	req, _ := http.NewRequest("DELETE", url, nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Mcp-Session-Id", sid)
@@ -305,8 +305,8 @@ func mcpDelete(cl *http.Client, url, tok, sid string) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// rssKB is VmRSS of process pid, in KiB.
-func rssKB(t *testing.T, pid int) int {
+// vmRSSKB is VmRSS of process pid, in KiB.
+func vmRSSKB(t *testing.T, pid int) int {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -346,7 +346,7 @@ func TestMCPSessionsAreCapped(t *testing.T) {
 
 	var sessions []struct{ url, sid string }
 	open := func(url string) (reply, error) {
-		r, sid, err := mcpPost(cl, url, tn.a, "", mcpInit)
+		r, sid, err := fairMCPPost(cl, url, tn.a, "", mcpInit)
 		if err == nil && r.status == http.StatusOK && sid != "" {
 			sessions = append(sessions, struct{ url, sid string }{url, sid})
 		}
@@ -356,11 +356,11 @@ func TestMCPSessionsAreCapped(t *testing.T) {
 	if r, err := open(url1); err != nil || r.status != http.StatusOK {
 		t.Fatalf("initialize: %v %v", r, err)
 	}
-	if code, err := mcpDelete(cl, url1, tn.a, sessions[0].sid); err != nil || code != http.StatusNoContent {
+	if code, err := fairMCPDelete(cl, url1, tn.a, sessions[0].sid); err != nil || code != http.StatusNoContent {
 		t.Fatalf("DELETE the first session: %d %v", code, err)
 	}
 	sessions = nil
-	base := rssKB(t, s.Pid())
+	base := vmRSSKB(t, s.Pid())
 
 	for i := range perRun {
 		if r, err := open(url1); err != nil || r.status != http.StatusOK {
@@ -382,10 +382,10 @@ func TestMCPSessionsAreCapped(t *testing.T) {
 	}
 	// Tenant b is not held by a's sessions.
 	runB := s.open(tn.b, spec)
-	if r, sid, err := mcpPost(cl, s.url+"/v1/runs/"+runB+"/mcp", tn.b, "", mcpInit); err != nil || r.status != http.StatusOK {
+	if r, sid, err := fairMCPPost(cl, s.url+"/v1/runs/"+runB+"/mcp", tn.b, "", mcpInit); err != nil || r.status != http.StatusOK {
 		t.Fatalf("tenant b's initialize while a is at its cap: %v %v", r, err)
 	} else {
-		mcpDelete(cl, s.url+"/v1/runs/"+runB+"/mcp", tn.b, sid)
+		fairMCPDelete(cl, s.url+"/v1/runs/"+runB+"/mcp", tn.b, sid)
 	}
 
 	// The flood: every one refused.
@@ -396,7 +396,7 @@ func TestMCPSessionsAreCapped(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range work {
-				r, _, err := mcpPost(cl, url2, tn.a, "", mcpInit)
+				r, _, err := fairMCPPost(cl, url2, tn.a, "", mcpInit)
 				if err == nil && r.status == http.StatusTooManyRequests {
 					refused.Add(1)
 					continue
@@ -412,13 +412,13 @@ func TestMCPSessionsAreCapped(t *testing.T) {
 	}
 	close(work)
 	wg.Wait()
-	t.Logf("%d initializes in %v; RSS %d KiB before the sessions, %d KiB now", mcpFlood, time.Since(begin).Round(time.Millisecond), base, rssKB(t, s.Pid()))
+	t.Logf("%d initializes in %v; RSS %d KiB before the sessions, %d KiB now", mcpFlood, time.Since(begin).Round(time.Millisecond), base, vmRSSKB(t, s.Pid()))
 	if n := other.Load(); n > 0 {
 		t.Errorf("%d of %d initializes past the cap were not 429 (the first: %v)", n, mcpFlood, firstOther.Load())
 	}
 
 	for _, ss := range sessions {
-		if code, err := mcpDelete(cl, ss.url, tn.a, ss.sid); err != nil || code != http.StatusNoContent {
+		if code, err := fairMCPDelete(cl, ss.url, tn.a, ss.sid); err != nil || code != http.StatusNoContent {
 			t.Errorf("DELETE session: %d %v", code, err)
 		}
 	}
@@ -432,7 +432,7 @@ func TestMCPSessionsAreCapped(t *testing.T) {
 	const slackKB = 20 << 10
 	var now int
 	for end := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
-		if now = rssKB(t, s.Pid()); now <= base+slackKB || time.Now().After(end) {
+		if now = vmRSSKB(t, s.Pid()); now <= base+slackKB || time.Now().After(end) {
 			break
 		}
 	}
