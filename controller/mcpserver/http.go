@@ -78,7 +78,8 @@ type session struct {
 	srv    *mcp.Server
 	h      *handler // srv's call handler, for the direct path
 	// active counts the session's requests in flight, and idle ends the
-	// session IdleTimeout after the last one ended. berth keeps this, not
+	// session IdleTimeout (FirstIdleTimeout until inUse) after the last
+	// one ended. berth keeps this, not
 	// the SDK, because the direct path answers calls the SDK never sees.
 	active atomic.Int32
 	idle   *time.Timer
@@ -148,7 +149,8 @@ func initializedOnly(r *http.Request) bool {
 	return json.Unmarshal(body, &msg) == nil && msg.ID == nil && msg.Method == "notifications/initialized"
 }
 
-// expire ends s, idle for IdleTimeout, unless a request came meanwhile.
+// expire ends s, idle for IdleTimeout (FirstIdleTimeout before it was in
+// use), unless a request came meanwhile.
 func (s *session) expire() {
 	if s.active.Load() > 0 {
 		return
