@@ -602,12 +602,13 @@ func checkCommon(t *testing.T, m *manifests, w workload, o overlay) {
 
 	t.Run("probes", func(t *testing.T) {
 		for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+			want := map[string]string{"liveness": "/healthz", "readiness": "/readyz"}[name]
 			if p == nil || p.HTTPGet == nil {
-				t.Errorf("%s probe: want an httpGet on /healthz, got %+v", name, p)
+				t.Errorf("%s probe: want an httpGet on %s, got %+v", name, want, p)
 				continue
 			}
-			if p.HTTPGet.Path != "/healthz" {
-				t.Errorf("%s probe path %q, want /healthz", name, p.HTTPGet.Path)
+			if p.HTTPGet.Path != want {
+				t.Errorf("%s probe path %q, want %s", name, p.HTTPGet.Path, want)
 			}
 			if got := resolvePort(c, p.HTTPGet.Port); got != port.ContainerPort {
 				t.Errorf("%s probe port %s resolves to %d, want berth's port %d", name, p.HTTPGet.Port.String(), got, port.ContainerPort)

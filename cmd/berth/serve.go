@@ -19,6 +19,7 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/httpapi"
+	"berth.dev/berth/controller/mcpserver"
 	"berth.dev/berth/runstore"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools/permission"
@@ -47,6 +48,8 @@ type serveFlags struct {
 	readTimeout       time.Duration
 	maxRunsPerTenant  int
 	maxCallsPerTenant int
+	maxStreams        int
+	maxMCPSessions    int
 	runIdleExpiry     time.Duration
 	stateDir          string
 	closeOnExit       bool
@@ -149,7 +152,8 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 			}
 			return serve(cmd.Context(), g, ln, token, cmd.ErrOrStderr(), log, func(c *serveConfig) {
 				c.creds, c.operator = creds, operator
-				c.limits = httpapi.Limits{ReadTimeout: f.readTimeout, MaxConns: f.maxConns}
+				c.limits = httpapi.Limits{ReadTimeout: f.readTimeout, MaxConns: f.maxConns,
+					MaxStreamsPerTenant: f.maxStreams, MaxMCPSessionsPerTenant: f.maxMCPSessions}
 				c.tune = func(cfg *controller.Config) {
 					cfg.MaxRunsPerTenant, cfg.MaxCallsPerTenant, cfg.IdleExpiry = f.maxRunsPerTenant, f.maxCallsPerTenant, f.runIdleExpiry
 					cfg.ResidentGrace = f.residentGrace
@@ -167,6 +171,8 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 	cmd.Flags().DurationVar(&f.readTimeout, "read-timeout", httpapi.DefaultReadTimeout, "longest time to read one request, body included")
 	cmd.Flags().IntVar(&f.maxRunsPerTenant, "max-runs-per-tenant", controller.DefaultMaxRunsPerTenant, "most runs one tenant may have open (negative: unlimited)")
 	cmd.Flags().IntVar(&f.maxCallsPerTenant, "max-calls-per-tenant", controller.DefaultMaxCallsPerTenant, "most tool calls one tenant may have in flight (negative: unlimited)")
+	cmd.Flags().IntVar(&f.maxStreams, "max-streams-per-tenant", httpapi.DefaultMaxStreamsPerTenant, "most event streams and MCP GET streams one tenant may hold open, apart from --max-conns (negative: unlimited)")
+	cmd.Flags().IntVar(&f.maxMCPSessions, "max-mcp-sessions-per-tenant", mcpserver.DefaultMaxSessionsPerTenant, "most MCP sessions one tenant may have open (negative: unlimited)")
 	cmd.Flags().DurationVar(&f.runIdleExpiry, "run-idle-expiry", controller.DefaultIdleExpiry, "close a run nobody used for this long (negative: never)")
 	cmd.Flags().StringVar(&f.stateDir, "state-dir", defaultStateDir(), "directory of the run store (runs outlive berth's restarts); \"\" keeps runs in memory only")
 	cmd.Flags().BoolVar(&f.closeOnExit, "close-runs-on-exit", false, "close every run at shutdown (kill what it started) instead of leaving it for the next berth")
@@ -289,7 +295,7 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	fmt.Fprintf(stderr, "berth: serving on http://%s\n", ln.Addr())
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(httpapi.Listen(ln, cfg.limits.MaxConns)) }()
+	go func() { errc <- srv.Serve(httpapi.ListenLimits(ln, cfg.limits)) }()
 	select {
 	case err := <-errc:
 		c.Close()

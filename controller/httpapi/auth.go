@@ -184,6 +184,9 @@ func (s *server) authn(next http.Handler) http.Handler {
 			refuse(w, http.StatusUnauthorized, "unauthorized", msg)
 			return
 		}
+		if c := connOf(r); c != nil {
+			c.authenticated()
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
 }

@@ -21,7 +21,8 @@
 //	*      /v1/mcp?conversation_id=…&workspace=…&sandbox=…&mode=…&prewarm=… H   an MCP session that opens a run for its lifetime
 //	POST   /v1/runs/{id}/workers/{w}   H   a platform's report on worker w
 //	GET    /console/                       the operator console (controller/console); / redirects to it
-//	GET    /healthz                        200 "ok", never authenticated
+//	GET    /healthz                        200 "ok", never authenticated (liveness; served on a spare connection when every other is taken)
+//	GET    /readyz                         200 "ready", 503 once shutdown began; never authenticated (readiness)
 //	GET    /metrics                    M   Prometheus text format
 //	GET    /v1/openapi.json                the OpenAPI 3.1 document of these routes (openapi.json), never authenticated
 //
@@ -72,10 +73,11 @@
 //	410 sandbox_gone       the run's container stopped, restarted or was removed, or a restarted berth refused to adopt the run (sandbox.ErrGone; the message says why): open a new run
 //	413 too_large          the body exceeds MaxBodyBytes
 //	421 misdirected        Host is not a loopback name while serving without a token
-//	429 too_many           the tenant's cap of open runs or calls in flight (controller.ErrTooMany): close a run or wait
+//	429 too_many           the tenant's cap of open runs or calls in flight (controller.ErrTooMany): close a run or wait; or of streams (Limits.MaxStreamsPerTenant) or MCP sessions: end a stream or DELETE a session
 //	499 cancelled          the client went away (logged only; the client sees nothing)
 //	500 internal           anything else
 //	503 shutting_down      the controller is closing
+//	503 busy               every connection slot is taken and SpareWaiters requests wait for one already: retry after Retry-After
 //	503 sandbox_unavailable the run's container is paused or its engine does not answer (sandbox.ErrUnavailable): the run is kept, retry
 //	503 run_moving         the run is being handed between berth replicas, or its replica does not answer (controller.ErrMoving): the run is kept, retry after Retry-After
 //	504 timeout            the call's deadline passed
@@ -100,6 +102,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -155,6 +158,10 @@ type server struct {
 	log    *slog.Logger
 	mcp    *mcpserver.HTTP
 	peers  *http.Transport // forwarding to other replicas (Options.Peer)
+	// streams counts each tenant's event and MCP streams (fair.go).
+	streams streams
+	// draining is set when the server's shutdown begins (/readyz).
+	draining atomic.Bool
 }
 
 // New returns the HTTP handler for c.
@@ -166,6 +173,7 @@ func New(c *controller.Controller, opts Options) http.Handler {
 // build returns the handler and the function that ends its MCP sessions.
 func build(c *controller.Controller, opts Options) (http.Handler, func()) {
 	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger, peers: newPeerTransport()}
+	s.streams = streams{max: s.limits.MaxStreamsPerTenant, open: map[string]int{}}
 	s.creds = append(s.creds, opts.Credentials...)
 	if opts.Token != "" {
 		s.creds = append(s.creds, TokenCredential(opts.Token, DefaultTenant, Scopes...))
@@ -181,7 +189,7 @@ func build(c *controller.Controller, opts Options) (http.Handler, func()) {
 	v1.HandleFunc("DELETE /v1/runs/{id}", need(s.owned(s.closeRun), h))
 	v1.HandleFunc("GET /v1/runs/{id}/tools", need(s.owned(s.listTools), h, op))
 	v1.HandleFunc("POST /v1/runs/{id}/tools/{name}", need(s.owned(s.callTool), h))
-	v1.HandleFunc("GET /v1/runs/{id}/events", need(s.owned(s.events), h, op))
+	v1.HandleFunc("GET /v1/runs/{id}/events", need(s.stream(s.owned(s.events), false), h, op))
 	v1.HandleFunc("GET /v1/runs/{id}/cards", need(s.owned(s.listCards), h, op))
 	v1.HandleFunc("GET /v1/runs/{id}/resources", need(s.owned(s.listResources), h, op))
 	v1.HandleFunc("POST /v1/runs/{id}/cards/{n}", need(s.owned(s.answerCard), h, op))
@@ -190,21 +198,19 @@ func build(c *controller.Controller, opts Options) (http.Handler, func()) {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI) // public: see OpenAPIPath
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok")
-	})
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("/v1/", s.authn(methodJSON(v1)))
 	// MCP's own transport answers its errors (not the JSON of methodJSON).
-	s.mcp = mcpserver.NewHTTP(s.log)
-	mux.Handle("/v1/runs/{id}/mcp", s.authn(need(s.owned(s.runMCP), h)))
-	mux.Handle("/v1/mcp", s.authn(need(s.openMCP, h)))
+	s.mcp = mcpserver.NewHTTP(s.log, mcpserver.Caps{PerTenant: s.limits.MaxMCPSessionsPerTenant})
+	mux.Handle("/v1/runs/{id}/mcp", s.authn(need(s.stream(s.owned(s.runMCP), true), h)))
+	mux.Handle("/v1/mcp", s.authn(need(s.stream(s.openMCP, true), h)))
 	mux.Handle("GET "+console.Path, console.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(console.Path, http.StatusFound))
 	if opts.Gatherer != nil {
 		mux.Handle("GET /metrics", s.authn(need(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}).ServeHTTP, ScopeMetrics)))
 	}
-	return s.guard(mux), func() { s.mcp.Close(); s.peers.CloseIdleConnections() }
+	return s.guard(mux), func() { s.draining.Store(true); s.mcp.Close(); s.peers.CloseIdleConnections() }
 }
 
 // guard applies the checks every route shares: no foreign browser
@@ -789,7 +795,7 @@ func (s *server) runMCP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("surface") == "" {
 		surface = ""
 	}
-	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log})
+	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log, Tenant: principalOf(r).Tenant})
 }
 
 // splitList splits a comma-separated query value; empty is none.
@@ -823,5 +829,5 @@ func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
 		_, err := s.c.Lookup(tenant, id)
 		return err
 	}
-	s.mcp.ServeOpen(w, r, open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log})
+	s.mcp.ServeOpen(w, r, open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant})
 }

@@ -3,9 +3,12 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"berth.dev/berth/controller"
@@ -34,6 +37,28 @@ const (
 	// DefaultMaxConns bounds the connections served at once; more wait
 	// in the kernel's accept queue, holding no descriptor of berth's.
 	DefaultMaxConns = 512
+	// DefaultFirstByteTimeout closes a new connection that sent nothing
+	// this long after berth accepted it.
+	DefaultFirstByteTimeout = 3 * time.Second
+	// DefaultMaxUnauthPerAddr bounds the connections of one remote
+	// address that have not authenticated yet (a request with a valid
+	// token authenticates its connection). One more closes the oldest of
+	// them that is not being answered.
+	DefaultMaxUnauthPerAddr = 16
+	// DefaultMaxStreamsPerTenant bounds one tenant's long-lived streams
+	// open at once: event streams (GET /v1/runs/{id}/events) and MCP
+	// streams (a GET on an MCP endpoint). One more is 429 too_many.
+	DefaultMaxStreamsPerTenant = 64
+)
+
+// Spare connections: when MaxConns connections are open, [Listen]
+// accepts SpareConns more, which answer /healthz and /readyz at once and
+// then close; another request on one waits for one of the MaxConns slots,
+// at most SpareWaiters of them at a time (the next is 503 busy), so that
+// a probe always finds a spare connection.
+const (
+	SpareConns   = 32
+	SpareWaiters = SpareConns / 2
 )
 
 // Limits bound the server for hostile clients. Zero fields take the
@@ -50,8 +75,20 @@ type Limits struct {
 	// opening and closing a run.
 	CallWriteTimeout time.Duration
 	MaxHeaderBytes   int
-	// MaxConns is the most connections [Listen] serves at once.
+	// MaxConns is the most connections [Listen] serves at once, besides
+	// SpareConns for health probes.
 	MaxConns int
+	// FirstByteTimeout bounds a new connection's wait for its first byte.
+	FirstByteTimeout time.Duration
+	// MaxUnauthPerAddr bounds one remote address's connections that have
+	// not authenticated yet.
+	MaxUnauthPerAddr int
+	// MaxStreamsPerTenant bounds one tenant's event and MCP streams
+	// (negative: unlimited).
+	MaxStreamsPerTenant int
+	// MaxMCPSessionsPerTenant bounds one tenant's MCP sessions
+	// (mcpserver.DefaultMaxSessionsPerTenant; negative: unlimited).
+	MaxMCPSessionsPerTenant int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -71,6 +108,13 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxConns <= 0 {
 		l.MaxConns = DefaultMaxConns
 	}
+	def(&l.FirstByteTimeout, DefaultFirstByteTimeout)
+	if l.MaxUnauthPerAddr <= 0 {
+		l.MaxUnauthPerAddr = DefaultMaxUnauthPerAddr
+	}
+	if l.MaxStreamsPerTenant == 0 {
+		l.MaxStreamsPerTenant = DefaultMaxStreamsPerTenant
+	}
 	return l
 }
 
@@ -80,48 +124,135 @@ func (l Limits) withDefaults() Limits {
 // it on [Listen]'s listener so that connections are capped too.
 func NewServer(c *controller.Controller, opts Options, base context.Context) *http.Server {
 	l := opts.Limits.withDefaults()
-	h, closeMCP := build(c, opts)
+	h, shutdown := build(c, opts)
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           gate(h),
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		ReadTimeout:       l.ReadTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return base },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if lc, ok := c.(*limitConn); ok {
+				return context.WithValue(ctx, connKey{}, lc)
+			}
+			return ctx
+		},
 	}
-	srv.RegisterOnShutdown(closeMCP)
+	srv.RegisterOnShutdown(shutdown)
 	return srv
 }
 
-// Listen caps ln at max connections at once (max <= 0: DefaultMaxConns).
-// Accept waits while max connections are open: the next client waits in
-// the kernel's accept queue instead of costing berth a descriptor.
+// Listen caps ln at max connections at once (max <= 0: DefaultMaxConns),
+// with the other connection limits at their defaults; see [ListenLimits].
 func Listen(ln net.Listener, max int) net.Listener {
-	if max <= 0 {
-		max = DefaultMaxConns
+	return ListenLimits(ln, Limits{MaxConns: max})
+}
+
+// ListenLimits caps ln at l.MaxConns connections at once, plus
+// SpareConns for health probes. Accept waits while all are open: the next
+// client waits in the kernel's accept queue instead of costing berth a
+// descriptor. A new connection that sends nothing for l.FirstByteTimeout
+// is closed, and so is the oldest unauthenticated connection of a remote
+// address that opens more than l.MaxUnauthPerAddr.
+func ListenLimits(ln net.Listener, l Limits) net.Listener {
+	l = l.withDefaults()
+	return &limitListener{
+		Listener:  ln,
+		main:      make(chan struct{}, l.MaxConns),
+		spare:     make(chan struct{}, SpareConns),
+		firstByte: l.FirstByteTimeout,
+		perAddr:   l.MaxUnauthPerAddr,
+		unauth:    map[string][]*limitConn{},
+		done:      make(chan struct{}),
 	}
-	return &limitListener{Listener: ln, sem: make(chan struct{}, max), done: make(chan struct{})}
 }
 
 type limitListener struct {
 	net.Listener
-	sem       chan struct{}
+	main      chan struct{} // a slot of MaxConns
+	spare     chan struct{} // a slot of SpareConns
+	firstByte time.Duration
+	perAddr   int
+	waiters   atomic.Int32 // spare connections waiting for a main slot
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: a waiting Accept returns
+
+	mu sync.Mutex
+	// unauth are the connections not authenticated yet, by remote host,
+	// oldest first.
+	unauth map[string][]*limitConn
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
+	for {
+		spare := false
+		select {
+		case l.main <- struct{}{}:
+		default:
+			select {
+			case l.main <- struct{}{}:
+			case l.spare <- struct{}{}:
+				spare = true
+			case <-l.done:
+				return nil, net.ErrClosed
+			}
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if spare {
+				<-l.spare
+			} else {
+				<-l.main
+			}
+			return nil, err
+		}
+		lc := &limitConn{Conn: c, l: l, spare: spare, host: remoteHost(c), firstBy: time.Now().Add(l.firstByte)}
+		c.SetReadDeadline(lc.firstBy)
+		if l.track(lc) {
+			return lc, nil
+		}
+		lc.Close() // its host's unauthenticated connections are all being answered
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
+}
+
+// track counts c as unauthenticated for its remote host. When the host
+// has perAddr such connections already, the oldest not being answered is
+// closed; when every one is being answered, c is refused (false).
+func (l *limitListener) track(c *limitConn) bool {
+	l.mu.Lock()
+	list := l.unauth[c.host]
+	var evict *limitConn
+	if len(list) >= l.perAddr {
+		i := slices.IndexFunc(list, (*limitConn).idle)
+		if i < 0 {
+			l.mu.Unlock()
+			return false
+		}
+		evict = list[i]
+		list = slices.Delete(list, i, i+1)
 	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+	l.unauth[c.host] = append(list, c)
+	l.mu.Unlock()
+	if evict != nil {
+		evict.Close()
+	}
+	return true
+}
+
+// forget stops counting c as unauthenticated.
+func (l *limitListener) forget(c *limitConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	list := l.unauth[c.host]
+	if i := slices.Index(list, c); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		delete(l.unauth, c.host)
+	} else {
+		l.unauth[c.host] = list
+	}
 }
 
 func (l *limitListener) Close() error {
@@ -130,16 +261,132 @@ func (l *limitListener) Close() error {
 	return err
 }
 
+func remoteHost(c net.Conn) string {
+	a := c.RemoteAddr()
+	if a == nil {
+		return ""
+	}
+	if h, _, err := net.SplitHostPort(a.String()); err == nil {
+		return h
+	}
+	return a.String()
+}
+
+// limitConn is an accepted connection holding a main or a spare slot.
 type limitConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l    *limitListener
+	host string
+
+	mu      sync.Mutex
+	spare   bool      // holds a spare slot, not a main one
+	gotByte bool      // the client sent its first byte
+	firstBy time.Time // its deadline
+	readDL  time.Time // the read deadline net/http last set
+	authed  bool
+	busy    int // requests being answered
+	closed  bool
+}
+
+type connKey struct{}
+
+func connOf(r *http.Request) *limitConn {
+	c, _ := r.Context().Value(connKey{}).(*limitConn)
+	return c
+}
+
+// Read ends the first-byte deadline at the first byte.
+func (c *limitConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.mu.Lock()
+		if !c.gotByte {
+			c.gotByte = true
+			c.Conn.SetReadDeadline(c.readDL)
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// SetReadDeadline keeps the first-byte deadline until the first byte.
+func (c *limitConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.readDL = t
+	if !c.gotByte && (t.IsZero() || t.After(c.firstBy)) {
+		t = c.firstBy
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *limitConn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// idle reports whether no request of c is being answered.
+func (c *limitConn) idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.busy == 0
+}
+
+// authenticated stops counting c against its host's unauthenticated cap.
+func (c *limitConn) authenticated() {
+	c.mu.Lock()
+	was := c.authed
+	c.authed = true
+	c.mu.Unlock()
+	if !was {
+		c.l.forget(c)
+	}
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.mu.Lock()
+	was, spare := c.closed, c.spare
+	c.closed = true
+	c.mu.Unlock()
+	if !was {
+		if spare {
+			<-c.l.spare
+		} else {
+			<-c.l.main
+		}
+		c.l.forget(c)
+	}
 	return err
+}
+
+// promote moves a spare connection to a main slot, waiting for one
+// until ctx ends; false when SpareWaiters wait already or ctx ended.
+func (c *limitConn) promote(ctx context.Context) bool {
+	if c.l.waiters.Add(1) > SpareWaiters {
+		c.l.waiters.Add(-1)
+		return false
+	}
+	defer c.l.waiters.Add(-1)
+	select {
+	case c.l.main <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.spare = false
+	}
+	c.mu.Unlock()
+	if closed {
+		<-c.l.main
+		return false
+	}
+	<-c.l.spare
+	return true
 }
 
 // CloseWrite half-closes a TCP connection, so that net/http's lingering
@@ -149,4 +396,41 @@ func (c *limitConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return errors.ErrUnsupported
+}
+
+// probe reports whether r is a health or readiness probe.
+func probe(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+}
+
+// gate counts the requests of a [limitConn] being answered, and serves a
+// spare connection's probe at once and closes it, or moves it to a main
+// slot for any other request.
+func gate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := connOf(r)
+		if c == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		c.mu.Lock()
+		c.busy++
+		spare := c.spare
+		c.mu.Unlock()
+		defer func() {
+			c.mu.Lock()
+			c.busy--
+			c.mu.Unlock()
+		}()
+		if spare {
+			if probe(r) {
+				w.Header().Set("Connection", "close")
+			} else if !c.promote(r.Context()) {
+				w.Header().Set("Retry-After", "1")
+				refuse(w, http.StatusServiceUnavailable, "busy", fmt.Sprintf("httpapi: berth serves its most connections at once (--max-conns) and %d more wait for one: retry in a moment", SpareWaiters))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }

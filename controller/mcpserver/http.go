@@ -1,10 +1,12 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -22,6 +24,28 @@ import (
 // this long; a session that opened its run closes the run with it.
 const IdleTimeout = time.Hour
 
+// FirstIdleTimeout closes, sooner, an MCP session that sent nothing after
+// its initialize but the notifications/initialized notification: it is
+// not in use yet, and initializes alone must not hold memory for an hour.
+const FirstIdleTimeout = 2 * time.Minute
+
+// Session caps, used when [Caps] leaves them zero. Past one, an
+// initialize is 429 too_many saying what to end.
+const (
+	// DefaultMaxSessionsPerTenant bounds one tenant's MCP sessions over
+	// all its runs.
+	DefaultMaxSessionsPerTenant = 128
+	// MaxSessionsPerRun bounds the MCP sessions of one run.
+	MaxSessionsPerRun = 16
+)
+
+// Caps bound the sessions of an [HTTP].
+type Caps struct {
+	// PerTenant is the most sessions of one tenant (Options.Tenant); 0
+	// means DefaultMaxSessionsPerTenant, negative unlimited.
+	PerTenant int
+}
+
 // SessionHeader is the Streamable HTTP session header.
 const SessionHeader = "Mcp-Session-Id"
 
@@ -36,33 +60,49 @@ type HTTP struct {
 	sdk *mcp.StreamableHTTPHandler
 	log *slog.Logger
 
+	caps Caps
+
 	mu       sync.Mutex
 	closed   bool
 	sessions map[string]*session // by session id
 	wg       sync.WaitGroup      // session watchers
+	// tenants and runs count the sessions open or being opened, by
+	// tenant and by run id; a key with none is absent.
+	tenants map[string]int
+	runs    map[string]int
 }
 
 type session struct {
-	run *controller.Run
-	srv *mcp.Server
-	h   *handler // srv's call handler, for the direct path
+	run    *controller.Run
+	tenant string
+	srv    *mcp.Server
+	h      *handler // srv's call handler, for the direct path
 	// active counts the session's requests in flight, and idle ends the
-	// session IdleTimeout after the last one ended. berth keeps this, not
+	// session IdleTimeout (FirstIdleTimeout until inUse) after the last
+	// one ended. berth keeps this, not
 	// the SDK, because the direct path answers calls the SDK never sees.
 	active atomic.Int32
 	idle   *time.Timer
 	// owned: the session opened the run and closes it when it ends.
 	owned bool
+	// inUse: the session sent a request besides initialize and
+	// notifications/initialized; until then it expires after
+	// FirstIdleTimeout.
+	inUse atomic.Bool
 }
 
 type serverKey struct{}
 
-// NewHTTP returns an empty session table. Close it to end its sessions.
-func NewHTTP(log *slog.Logger) *HTTP {
+// NewHTTP returns an empty session table with caps. Close it to end its
+// sessions.
+func NewHTTP(log *slog.Logger, caps Caps) *HTTP {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &HTTP{log: log, sessions: map[string]*session{}}
+	if caps.PerTenant == 0 {
+		caps.PerTenant = DefaultMaxSessionsPerTenant
+	}
+	h := &HTTP{log: log, caps: caps, sessions: map[string]*session{}, tenants: map[string]int{}, runs: map[string]int{}}
 	h.sdk = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		s, _ := r.Context().Value(serverKey{}).(*mcp.Server)
 		return s
@@ -70,19 +110,47 @@ func NewHTTP(log *slog.Logger) *HTTP {
 	return h
 }
 
-// use counts a request of s in flight until the returned function is
-// called; the idle timer runs only while none is.
-func (s *session) use() func() {
+// use counts request r of s in flight until the returned function is
+// called; the idle timer runs only while none is. r's body stays as it
+// came.
+func (s *session) use(r *http.Request) func() {
 	s.active.Add(1)
 	s.idle.Stop()
+	if !s.inUse.Load() && !initializedOnly(r) {
+		s.inUse.Store(true)
+	}
 	return func() {
 		if s.active.Add(-1) == 0 {
-			s.idle.Reset(IdleTimeout)
+			if s.inUse.Load() {
+				s.idle.Reset(IdleTimeout)
+			} else {
+				s.idle.Reset(FirstIdleTimeout)
+			}
 		}
 	}
 }
 
-// expire ends s, idle for IdleTimeout, unless a request came meanwhile.
+// initializedOnly reports whether r is a POST of the
+// notifications/initialized notification alone, which every client sends
+// after initialize; it puts r's body back.
+func initializedOnly(r *http.Request) bool {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return false
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	var msg struct {
+		Method string `json:"method"`
+		ID     any    `json:"id"`
+	}
+	return json.Unmarshal(body, &msg) == nil && msg.ID == nil && msg.Method == "notifications/initialized"
+}
+
+// expire ends s, idle for IdleTimeout (FirstIdleTimeout before it was in
+// use), unless a request came meanwhile.
 func (s *session) expire() {
 	if s.active.Load() > 0 {
 		return
@@ -103,10 +171,13 @@ func (h *HTTP) ServeRun(w http.ResponseWriter, r *http.Request, run *controller.
 			unknownSession(w, sid)
 			return
 		}
-		defer s.use()()
+		defer s.use(r)()
 		if !h.direct(w, r, s) {
 			h.serve(w, r, s.srv)
 		}
+		return
+	}
+	if !h.reserve(w, opts.Tenant, run.ID()) {
 		return
 	}
 	h.open(w, r, run, opts, false)
@@ -124,7 +195,7 @@ func (h *HTTP) ServeOpen(w http.ResponseWriter, r *http.Request, open func() (*c
 			unknownSession(w, sid)
 			return
 		}
-		defer s.use()()
+		defer s.use(r)()
 		if !h.direct(w, r, s) {
 			h.serve(w, r, s.srv)
 		}
@@ -134,18 +205,69 @@ func (h *HTTP) ServeOpen(w http.ResponseWriter, r *http.Request, open func() (*c
 		writeRPCError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("mcp: %s without an %s header: open a session with an initialize POST first", r.Method, SessionHeader))
 		return
 	}
+	// The tenant's cap first: a refused session opens no run.
+	if !h.reserve(w, opts.Tenant, "") {
+		return
+	}
 	run, err := open()
 	if err != nil {
+		h.unreserve(opts.Tenant, "")
 		fail(err)
 		return
 	}
+	h.mu.Lock()
+	h.runs[run.ID()]++ // a run of its own: no other session counts on it
+	h.mu.Unlock()
 	h.open(w, r, run, opts, true)
+}
+
+// reserve counts a session being opened for tenant (and run id, unless
+// empty), or answers 429 too_many at a cap and reports false. The count
+// is given back by unreserve, which end calls for an opened session.
+func (h *HTTP) reserve(w http.ResponseWriter, tenant, run string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		writeRPCError(w, http.StatusServiceUnavailable, "shutting_down", "mcp: berth is shutting down: open the session on the next berth")
+		return false
+	}
+	if max := h.caps.PerTenant; max >= 0 && h.tenants[tenant] >= max {
+		writeRPCError(w, http.StatusTooManyRequests, "too_many", fmt.Sprintf(
+			"mcp: tenant %q has %d MCP sessions open, the most this berth allows (--max-mcp-sessions-per-tenant): end one with DELETE and its %s header, then initialize again; a session that only initialized ends after %s",
+			tenant, h.tenants[tenant], SessionHeader, FirstIdleTimeout))
+		return false
+	}
+	if run != "" && h.runs[run] >= MaxSessionsPerRun {
+		writeRPCError(w, http.StatusTooManyRequests, "too_many", fmt.Sprintf(
+			"mcp: run %s has %d MCP sessions open, the most one run may have: end one with DELETE and its %s header, or reuse an open session, then initialize again",
+			run, h.runs[run], SessionHeader))
+		return false
+	}
+	h.tenants[tenant]++
+	if run != "" {
+		h.runs[run]++
+	}
+	return true
+}
+
+func (h *HTTP) unreserve(tenant, run string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tenants[tenant]--; h.tenants[tenant] <= 0 {
+		delete(h.tenants, tenant)
+	}
+	if run == "" {
+		return
+	}
+	if h.runs[run]--; h.runs[run] <= 0 {
+		delete(h.runs, run)
+	}
 }
 
 // open starts a session on run with the initialize POST r.
 func (h *HTTP) open(w http.ResponseWriter, r *http.Request, run *controller.Run, opts Options, owned bool) {
-	s := &session{run: run, owned: owned}
-	s.idle = time.AfterFunc(IdleTimeout, s.expire)
+	s := &session{run: run, tenant: opts.Tenant, owned: owned}
+	s.idle = time.AfterFunc(FirstIdleTimeout, s.expire)
 	var sid string
 	opts.sessionID = func() string {
 		sid = rand.Text()
@@ -182,7 +304,8 @@ func (h *HTTP) open(w http.ResponseWriter, r *http.Request, run *controller.Run,
 	}()
 }
 
-// end forgets a session and closes the run it opened.
+// end forgets a session, gives back its place under the caps and closes
+// the run it opened.
 func (h *HTTP) end(sid string, s *session) {
 	s.idle.Stop()
 	if sid != "" {
@@ -190,6 +313,7 @@ func (h *HTTP) end(sid string, s *session) {
 		delete(h.sessions, sid)
 		h.mu.Unlock()
 	}
+	h.unreserve(s.tenant, s.run.ID())
 	if s.owned {
 		if err := s.run.Close(); err != nil {
 			h.log.Warn("mcp: run of an ended session closed with errors", "run", s.run.ID(), "err", err)
@@ -319,6 +443,13 @@ func (h *HTTP) Close() error {
 	}
 	h.wg.Wait()
 	return nil
+}
+
+// WriteError answers a request refused before the SDK reads it (a cap,
+// a bad header) as a JSON-RPC error without id, whose data carries
+// berth's error code and the HTTP status.
+func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	writeRPCError(w, status, code, msg)
 }
 
 func unknownSession(w http.ResponseWriter, sid string) {

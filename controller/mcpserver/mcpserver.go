@@ -91,6 +91,9 @@ type Options struct {
 	Version string
 	// Logger logs elicitation failures; nil discards.
 	Logger *slog.Logger
+	// Tenant is the tenant whose session caps an [HTTP] session counts
+	// against ([Caps]).
+	Tenant string
 
 	// sessionID makes the ids of Streamable HTTP sessions ([HTTP]).
 	sessionID func() string
