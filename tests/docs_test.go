@@ -185,3 +185,48 @@ func TestDocSectionCitationsResolve(t *testing.T) {
 		}
 	}
 }
+
+// matrixRow matches a row of docs/security.md's attack matrix, and
+// matrixCite one "`pkg` TestA, TestB" citation in its test column.
+var (
+	matrixRow  = regexp.MustCompile(`(?m)^\| .+ \| (.+) \|$`)
+	matrixCite = regexp.MustCompile("`([a-z][a-z0-9/]*)`((?:[ ,]+Test[A-Za-z0-9_]+)+)")
+	testName   = regexp.MustCompile(`Test[A-Za-z0-9_]+`)
+)
+
+// TestSecurityMatrixNamesRealTests: every test the attack matrix of
+// docs/security.md names exists in the package it names, so that the
+// matrix cannot cite a test that was renamed or removed.
+func TestSecurityMatrixNamesRealTests(t *testing.T) {
+	root := filepath.Join("..")
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "security.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(doc), "## Attacks and the tests that pin them")
+	if !ok {
+		t.Fatal("docs/security.md has no attack matrix")
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	cited := 0
+	for _, row := range matrixRow.FindAllStringSubmatch(table, -1) {
+		for _, c := range matrixCite.FindAllStringSubmatch(row[1], -1) {
+			dir := filepath.Join(root, filepath.FromSlash(c[1]))
+			var src strings.Builder
+			files, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
+			for _, f := range files {
+				b, _ := os.ReadFile(f)
+				src.Write(b)
+			}
+			for _, name := range testName.FindAllString(c[2], -1) {
+				cited++
+				if !strings.Contains(src.String(), "func "+name+"(") {
+					t.Errorf("docs/security.md cites %s in %s, which has no such test", name, c[1])
+				}
+			}
+		}
+	}
+	if cited < 20 {
+		t.Errorf("the attack matrix cites %d tests; the parse is broken", cited)
+	}
+}
