@@ -189,7 +189,11 @@ func DefaultServers() []Server {
 			// lsp_rename renames the symbol: at an imported name's use,
 			// tsserver would otherwise rename only the local binding
 			// (import { hello as sayHello }) in that one file.
-			InitOptions: map[string]any{"preferences": map[string]any{"providePrefixAndSuffixTextForRename": false}}},
+			InitOptions: map[string]any{"preferences": map[string]any{"providePrefixAndSuffixTextForRename": false}},
+			// On the host tsserver acquires no typings: its installer
+			// would run npm on berth's machine for the packages the
+			// workspace's package.json names.
+			HostInitOptions: map[string]any{"preferences": map[string]any{"providePrefixAndSuffixTextForRename": false}, "disableAutomaticTypingAcquisition": true}},
 		// clangd indexes the project in the background: references wait
 		// for it. --query-driver is never passed, so clangd runs no
 		// compiler a compile_commands.json names; on the host a workspace
