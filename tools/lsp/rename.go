@@ -20,9 +20,12 @@ type RenameInput struct {
 	Line    int    `json:"line" jsonschema:"1-based line of the symbol"`
 	Symbol  string `json:"symbol" jsonschema:"the identifier on that line, whole (a part of one is refused); \"name#2\" picks its second occurrence"`
 	NewName string `json:"new_name" jsonschema:"the new name"`
+	// AllowIncomplete renames what the server linked even where the text
+	// holds the name in files its edit leaves out.
+	AllowIncomplete bool `json:"allow_incomplete,omitempty" jsonschema:"rename what the server linked even though the name also occurs in files its edit leaves out (which a first call names); default false: such a rename is refused and nothing changes"`
 }
 
-const renameDescription = `Rename a symbol across the project with the language server: every reference in every file changes, all or nothing. Give file, line (1-based), the whole identifier on that line, and new_name. The result counts the occurrences changed in each file and lists any new diagnostics.`
+const renameDescription = `Rename a symbol across the project with the language server: every reference in every file changes, all or nothing. Give file, line (1-based), the whole identifier on that line, and new_name. The result counts the occurrences changed in each file and lists any new diagnostics. Unless the server type-checks the whole project (gopls), a rename whose edit leaves out files where the name occurs is refused, naming them; check them and call again with allow_incomplete: true to rename only what the server linked.`
 
 // rename asks the server for a rename's WorkspaceEdit and applies it all
 // or nothing through the file tools' write path (LSP-5).
@@ -78,6 +81,9 @@ func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Resul
 			return nil, tools.Fail("%s says %q at %s cannot be renamed (not an identifier it knows, or a name from outside the project); point at the identifier of a project symbol", q.in.spec.ID, t.ident, t.at())
 		}
 	}
+	if err := q.openOccurrences(ctx, t.ident); err != nil {
+		return nil, err
+	}
 	we, err := q.c.Rename(ctx, uri, pos, in.NewName)
 	if err != nil {
 		var re *lspc.ResponseError
@@ -95,6 +101,12 @@ func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Resul
 	}
 	if len(plan.changes) == 0 {
 		return tools.Textf("renaming %q (resolved at %s) to %q changes nothing", t.ident, t.at(), in.NewName), nil
+	}
+	if !in.AllowIncomplete {
+		if gaps := s.renameGaps(ctx, q, t, plan); gaps != "" {
+			return nil, tools.Fail("renaming %q to %q (resolved at %s): %s's edit changes %s, but %s. Nothing was changed. Look at them (lsp references, ast_grep), then call lsp_rename again with allow_incomplete: true to rename only what the server linked, and change the rest with edit or ast_edit if they are the same symbol",
+				t.ident, in.NewName, t.at(), q.in.spec.ID, plural(len(plan.changes), "file"), gaps)
+		}
 	}
 	committed = true
 	if err := wspath.Commit(ctx, s.ws, plan.changes); err != nil {
@@ -132,6 +144,53 @@ func (s *Supervisor) rename(ctx context.Context, in RenameInput) (_ *tools.Resul
 	res.Touched = touched
 	res.StructuredContent = map[string]any{"files": fileRows, "occurrences": occurrences, "edits": plan.edits, "resolved": t.resolved()}
 	return res, nil
+}
+
+// renameGaps says, for a server whose answers are checked against the
+// text (verdict.go), which files hold ident as a whole word that plan
+// leaves out: "" when none do.
+func (s *Supervisor) renameGaps(ctx context.Context, q *query, t target, plan *editPlan) string {
+	if q.in.spec.Exact {
+		return ""
+	}
+	occ := q.textOccurrences(ctx, t.ident)
+	changed := map[string]bool{}
+	for _, c := range plan.changes {
+		changed[c.Path] = true
+	}
+	var missing []string
+	for name, n := range occ.files {
+		if name == t.name {
+			n-- // the occurrence asked about
+		}
+		if n > 0 && !changed[name] {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 && occ.unread == 0 {
+		return ""
+	}
+	slices.Sort(missing)
+	var b strings.Builder
+	if len(missing) > 0 {
+		shown := missing[:min(len(missing), MaxVerdictFiles)]
+		list := make([]string, len(shown))
+		for i, name := range shown {
+			list[i] = fmt.Sprintf("%s (%d)", name, occ.files[name])
+		}
+		fmt.Fprintf(&b, "%q also occurs as a whole word in %s the edit leaves out: %s", t.ident, plural(len(missing), "file"), strings.Join(list, ", "))
+		if len(missing) > len(shown) {
+			fmt.Fprintf(&b, " and %d more", len(missing)-len(shown))
+		}
+		b.WriteString(" (they may hold other symbols of the same name" + q.likelyCause(ctx) + ")")
+	}
+	if occ.unread > 0 {
+		if b.Len() > 0 {
+			b.WriteString(", and ")
+		}
+		fmt.Fprintf(&b, "berth ran out of time before it checked %d of the files for it", occ.unread)
+	}
+	return b.String()
 }
 
 // editPlan is a WorkspaceEdit turned into file changes.

@@ -332,3 +332,40 @@ func TestTruthC(t *testing.T) {
 	}
 	t.Logf("clangd references on tree-sitter's runtime: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
 }
+
+// TestRenameRefusesWhatTheEditLeavesOut: a rename whose edit leaves out a
+// file where the name occurs (here a use jedi cannot link: a name built
+// at run time with getattr, beside a comment) is refused, naming the file,
+// and nothing changes; allow_incomplete renames what the server linked.
+func TestRenameRefusesWhatTheEditLeavesOut(t *testing.T) {
+	need(t, "pylsp")
+	h := newHostRun(t, lsp.Options{})
+	e := h.env()
+	e.PutAll(t, map[string]string{
+		"setup.py":  "",
+		"shapes.py": "def area_of(w, h):\n    return w * h\n",
+		"main.py":   "from shapes import area_of\n\nprint(area_of(2, 3))\n",
+		"late.py":   "import shapes\n\n# area_of is looked up by name\nf = getattr(shapes, 'area_' + 'of')\nprint(f(1, 1))  # area_of\n",
+	})
+	args := map[string]any{"file": "shapes.py", "line": 1, "symbol": "area_of", "new_name": "surface"}
+	r := e.Call(t, "lsp_rename", args)
+	if !r.IsError || !strings.Contains(r.Text, "late.py (2)") || !strings.Contains(r.Text, "Nothing was changed") || !strings.Contains(r.Text, "allow_incomplete") {
+		t.Fatalf("a rename that leaves late.py out: %s", r.Text)
+	}
+	for name, want := range map[string]string{"shapes.py": "def area_of", "main.py": "import area_of"} {
+		if b, _ := os.ReadFile(filepath.Join(h.dir, name)); !strings.Contains(string(b), want) {
+			t.Errorf("the refused rename changed %s: %s", name, b)
+		}
+	}
+	args["allow_incomplete"] = true
+	r = e.Call(t, "lsp_rename", args)
+	if r.IsError || !strings.Contains(r.Text, "renamed") {
+		t.Fatalf("rename with allow_incomplete: %s", r.Text)
+	}
+	if b, _ := os.ReadFile(filepath.Join(h.dir, "main.py")); !strings.Contains(string(b), "surface(2, 3)") {
+		t.Errorf("main.py after the rename: %s", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(h.dir, "late.py")); !strings.Contains(string(b), "# area_of is looked up") {
+		t.Errorf("late.py was changed: %s", b)
+	}
+}
