@@ -345,7 +345,12 @@ func CheckPythonReport(t *testing.T, e Env, dir string) {
 	if ex := st.Stopped.Exception; ex == nil || ex.ID != "ZeroDivisionError" || ex.Message != "division by zero" {
 		t.Errorf("exception structured = %+v", ex)
 	}
-	e.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 1)", "ZeroDivisionError: division by zero")
+	// The end shows the program's own frames, not debugpy's and runpy's.
+	end := e.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 1)", "ZeroDivisionError: division by zero",
+		"report.py\", line 19, in fail", "frames of debugpy and Python's runpy left out]")
+	if strings.Contains(end.Text, "pydevd") || strings.Contains(end.Text, "runpy.py") || strings.Contains(end.Text, "debugpy/") {
+		t.Errorf("the end shows the debugger's own frames:\n%s", end.Text)
+	}
 	e.Gone(t)
 	e.Ok(t, map[string]any{"op": "terminate"}, "no debug session to terminate", "already closed")
 }
