@@ -221,6 +221,16 @@ func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply,
 	if err != nil {
 		return reply{}, err
 	}
+	switch {
+	case in.File != "" && len(in.Lines) > 0:
+		// The breakpoints come with the launch: one call, as if
+		// breakpoints had been called first (they stay for later launches).
+		if _, err := s.breakpoints(ctx, Input{File: in.File, Lines: in.Lines}, nil); err != nil {
+			return reply{}, err
+		}
+	case in.File != "" || len(in.Lines) > 0:
+		return reply{}, tools.Fail("launch sets breakpoints when given both file and lines (at least one line); to clear a file's breakpoints, call breakpoints")
+	}
 	av, err := s.available(ctx, tg.adapter, tg.dir)
 	if err != nil {
 		return reply{}, err

@@ -676,7 +676,8 @@ type Stopped struct {
 // says how to debug its tests; launch with test and test_run stops at a
 // breakpoint in the test it names, with the stop's line and a local's
 // value as the source has them, and the same frame_id as stack; the test
-// passes; a _test.go file as program runs that file's tests; test_run
+// passes; a _test.go file as program runs that file's tests, launched
+// with its breakpoint in the same call (file and lines); test_run
 // chooses the test (a breakpoint in another test is not hit), and args
 // take go test's -v.
 func CheckGoTest(t *testing.T, e Env, dir, listTest string) {
@@ -724,12 +725,16 @@ func CheckGoTest(t *testing.T, e Env, dir, listTest string) {
 	}
 	e.Gone(t)
 
-	// A _test.go file as program: its own tests, TestList among them.
-	e.Ok(t, map[string]any{"op": "launch", "program": file}, "launched the tests of "+dir, "-test.run ^(TestList|", "(the tests of list_test.go)", at)
+	// A _test.go file as program: its own tests, TestList among them; the
+	// breakpoint comes with the launch, in one call.
+	e.Ok(t, map[string]any{"op": "breakpoints", "file": file, "lines": []any{}}, "cleared")
+	e.Ok(t, map[string]any{"op": "launch", "program": file, "file": file, "lines": []any{sumLine}},
+		"launched the tests of "+dir, "-test.run ^(TestList|", "(the tests of list_test.go)", fmt.Sprintf("line %d: verified", sumLine), at)
 	e.Ok(t, map[string]any{"op": "terminate"}, "terminated session")
 	e.Gone(t)
 
 	// test_run chooses TestRemove: TestList's breakpoint is not hit; -v is go test's.
+	e.Ok(t, map[string]any{"op": "breakpoints", "file": file, "lines": []any{sumLine, removeLine}}, "pending")
 	e.Ok(t, map[string]any{"op": "launch", "program": dir, "test_run": "^TestRemove$", "args": []any{"-v"}},
 		fmt.Sprintf("stopped at %s:%d in list.TestRemove (breakpoint)", file, removeLine))
 	e.Ok(t, map[string]any{"op": "output"}, "=== RUN   TestRemove")
