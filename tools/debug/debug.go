@@ -35,6 +35,8 @@ import (
 	"sync"
 	"time"
 
+	godap "github.com/google/go-dap"
+
 	"berth.dev/berth/dap"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
@@ -223,6 +225,13 @@ type session struct {
 	// stuck says which request the adapter last left unanswered, until a
 	// later call gets its answers.
 	stuck string
+	// frames are the stack frames the adapter gave in the stop counted by
+	// framesStops, by thread ([session.stackTrace]).
+	framesStops uint64
+	frames      map[int][]godap.StackFrame
+	// seen are the top frame's locals of the last stop a report described,
+	// and before those of the stop before it ([session.changed]).
+	seen, before *stopVars
 
 	stopOnce sync.Once
 	stopErr  error

@@ -46,6 +46,8 @@ type fixture struct {
 	sb  *host.Sandbox
 	sup *Supervisor
 	reg *tools.Registry
+	// progress, when set, receives the calls' progress notes.
+	progress tools.ProgressFunc
 }
 
 func newFixture(t *testing.T, files map[string]string, opts Options) *fixture {
@@ -144,6 +146,9 @@ func (f *fixture) call(t *testing.T, args map[string]any) debugtest.Result {
 	raw, _ := json.Marshal(args)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	if f.progress != nil {
+		ctx = tools.WithProgress(ctx, f.progress)
+	}
 	res, err := f.reg.Call(ctx, tools.SurfaceDefault, "debug", raw)
 	if err != nil {
 		t.Fatalf("debug %s: call error: %v", raw, err)
@@ -323,6 +328,11 @@ func TestInputValidation(t *testing.T) {
 		{"variables without reference", map[string]any{"op": "variables"}, []string{"no debug session"}},
 		{"launch program and module", map[string]any{"op": "launch", "program": "main.py", "module": "main"}, []string{"program or module, not both"}},
 		{"launch module with delve", map[string]any{"op": "launch", "module": "main", "adapter": "delve"}, []string{"only debugpy runs", "package directory"}},
+		{"launch lines without file", map[string]any{"op": "launch", "program": "main.py", "lines": []any{1}}, []string{"both file and lines"}},
+		{"launch file without lines", map[string]any{"op": "launch", "program": "main.py", "file": "main.py"}, []string{"both file and lines", "call breakpoints"}},
+		{"launch bad breakpoint", map[string]any{"op": "launch", "program": "main.py", "file": "main.py", "lines": []any{0}}, []string{"start at 1"}},
+		{"launch test with debugpy", map[string]any{"op": "launch", "program": "main.py", "test": true}, []string{"test and test_run debug a Go package's tests", "module pytest"}},
+		{"launch test_run with debugpy", map[string]any{"op": "launch", "program": "main.py", "test_run": "TestX"}, []string{"test and test_run debug a Go package's tests"}},
 		{"launch a path as module", map[string]any{"op": "launch", "module": "app/main"}, []string{`module "app/main" is not a Python module name`}},
 		{"launch cwd outside", map[string]any{"op": "launch", "program": "main.py", "cwd": "../"}, []string{"cwd", "outside the workspace"}},
 		{"launch cwd absolute outside", map[string]any{"op": "launch", "module": "main", "cwd": "/tmp"}, []string{"cwd", "outside the workspace"}},
@@ -1124,4 +1134,77 @@ func waitNotState(t *testing.T, pid int, state string) {
 			t.Fatalf("process %d is still in state %s", pid, state)
 		}
 	}
+}
+
+// TestDelveGoTestHost debugs the tests of a package of Go's own source
+// tree, made a module of its own (debugtest.CheckGoTest), and follows the
+// launch's progress: while delve builds, the notes say so.
+func TestDelveGoTestHost(t *testing.T) {
+	needDelve(t)
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Skipf("go env GOROOT: %v", err)
+	}
+	files := debugtest.GoListFiles(t, strings.TrimSpace(string(out)), "list")
+	f := newFixture(t, files, Options{Wait: 2 * time.Minute})
+	var mu sync.Mutex
+	var notes []string
+	f.progress = func(note string) {
+		mu.Lock()
+		defer mu.Unlock()
+		notes = append(notes, note)
+	}
+	debugtest.CheckGoTest(t, f.Env, "list", files["list/list_test.go"])
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(notes, func(n string) bool { return strings.HasPrefix(n, "delve is building the tests of list (go test -c)") }) {
+		t.Errorf("no progress note says delve is building: %q", notes)
+	}
+}
+
+// TestStopLocalsOrder: debugpy lists a frame's locals by name, so with
+// more than MaxStopLocals the one a step just assigned could be cut; a
+// stop report shows first the locals new or changed since the previous
+// stop in the same function, marked so, and counts the ones left out.
+func TestStopLocalsOrder(t *testing.T) {
+	needDebugpy(t)
+	var src strings.Builder
+	src.WriteString("def main():\n")
+	for i := range 12 {
+		fmt.Fprintf(&src, "    a%02d = %d\n", i, i)
+	}
+	src.WriteString("    zz = 5\n    a05 = 50\n    print(zz, a05)\n\n\nmain()\n")
+	f := newFixture(t, map[string]string{"requirements.txt": "", ".venv/bin/python": "symlink:" + debianPython, "many.py": src.String()}, Options{})
+	const zzLine = 14 // zz = 5, after a00…a11
+	f.Ok(t, map[string]any{"op": "breakpoints", "file": "many.py", "lines": []any{zzLine}})
+	type stop struct {
+		Stopped struct {
+			FrameID int `json:"frame_id"`
+			Locals  struct {
+				Vars []Var `json:"variables"`
+				More int   `json:"more"`
+			} `json:"locals"`
+		} `json:"stopped"`
+	}
+	var st stop
+	debugtest.Decode(t, f.Ok(t, map[string]any{"op": "launch", "program": "many.py"}, fmt.Sprintf("stopped at many.py:%d", zzLine), "locals:\n  a00: int = 0\n", "… 2 more"), &st)
+	if n := len(st.Stopped.Locals.Vars); n != MaxStopLocals || st.Stopped.Locals.More != 2 {
+		t.Errorf("first stop: %d locals shown and %d more, want %d and 2", n, st.Stopped.Locals.More, MaxStopLocals)
+	}
+	// zz is new, and last by name: it comes first.
+	r := f.Ok(t, map[string]any{"op": "step_over"}, fmt.Sprintf("stopped at many.py:%d", zzLine+1), "locals:\n  zz: int = 5  (new)\n  a00: int = 0\n", "… 3 more")
+	debugtest.Decode(t, r, &st)
+	if v := st.Stopped.Locals.Vars; len(v) != MaxStopLocals || v[0].Name != "zz" || v[0].Changed != "new" || st.Stopped.Locals.More != 3 {
+		t.Errorf("after zz = 5: %+v", st.Stopped.Locals)
+	}
+	// a05 changed; zz did not.
+	f.Ok(t, map[string]any{"op": "step_over"}, "locals:\n  a05: int = 50  (changed)\n  a00: int = 0\n")
+	// The stop report's frame_id is the one stack shows for the frame.
+	debugtest.Decode(t, f.Ok(t, map[string]any{"op": "status"}), &st)
+	var fr debugtest.Frames
+	debugtest.Decode(t, f.Ok(t, map[string]any{"op": "stack"}), &fr)
+	if len(fr.Frames) == 0 || fr.Frames[0].FrameID != st.Stopped.FrameID {
+		t.Errorf("stack %+v, want the stop's frame_id %d first", fr.Frames, st.Stopped.FrameID)
+	}
+	f.Ok(t, map[string]any{"op": "terminate"}, "terminated")
 }

@@ -96,7 +96,7 @@ func (s *Supervisor) finish(ss *session) *ending {
 		err := ss.stop(context.Background())
 		st := ss.ds.State()
 		e := &ending{id: ss.id, adapter: ss.adapter, command: ss.command, program: ss.program,
-			exited: st.Exited, code: st.ExitCode, output: outputText(ss.ds, 0, endOutputChars)}
+			exited: st.Exited, code: st.ExitCode, output: endOutput(ss.ds)}
 		if err != nil {
 			e.warning = "closing the session: " + err.Error()
 		}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+
+	godap "github.com/google/go-dap"
 
 	"berth.dev/berth/dap"
 	"berth.dev/berth/tools"
@@ -62,7 +65,7 @@ func (s *Supervisor) stack(ctx context.Context, in Input, ss *session) (reply, e
 	if err != nil {
 		return reply{}, err
 	}
-	frames, _, err := ss.ds.StackTrace(ctx, tid, dap.MaxFrames)
+	frames, err := ss.stackTrace(ctx, tid, dap.MaxFrames)
 	if err != nil {
 		return reply{}, s.dapError(ss, "stack", err)
 	}
@@ -95,6 +98,41 @@ func (s *Supervisor) stack(ctx context.Context, in Input, ss *session) (reply, e
 	return reply{text: strings.TrimSpace(b.String()), data: map[string]any{"thread_id": tid, "frames": data, "total": total}}, nil
 }
 
+// stackTrace asks for the first levels frames of thread tid. Within one
+// stop, every answer keeps the frame ids the first one gave: delve makes a
+// new id for a frame at each stackTrace request (all valid until the
+// program runs again), so without this the frame_id of a stop report would
+// not be the one stack shows for the same frame.
+func (ss *session) stackTrace(ctx context.Context, tid, levels int) ([]godap.StackFrame, error) {
+	stops := ss.ds.State().Stops
+	ss.mu.Lock()
+	if ss.framesStops != stops {
+		ss.framesStops, ss.frames = stops, nil
+	}
+	known := ss.frames[tid]
+	ss.mu.Unlock()
+	if len(known) >= levels {
+		return slices.Clone(known[:levels]), nil
+	}
+	frames, _, err := ss.ds.StackTrace(ctx, tid, levels)
+	if err != nil {
+		return nil, err
+	}
+	for i := range min(len(known), len(frames)) {
+		frames[i].Id = known[i].Id
+	}
+	now := ss.ds.State().Stops
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.framesStops == stops && now == stops {
+		if ss.frames == nil {
+			ss.frames = map[int][]godap.StackFrame{}
+		}
+		ss.frames[tid] = slices.Clone(frames)
+	}
+	return frames, nil
+}
+
 // maxCountedFrames bounds counting the frames a stack does not list.
 const maxCountedFrames = 1000
 
@@ -114,7 +152,7 @@ func (s *Supervisor) topFrame(ctx context.Context, ss *session) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	frames, _, err := ss.ds.StackTrace(ctx, tid, 1)
+	frames, err := ss.stackTrace(ctx, tid, 1)
 	if err != nil {
 		return 0, s.dapError(ss, "stack", err)
 	}
@@ -164,6 +202,9 @@ type Var struct {
 	Type      string `json:"type,omitempty"`
 	Value     string `json:"value"`
 	Reference int    `json:"reference,omitempty"`
+	// Changed, in a stop report, says the local is "new" or "changed"
+	// since the previous stop in the same function.
+	Changed string `json:"changed,omitempty"`
 }
 
 // variables lists a page of the children of in.Reference.

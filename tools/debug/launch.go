@@ -119,12 +119,23 @@ type target struct {
 	adapter string
 	dir     string // workspace-relative directory the root search starts from
 	cwd     string // absolute, or ""
+	// test says delve debugs the tests of the package program (its test
+	// mode); testRun is the -test.run it was given or chose, and testOf
+	// the _test.go file whose tests testRun names, when it was chosen
+	// from one. args are the test binary's arguments.
+	test    bool
+	testRun string
+	testOf  string
+	args    []string
 }
 
 // label is how messages name the target.
 func (tg target) label() string {
 	if tg.module != "" {
 		return "module " + tg.module
+	}
+	if tg.test {
+		return "the tests of " + tg.program
 	}
 	return tg.program
 }
@@ -185,6 +196,13 @@ func (s *Supervisor) target(ctx context.Context, in Input) (target, error) {
 	if isDir && tg.adapter != AdapterDelve {
 		return tg, tools.Fail("%s is a directory: %s launches a file; give the program file", name, tg.adapter)
 	}
+	if tg.adapter == AdapterDelve {
+		if err := s.goTarget(ctx, in, &tg); err != nil {
+			return tg, err
+		}
+	} else if in.Test || in.TestRun != "" {
+		return tg, tools.Fail("test and test_run debug a Go package's tests, with delve; %s runs a program: run the test runner as the program (for debugpy, module pytest with args [\"-k\", \"NAME\"])", tg.adapter)
+	}
 	return tg, nil
 }
 
@@ -202,6 +220,16 @@ func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply,
 	names, err := s.environment(in.Env)
 	if err != nil {
 		return reply{}, err
+	}
+	switch {
+	case in.File != "" && len(in.Lines) > 0:
+		// The breakpoints come with the launch: one call, as if
+		// breakpoints had been called first (they stay for later launches).
+		if _, err := s.breakpoints(ctx, Input{File: in.File, Lines: in.Lines}, nil); err != nil {
+			return reply{}, err
+		}
+	case in.File != "" || len(in.Lines) > 0:
+		return reply{}, tools.Fail("launch sets breakpoints when given both file and lines (at least one line); to clear a file's breakpoints, call breakpoints")
 	}
 	av, err := s.available(ctx, tg.adapter, tg.dir)
 	if err != nil {
@@ -224,9 +252,12 @@ func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply,
 	if tg.program != "" {
 		args["program"] = s.abs(tg.program)
 	}
-	if len(in.Args) > 0 {
+	switch {
+	case tg.test:
+		args["args"] = tg.args
+	case len(in.Args) > 0:
 		args["args"] = in.Args
-	} else {
+	default:
 		args["args"] = []string{}
 	}
 	if in.StopOnEntry {
@@ -236,6 +267,9 @@ func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply,
 	if env == nil {
 		env = map[string]string{}
 	}
+	// busy is the progress note while the launch request runs; head
+	// adds to the launch's first line.
+	busy, head := fmt.Sprintf("%s is starting %s", av.Adapter, tg.label()), ""
 	switch tg.adapter {
 	case AdapterDebugpy:
 		if tg.module != "" {
@@ -249,10 +283,22 @@ func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply,
 		args["env"] = env
 	case AdapterDelve:
 		args["mode"] = "debug"
-		if !tg.isDir && path.Ext(tg.program) != ".go" {
-			args["mode"] = "exec"
-		} else {
+		switch {
+		case tg.test:
+			args["mode"] = "test" // go test -c, run in the package's directory
 			args["output"] = "/tmp/berth-debug-" + randomHex() + "/__debug_bin"
+			busy = buildNote(tg)
+			if tg.testRun != "" {
+				head = "-test.run " + tg.testRun
+				if tg.testOf != "" {
+					head += " (the tests of " + tg.testOf + ")"
+				}
+			}
+		case !tg.isDir && path.Ext(tg.program) != ".go":
+			args["mode"] = "exec"
+		default:
+			args["output"] = "/tmp/berth-debug-" + randomHex() + "/__debug_bin"
+			busy = buildNote(tg)
 		}
 		args["outputMode"] = "remote"
 		if len(env) > 0 {
@@ -267,7 +313,7 @@ func (s *Supervisor) launch(ctx context.Context, in Input, cur *session) (reply,
 			args["env"] = env
 		}
 	}
-	return s.startSession(ctx, av, "launch", tg.label(), args, note, 0)
+	return s.startSession(ctx, av, "launch", tg.label(), args, note, 0, busy, head)
 }
 
 // attach connects to a debuggee serving DAP on in.Port, unless cur lives.
@@ -299,7 +345,7 @@ func (s *Supervisor) attach(ctx context.Context, in Input, cur *session) (reply,
 	case AdapterDelve:
 		args["mode"] = "remote"
 	}
-	return s.startSession(ctx, av, "attach", fmt.Sprintf("the debuggee on port %d", in.Port), args, note, in.Port)
+	return s.startSession(ctx, av, "attach", fmt.Sprintf("the debuggee on port %d", in.Port), args, note, in.Port, fmt.Sprintf("%s is attaching to 127.0.0.1:%d", id, in.Port), "")
 }
 
 // available discovers id for a program in dir and fails with the reason
@@ -338,7 +384,10 @@ func randomHex() string {
 // startSession starts the adapter, runs launch or attach, installs the
 // session and waits for the first stop. attachPort > 0 dials the port
 // directly: a debuggee under debugpy --listen or a headless dlv serves DAP.
-func (s *Supervisor) startSession(ctx context.Context, av Availability, command, program string, args map[string]any, note string, attachPort int) (reply, error) {
+// busy is the progress note while the launch or attach request runs
+// (delve builds then); what, when set, is added to the first line of the
+// answer, after the program.
+func (s *Supervisor) startSession(ctx context.Context, av Availability, command, program string, args map[string]any, note string, attachPort int, busy, what string) (reply, error) {
 	release := func() {}
 	if s.opts.Claim != nil {
 		r, err := s.opts.Claim()
@@ -383,11 +432,13 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 		ds.SetBreakpoints(ctx, f, b) // recorded; sent during launch
 	}
 	var lerr error
+	stopNotes := reportWhile(ctx, busy)
 	if command == "launch" {
 		lerr = ds.Launch(ctx, args)
 	} else {
 		lerr = ds.Attach(ctx, args)
 	}
+	stopNotes()
 	if lerr != nil {
 		ss.stop(context.Background())
 		if ctx.Err() != nil {
@@ -412,15 +463,19 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 	s.mu.Unlock()
 	ss.setTimer(s.opts.TTL, func() { s.expire(ss) })
 
-	head := fmt.Sprintf("%sed %s with %s (session %d; ends by itself after %v).", command, program, av.Adapter, ss.id, s.opts.TTL)
+	if what != "" {
+		what = ", " + what
+	}
+	head := fmt.Sprintf("%sed %s with %s (session %d%s; ends by itself after %v).", command, program, av.Adapter, ss.id, what, s.opts.TTL)
 	if note != "" {
 		head = note + "\n" + head
 	}
 	if bl := s.listBreakpoints(ss); len(want) > 0 {
 		head += "\nbreakpoints:\n" + bl.text
 	}
-	tools.Progress(ctx, fmt.Sprintf("%sed %s with %s; waiting for the first stop (a breakpoint, an exception or the end)", command, program, av.Adapter))
+	stopNotes = reportWhile(ctx, fmt.Sprintf("%sed %s with %s; waiting for the first stop (a breakpoint, an exception or the end)", command, program, av.Adapter))
 	rep, err := s.waitStop(ctx, ss, 0)
+	stopNotes()
 	if err != nil {
 		return reply{}, err
 	}

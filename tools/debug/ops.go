@@ -31,6 +31,8 @@ type Input struct {
 	Cwd         string            `json:"cwd,omitempty" jsonschema:"the program's working directory, relative to the workspace; default the project root"`
 	Env         map[string]string `json:"env,omitempty" jsonschema:"environment variables for the program, NAME to value, added to the sandbox's own"`
 	StopOnEntry bool              `json:"stop_on_entry,omitempty" jsonschema:"stop at the program's first line"`
+	Test        bool              `json:"test,omitempty" jsonschema:"debug the Go package's tests, as go test runs them (delve's test mode): program is the package directory; a _test.go program or test_run implies it"`
+	TestRun     string            `json:"test_run,omitempty" jsonschema:"the tests to run, a regular expression as go test -run takes it (^TestName$, TestA|TestB, TestX/sub); default all, or for a _test.go program the tests it declares"`
 	Port        int               `json:"port,omitempty" jsonschema:"the port the debuggee listens on, on 127.0.0.1 inside the sandbox"`
 	ThreadID    int               `json:"thread_id,omitempty" jsonschema:"the thread; default the stopped thread"`
 	FrameID     int               `json:"frame_id,omitempty" jsonschema:"the frame id from stack; default the top frame of the stopped thread"`
@@ -87,8 +89,8 @@ var ops = []op{
 		doc: "whether a session runs and where it stopped, or how its program ended (its exit code and the end of its output: a program's end closes its session)."},
 	{name: "breakpoints", args: []string{"file", "lines[]"}, run: (*Supervisor).breakpoints,
 		doc: `set the file's breakpoints (empty lines clears them; no file lists them all); may be called before launch. A line is a number or {"line":12,"condition":"i > 3","hit_condition":"2","log_message":"i is {i}"}.`},
-	{name: "launch", args: []string{"program", "[module]", "args[]", "[cwd]", "[env]", "[adapter]", "[stop_on_entry]"}, run: (*Supervisor).launch,
-		doc: "start the program (a path in the workspace: a .py file, a Go package directory or .go file, a binary) or, for debugpy, module (as python -m runs it), stopped at your breakpoints; cwd (in the workspace, default the project root) and env {NAME: value} are the program's. env never sets BERTH_*, and on the host nothing that changes the loader, an interpreter's startup or the Go build (LD_*, PATH, HOME, PYTHONPATH, GOFLAGS, …)."},
+	{name: "launch", args: []string{"program", "[module]", "args[]", "[cwd]", "[env]", "[adapter]", "[stop_on_entry]", "[test]", "[test_run]", "[file]", "[lines[]]"}, run: (*Supervisor).launch,
+		doc: "start the program (a path in the workspace: a .py file, a Go package directory or .go file, a binary) or, for debugpy, module (as python -m runs it), stopped at your breakpoints (file and lines set one file's first, as breakpoints does); cwd (in the workspace, default the project root) and env {NAME: value} are the program's. Go tests: program a package directory with test true, or a _test.go file (its tests), and test_run to choose them (go test -run; args take go test's flags such as -v, and the tests run in the package's directory). env never sets BERTH_*, and on the host nothing that changes the loader, an interpreter's startup or the Go build (LD_*, PATH, HOME, PYTHONPATH, GOFLAGS, …)."},
 	{name: "attach", args: []string{"port", "[adapter]"}, run: (*Supervisor).attach,
 		doc: "connect to a debuggee already listening on 127.0.0.1:port in the sandbox (python -m debugpy --listen 127.0.0.1:PORT --wait-for-client ...)."},
 	step("continue", (*dap.Session).Continue),

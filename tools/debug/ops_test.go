@@ -37,7 +37,7 @@ func TestOpTable(t *testing.T) {
 		fmt.Sprintf("its last %d characters", MaxOutputChars),
 		fmt.Sprintf("the frame's first %d locals", MaxStopLocals),
 		"- continue, pause, step_over, step_in, step_out [thread_id]: ",
-		"- launch program, [module], args[], [cwd], [env], [adapter], [stop_on_entry]: ",
+		"- launch program, [module], args[], [cwd], [env], [adapter], [stop_on_entry], [test], [test_run], [file], [lines[]]: ",
 		"; debugpy runs statements too",
 		"; delve evaluates Go expressions",
 	} {

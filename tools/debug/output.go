@@ -3,6 +3,7 @@ package debug
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -130,4 +131,107 @@ func (s *Supervisor) output(_ context.Context, _ Input, ss *session) (reply, err
 		return reply{text: "no new output.", data: map[string]any{"output": ""}}, nil
 	}
 	return reply{text: text, data: map[string]any{"output": text}}, nil
+}
+
+// pyFrame is a frame line of a Python traceback: `  File "PATH", line N,
+// in F`, maybe after the category mark renderOutput writes.
+var pyFrame = regexp.MustCompile(`^(?:\[\w+\] )?( +)File "([^"]+)", line \d+, in `)
+
+// goFrame is the file line of a frame of a Go goroutine trace: a tab, the
+// file and line, and the pc offset.
+var goFrame = regexp.MustCompile(`^\t(/.+\.go):\d+(?: \+0x[0-9a-f]+)?$`)
+
+// adapterFile reports whether a Python frame's file is the debugger's
+// (debugpy, its vendored pydevd) or the interpreter's own launcher
+// (runpy), through which debugpy runs every program.
+func adapterFile(p string) bool {
+	return strings.Contains(p, "/debugpy/") || strings.Contains(p, "/pydevd/") || strings.Contains(p, "/_pydevd_bundle/") ||
+		strings.HasSuffix(p, "/runpy.py")
+}
+
+// trimAdapterFrames drops from a program's output the traceback frames
+// that are not the program's: a Python traceback's frames of debugpy,
+// pydevd and runpy (the six or more above every uncaught exception of a
+// program debugpy runs), and a Go goroutine trace's frames in the Go
+// runtime and the testing package (panic, tRunner). Each run of dropped frames leaves one line
+// saying how many went. The program's own frames, and every other line,
+// stay as they were.
+func trimAdapterFrames(text string) string {
+	lines := strings.SplitAfter(text, "\n")
+	var b strings.Builder
+	dropped, indent, what := 0, "", ""
+	flush := func() {
+		if dropped > 0 {
+			fmt.Fprintf(&b, "%s[… %d frames of %s left out]\n", indent, dropped, what)
+			dropped = 0
+		}
+	}
+	for i := 0; i < len(lines); i++ {
+		line := strings.TrimRight(lines[i], "\r\n")
+		if m := pyFrame.FindStringSubmatch(line); m != nil && adapterFile(m[2]) {
+			if dropped > 0 && what != "debugpy and Python's runpy" {
+				flush()
+			}
+			if dropped == 0 {
+				indent, what = m[1], "debugpy and Python's runpy"
+				if mark, _, ok := strings.Cut(line, m[1]+"File"); ok && mark != "" {
+					b.WriteString(mark) // the category mark stays
+				}
+			}
+			dropped++
+			// The frame's source and caret lines are indented deeper.
+			for i+1 < len(lines) && strings.HasPrefix(lines[i+1], m[1]+" ") && !pyFrame.MatchString(strings.TrimRight(lines[i+1], "\r\n")) {
+				i++
+			}
+			continue
+		}
+		if i+1 < len(lines) && goRuntimeFrame(line, strings.TrimRight(lines[i+1], "\r\n")) {
+			if dropped > 0 && what != "the Go runtime and testing package" {
+				flush()
+			}
+			indent, what = "", "the Go runtime and testing package"
+			dropped++
+			i++
+			continue
+		}
+		flush()
+		b.WriteString(lines[i])
+	}
+	flush()
+	return b.String()
+}
+
+// goRuntimeFrame reports whether fn and file are the two lines of a Go
+// trace's frame in the runtime or the testing package (which runs a
+// test and re-panics its panic): runtime.gopanic(…), panic(…),
+// testing.tRunner(…), created by testing.(*T).Run, with its file under
+// GOROOT's src/runtime or src/testing.
+func goRuntimeFrame(fn, file string) bool {
+	m := goFrame.FindStringSubmatch(file)
+	if m == nil {
+		return false
+	}
+	fn = strings.TrimPrefix(fn, "created by ")
+	switch {
+	case strings.Contains(m[1], "/src/runtime/"):
+		return strings.HasPrefix(fn, "runtime.") || strings.HasPrefix(fn, "panic(")
+	case strings.Contains(m[1], "/src/testing/"):
+		return strings.HasPrefix(fn, "testing.")
+	}
+	return false
+}
+
+// endOutput is the end of a program's output as its ending shows it: the
+// last endOutputChars, with the debugger's and the runtime's own
+// traceback frames left out (trimAdapterFrames).
+func endOutput(ds *dap.Session) string {
+	text := trimAdapterFrames(outputText(ds, 0, 4*endOutputChars))
+	if len(text) <= endOutputChars {
+		return text
+	}
+	cut := len(text) - endOutputChars
+	for cut < len(text) && !utf8.RuneStart(text[cut]) {
+		cut++
+	}
+	return fmt.Sprintf("[… earlier output not shown]\n%s", text[cut:])
 }

@@ -65,3 +65,77 @@ func TestRenderOutput(t *testing.T) {
 		})
 	}
 }
+
+// TestTrimAdapterFrames: the end of a program's output keeps the
+// program's own traceback frames and leaves out debugpy's, pydevd's and
+// runpy's (as debugpy's launcher wrote them on this machine), and the Go
+// runtime's and testing package's (as go test wrote them for a panicking
+// test), saying how many.
+func TestTrimAdapterFrames(t *testing.T) {
+	py := `before
+[stderr] Traceback (most recent call last):
+  File "/usr/lib/python3.11/runpy.py", line 198, in _run_module_as_main
+    return _run_code(code, main_globals, None,
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/usr/lib/python3.11/runpy.py", line 88, in _run_code
+    exec(code, run_globals)
+  File "/usr/lib/python3/dist-packages/debugpy/launcher/../../debugpy/__main__.py", line 39, in <module>
+    cli.main()
+  File "/usr/lib/python3/dist-packages/debugpy/launcher/../../debugpy/../debugpy/server/cli.py", line 430, in main
+    run()
+  File "/usr/lib/python3/dist-packages/debugpy/launcher/../../debugpy/../debugpy/server/cli.py", line 317, in run_module
+    run_module_as_main(options.target, alter_argv=True)
+  File "/usr/lib/python3/dist-packages/debugpy/_vendored/pydevd/_pydevd_bundle/pydevd_runpy.py", line 233, in _run_module_as_main
+    return _run_code(code, main_globals, None,
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/usr/lib/python3/dist-packages/debugpy/_vendored/pydevd/_pydevd_bundle/pydevd_runpy.py", line 123, in _run_code
+    exec(code, run_globals)
+  File "/tmp/w/app/report.py", line 25, in <module>
+    fail(0)
+  File "/tmp/w/app/report.py", line 19, in fail
+    return 10 / d
+           ~~~^~~
+ZeroDivisionError: division by zero
+`
+	pyWant := `before
+[stderr] Traceback (most recent call last):
+  [… 7 frames of debugpy and Python's runpy left out]
+  File "/tmp/w/app/report.py", line 25, in <module>
+    fail(0)
+  File "/tmp/w/app/report.py", line 19, in fail
+    return 10 / d
+           ~~~^~~
+ZeroDivisionError: division by zero
+`
+	goTrace := `--- FAIL: TestP (0.00s)
+panic: assignment to entry in nil map [recovered, repanicked]
+
+goroutine 4 [running]:
+testing.tRunner.func1.2({0x55a7a0, 0x6cae10})
+	/usr/local/go/src/testing/testing.go:1974 +0x232
+testing.tRunner.func1()
+	/usr/local/go/src/testing/testing.go:1977 +0x349
+panic({0x55a7a0?, 0x6cae10?})
+	/usr/local/go/src/runtime/panic.go:860 +0x13a
+p.TestP(0x263503b64248?)
+	/tmp/debuggo-panic/p_test.go:7 +0x28
+testing.tRunner(0x263503b64248, 0x592e08)
+	/usr/local/go/src/testing/testing.go:2036 +0xea
+created by testing.(*T).Run in goroutine 1
+	/usr/local/go/src/testing/testing.go:2101 +0x4c5
+`
+	goWant := `--- FAIL: TestP (0.00s)
+panic: assignment to entry in nil map [recovered, repanicked]
+
+goroutine 4 [running]:
+[… 3 frames of the Go runtime and testing package left out]
+p.TestP(0x263503b64248?)
+	/tmp/debuggo-panic/p_test.go:7 +0x28
+[… 2 frames of the Go runtime and testing package left out]
+`
+	for _, tt := range []struct{ in, want string }{{py, pyWant}, {goTrace, goWant}, {"plain\noutput", "plain\noutput"}} {
+		if got := trimAdapterFrames(tt.in); got != tt.want {
+			t.Errorf("trimAdapterFrames:\n%s\nwant:\n%s", got, tt.want)
+		}
+	}
+}

@@ -1,9 +1,11 @@
 package debug
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,7 +42,8 @@ type Locals struct {
 	Reference int   `json:"reference,omitempty"`
 	Vars      []Var `json:"variables,omitempty"`
 	// More counts the locals not shown; variables with Reference and
-	// Start shows them.
+	// Start shows them (among others, when the shown ones were taken
+	// out of the adapter's order for having changed).
 	More  int `json:"more,omitempty"`
 	Start int `json:"start,omitempty"`
 	// Error says why the locals could not be read.
@@ -101,7 +104,7 @@ func (s *Supervisor) report(ctx context.Context, ss *session, st dap.State, from
 		}
 		if !ok {
 			var err error
-			if loc, err = s.locate(ctx, ss, *st.Stopped); err != nil {
+			if loc, err = s.locate(ctx, ss, st.Stops, *st.Stopped); err != nil {
 				return reply{}, err
 			}
 			ss.remember(st.Stops, loc)
@@ -163,6 +166,9 @@ func formatLocation(loc Location) string {
 		b.WriteString("\nlocals:")
 		for _, v := range l.Vars {
 			fmt.Fprintf(&b, "\n  %s", formatVar(v.Name, v.Type, v.Value, v.Reference))
+			if v.Changed != "" {
+				fmt.Fprintf(&b, "  (%s)", v.Changed)
+			}
 		}
 		if l.More > 0 {
 			fmt.Fprintf(&b, "\n  … %d more: call variables with reference %d and start %d", l.More, l.Reference, l.Start)
@@ -172,7 +178,7 @@ func formatLocation(loc Location) string {
 }
 
 // locate reads the top frame of the stopped thread.
-func (s *Supervisor) locate(ctx context.Context, ss *session, body godap.StoppedEventBody) (Location, error) {
+func (s *Supervisor) locate(ctx context.Context, ss *session, stops uint64, body godap.StoppedEventBody) (Location, error) {
 	loc := Location{Reason: body.Reason, ThreadID: body.ThreadId}
 	if body.Text != "" {
 		loc.Description = body.Text
@@ -184,7 +190,7 @@ func (s *Supervisor) locate(ctx context.Context, ss *session, body godap.Stopped
 		return loc, err
 	}
 	loc.ThreadID = tid
-	frames, _, err := ss.ds.StackTrace(ctx, tid, 1)
+	frames, err := ss.stackTrace(ctx, tid, 1)
 	var refused *dap.ResponseError
 	if errors.As(err, &refused) {
 		// The stop is real, its place unknown (delve at entry has no
@@ -213,7 +219,7 @@ func (s *Supervisor) locate(ctx context.Context, ss *session, body godap.Stopped
 		}
 	}
 	if loc.FrameID != 0 {
-		if err := s.stopLocals(ctx, ss, &loc); err != nil {
+		if err := s.stopLocals(ctx, ss, stops, &loc); err != nil {
 			return loc, err
 		}
 	}
@@ -238,10 +244,15 @@ func exceptionOf(info godap.ExceptionInfoResponseBody) *Exception {
 // (showReturnValue): "(return) add".
 const returnPrefix = "(return) "
 
-// stopLocals adds the top frame's first locals, and the values just
-// returned, to loc. A failure is noted in loc rather than failing the
-// stop report; only the call's end is an error.
-func (s *Supervisor) stopLocals(ctx context.Context, ss *session, loc *Location) error {
+// stopLocals adds the top frame's first MaxStopLocals locals, and the
+// values just returned, to loc, the report of the stop counted by stops.
+// The locals whose value changed since the previous stop in the same
+// function, or that are new since, come first (the variable a step just
+// assigned is the one wanted, wherever the adapter lists it: debugpy
+// sorts by name), then the others in the adapter's order. A failure is
+// noted in loc rather than failing the stop report; only the call's end
+// is an error.
+func (s *Supervisor) stopLocals(ctx context.Context, ss *session, stops uint64, loc *Location) error {
 	scs, err := ss.ds.Scopes(ctx, loc.FrameID)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -257,40 +268,126 @@ func (s *Supervisor) stopLocals(ctx context.Context, ss *session, loc *Location)
 	if sc == nil {
 		return nil
 	}
-	page, err := ss.ds.Variables(ctx, sc.VariablesReference, 0)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, dap.ErrNoAnswer) {
-			return s.dapError(ss, "variables", err)
-		}
-		loc.Locals = &Locals{Reference: sc.VariablesReference, Error: "variables failed: " + err.Error()}
-		return nil
+	// Read the locals, a page at a time, up to maxComparedLocals: what
+	// changed may be anywhere in the adapter's order.
+	type local struct {
+		v     Var
+		index int // in the adapter's order, as variables' start counts
 	}
-	l := &Locals{Reference: sc.VariablesReference, Start: page.Start + len(page.Vars), More: page.Remaining}
-	skipped := false
-	for i, v := range page.Vars {
-		vr := Var{Name: v.Name, Type: v.Type, Value: v.Value, Reference: v.VariablesReference}
-		if fn, ok := strings.CutPrefix(v.Name, returnPrefix); ok {
-			vr.Name = fn
-			loc.Returned = append(loc.Returned, vr)
-			continue
-		}
-		if group(v) {
-			continue
-		}
-		if len(l.Vars) == MaxStopLocals {
-			if !skipped {
-				l.Start, skipped = page.Start+i, true
+	var all []local
+	remaining, start := 0, 0
+	for {
+		page, err := ss.ds.Variables(ctx, sc.VariablesReference, start)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-			l.More++
+			if errors.Is(err, dap.ErrNoAnswer) {
+				return s.dapError(ss, "variables", err)
+			}
+			if start > 0 {
+				remaining = -1 // how many more is unknown
+				break
+			}
+			loc.Locals = &Locals{Reference: sc.VariablesReference, Error: "variables failed: " + err.Error()}
+			return nil
+		}
+		for i, v := range page.Vars {
+			vr := Var{Name: v.Name, Type: v.Type, Value: v.Value, Reference: v.VariablesReference}
+			if fn, ok := strings.CutPrefix(v.Name, returnPrefix); ok {
+				vr.Name = fn
+				loc.Returned = append(loc.Returned, vr)
+				continue
+			}
+			if group(v) {
+				continue
+			}
+			all = append(all, local{vr, page.Start + i})
+		}
+		start = page.Start + len(page.Vars)
+		remaining = page.Remaining
+		if remaining <= 0 || len(page.Vars) == 0 || start >= maxComparedLocals {
+			break
+		}
+	}
+	cur := &stopVars{stops: stops, thread: loc.ThreadID, function: loc.Function, values: map[string]string{}, complete: remaining == 0}
+	for _, l := range all {
+		cur.values[l.v.Name] = l.v.Value
+	}
+	prev := ss.changedSince(cur)
+	if prev != nil {
+		for i := range all {
+			old, had := prev.values[all[i].v.Name]
+			switch {
+			case had && old != all[i].v.Value:
+				all[i].v.Changed = "changed"
+			case !had && prev.complete:
+				all[i].v.Changed = "new"
+			}
+		}
+		slices.SortStableFunc(all, func(a, b local) int {
+			return cmp.Compare(changedRank(a.v), changedRank(b.v))
+		})
+	}
+	l := &Locals{Reference: sc.VariablesReference}
+	for _, lc := range all {
+		if len(l.Vars) < MaxStopLocals {
+			l.Vars = append(l.Vars, lc.v)
 			continue
 		}
-		l.Vars = append(l.Vars, vr)
+		if l.More == 0 || lc.index < l.Start {
+			l.Start = lc.index
+		}
+		l.More++
+	}
+	if remaining > 0 {
+		if l.More == 0 {
+			l.Start = start
+		}
+		l.More += remaining
 	}
 	if len(l.Vars) > 0 {
 		loc.Locals = l
+	}
+	return nil
+}
+
+// maxComparedLocals bounds the locals a stop report reads to tell which
+// changed: a frame with more shows the changes among its first ones.
+const maxComparedLocals = 4 * dap.MaxVariables
+
+// changedRank orders a stop report's locals: changed or new first.
+func changedRank(v Var) int {
+	if v.Changed != "" {
+		return 0
+	}
+	return 1
+}
+
+// stopVars are the top frame's locals in one stop, to tell which changed
+// by the next.
+type stopVars struct {
+	stops    uint64
+	thread   int
+	function string
+	values   map[string]string // name → value, as the adapter wrote it
+	complete bool              // every local was read
+}
+
+// changedSince records cur, the locals of a stop, and returns those of the
+// stop before it to compare with, or nil when there is nothing to compare
+// with: the first stop, or one in another function or thread. A stop
+// described again (status after evaluate) compares with the same stop as
+// before.
+func (ss *session) changedSince(cur *stopVars) *stopVars {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.seen != nil && ss.seen.stops != cur.stops {
+		ss.before = ss.seen
+	}
+	ss.seen = cur
+	if p := ss.before; p != nil && p.thread == cur.thread && p.function == cur.function && p.stops != cur.stops {
+		return p
 	}
 	return nil
 }

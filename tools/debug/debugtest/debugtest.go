@@ -11,7 +11,9 @@ package debugtest
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -345,7 +347,12 @@ func CheckPythonReport(t *testing.T, e Env, dir string) {
 	if ex := st.Stopped.Exception; ex == nil || ex.ID != "ZeroDivisionError" || ex.Message != "division by zero" {
 		t.Errorf("exception structured = %+v", ex)
 	}
-	e.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 1)", "ZeroDivisionError: division by zero")
+	// The end shows the program's own frames, not debugpy's and runpy's.
+	end := e.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 1)", "ZeroDivisionError: division by zero",
+		"report.py\", line 19, in fail", "frames of debugpy and Python's runpy left out]")
+	if strings.Contains(end.Text, "pydevd") || strings.Contains(end.Text, "runpy.py") || strings.Contains(end.Text, "debugpy/") {
+		t.Errorf("the end shows the debugger's own frames:\n%s", end.Text)
+	}
 	e.Gone(t)
 	e.Ok(t, map[string]any{"op": "terminate"}, "no debug session to terminate", "already closed")
 }
@@ -621,4 +628,117 @@ func CheckExit(t *testing.T, e Env, program, file string, line int, adapter, exi
 	e.Ok(t, map[string]any{"op": "terminate"}, "no debug session to terminate", "already closed when its program exited (code 3)")
 	e.Ok(t, map[string]any{"op": "status"}, "no debug session.")
 	e.Gone(t)
+}
+
+// GoListFiles is container/list from the Go source tree of the machine
+// running the test (goroot, as go env GOROOT says), made a module of its
+// own under dir: code none of berth's authors wrote, with its tests.
+func GoListFiles(t *testing.T, goroot, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{dir + "/go.mod": "module example.com/list\n\ngo 1.22\n"}
+	for _, name := range []string{"list.go", "list_test.go", "example_test.go"} {
+		data, err := os.ReadFile(filepath.Join(goroot, "src", "container", "list", name))
+		if err != nil {
+			t.Skipf("Go's source tree is not here: %v", err)
+		}
+		files[dir+"/"+name] = string(data)
+	}
+	return files
+}
+
+// lineOf returns the 1-based line of src that holds want, which must occur
+// once.
+func lineOf(t *testing.T, src, want string) int {
+	t.Helper()
+	if strings.Count(src, want) != 1 {
+		t.Fatalf("%q occurs %d times in the source, want once", want, strings.Count(src, want))
+	}
+	return strings.Count(src[:strings.Index(src, want)], "\n") + 1
+}
+
+// Stopped is the part of a stop's structured content CheckGoTest reads.
+type Stopped struct {
+	State   string `json:"state"`
+	Program string `json:"program"`
+	Stopped *struct {
+		Path     string `json:"path"`
+		Line     int    `json:"line"`
+		Function string `json:"function"`
+		FrameID  int    `json:"frame_id"`
+		Locals   *struct {
+			Variables []struct{ Name, Value string } `json:"variables"`
+		} `json:"locals"`
+	} `json:"stopped"`
+}
+
+// CheckGoTest debugs the tests of container/list, as [GoListFiles] put it
+// under dir, with delve's test mode: launching the package without test
+// says how to debug its tests; launch with test and test_run stops at a
+// breakpoint in the test it names, with the stop's line and a local's
+// value as the source has them, and the same frame_id as stack; the test
+// passes; a _test.go file as program runs that file's tests, launched
+// with its breakpoint in the same call (file and lines); test_run
+// chooses the test (a breakpoint in another test is not hit), and args
+// take go test's -v.
+func CheckGoTest(t *testing.T, e Env, dir, listTest string) {
+	t.Helper()
+	file := dir + "/list_test.go"
+	sumLine := lineOf(t, listTest, "\tif sum != 4 {")                                         // in TestList, after summing the list's ints
+	removeLine := lineOf(t, listTest, "\te := l.Front()\n\tl.Remove(e)\n\tcheckListPointers") // in TestRemove
+	e.Ok(t, map[string]any{"op": "breakpoints", "file": file, "lines": []any{sumLine, removeLine}}, "pending")
+
+	e.Fails(t, map[string]any{"op": "launch", "program": dir}, dir+" is package list, not a main package", "test: true", "test_run")
+	e.Fails(t, map[string]any{"op": "launch", "program": dir + "/list.go"}, "not a main package", "test: true")
+	e.Fails(t, map[string]any{"op": "launch", "program": dir, "test_run": "Test("}, "not a regular expression")
+	e.Fails(t, map[string]any{"op": "launch", "program": dir, "test_run": "TestList", "args": []any{"-run", "X"}}, "give one of them")
+
+	// One call: the package's test, stopped at the breakpoint.
+	at := fmt.Sprintf("stopped at %s:%d in list.TestList (breakpoint)", file, sumLine)
+	var st Stopped
+	Decode(t, e.Ok(t, map[string]any{"op": "launch", "program": dir, "test": true, "test_run": "^TestList$"},
+		"launched the tests of "+dir+" with delve", "-test.run ^TestList$", at, "if sum != 4 {"), &st)
+	if st.Stopped == nil || st.Stopped.Path != file || st.Stopped.Line != sumLine {
+		t.Fatalf("the stop's structured content = %+v, want %s:%d", st.Stopped, file, sumLine)
+	}
+	sum := ""
+	if l := st.Stopped.Locals; l != nil {
+		for _, v := range l.Variables {
+			if v.Name == "sum" {
+				sum = v.Value
+			}
+		}
+	}
+	if sum != "4" { // the list holds 1, "banana" and 3 then: its ints sum to 4, as the test's own check says
+		t.Errorf("the stop's local sum = %q, want 4; locals %+v", sum, st.Stopped.Locals)
+	}
+	e.Ok(t, map[string]any{"op": "evaluate", "expression": "l.len"}, "l.len: int = 3")
+	e.Live(t)
+	var fr Frames
+	Decode(t, e.Ok(t, map[string]any{"op": "stack"}, "#0 list.TestList at "+file), &fr)
+	if len(fr.Frames) == 0 || fr.Frames[0].FrameID != st.Stopped.FrameID {
+		t.Errorf("stack's top frame %+v, want the stop's frame_id %d", fr.Frames, st.Stopped.FrameID)
+	}
+	var end Status
+	Decode(t, e.Ok(t, map[string]any{"op": "continue"}, "the program exited (code 0)", "PASS"), &end)
+	if end.ExitCode == nil || *end.ExitCode != 0 {
+		t.Errorf("the test's end = %+v, want exit code 0", end)
+	}
+	e.Gone(t)
+
+	// A _test.go file as program: its own tests, TestList among them; the
+	// breakpoint comes with the launch, in one call.
+	e.Ok(t, map[string]any{"op": "breakpoints", "file": file, "lines": []any{}}, "cleared")
+	e.Ok(t, map[string]any{"op": "launch", "program": file, "file": file, "lines": []any{sumLine}},
+		"launched the tests of "+dir, "-test.run ^(TestList|", "(the tests of list_test.go)", fmt.Sprintf("line %d: verified", sumLine), at)
+	e.Ok(t, map[string]any{"op": "terminate"}, "terminated session")
+	e.Gone(t)
+
+	// test_run chooses TestRemove: TestList's breakpoint is not hit; -v is go test's.
+	e.Ok(t, map[string]any{"op": "breakpoints", "file": file, "lines": []any{sumLine, removeLine}}, "pending")
+	e.Ok(t, map[string]any{"op": "launch", "program": dir, "test_run": "^TestRemove$", "args": []any{"-v"}},
+		fmt.Sprintf("stopped at %s:%d in list.TestRemove (breakpoint)", file, removeLine))
+	e.Ok(t, map[string]any{"op": "output"}, "=== RUN   TestRemove")
+	e.Ok(t, map[string]any{"op": "terminate"}, "terminated session")
+	e.Gone(t)
+	e.Ok(t, map[string]any{"op": "breakpoints", "file": file, "lines": []any{}})
 }
