@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -368,4 +369,116 @@ func TestRenameRefusesWhatTheEditLeavesOut(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(h.dir, "late.py")); !strings.Contains(string(b), "# area_of is looked up") {
 		t.Errorf("late.py was changed: %s", b)
 	}
+}
+
+// jsRequire matches a CommonJS require of a relative path, and
+// jsExports the names a module exports: module.exports = name,
+// module.exports = { a, b: c }, exports.name = / module.exports.name =.
+var (
+	jsRequire      = regexp.MustCompile(`require\(['"](\.{1,2}/[^'"]+)['"]\)`)
+	jsExportOne    = regexp.MustCompile(`(?m)^module\.exports\s*=\s*([A-Za-z_$][\w$]*)\s*;?\s*$`)
+	jsExportObject = regexp.MustCompile(`(?s)module\.exports\s*=\s*\{([^}]*)\}`)
+	jsExportDot    = regexp.MustCompile(`(?m)^(?:module\.)?exports\.([A-Za-z_$][\w$]*)\s*=`)
+	jsDeclared     = regexp.MustCompile(`^(?:async\s+)?(?:function\*?\s+|class\s+|const\s+|let\s+)([A-Za-z_$][\w$]*)`)
+)
+
+// jsQuestions picks up to max functions and classes that a file under
+// dir of root declares at its top level and exports (CommonJS), with the
+// truth: the files that require that file by a relative path and whose
+// code (not comments or literals) names it; most used first.
+func jsQuestions(t *testing.T, root, dir string, max int) []question {
+	t.Helper()
+	src := map[string]string{}
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(p) != ".js" {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		src[rel] = string(b)
+		return nil
+	})
+	// requirers[f]: the files that require f.
+	requirers := map[string][]string{}
+	for f, text := range src {
+		for _, m := range jsRequire.FindAllStringSubmatch(text, -1) {
+			target := filepath.Join(filepath.Dir(f), m[1])
+			if !strings.HasSuffix(target, ".js") {
+				target += ".js"
+			}
+			requirers[target] = append(requirers[target], f)
+		}
+	}
+	var qs []question
+	for file, text := range src {
+		if !strings.HasPrefix(file, dir+"/") {
+			continue
+		}
+		exported := map[string]bool{}
+		for _, m := range jsExportOne.FindAllStringSubmatch(text, -1) {
+			exported[m[1]] = true
+		}
+		for _, m := range jsExportDot.FindAllStringSubmatch(text, -1) {
+			exported[m[1]] = true
+		}
+		for _, m := range jsExportObject.FindAllStringSubmatch(text, -1) {
+			for _, part := range strings.Split(m[1], ",") {
+				name := strings.TrimSpace(part)
+				if _, v, ok := strings.Cut(name, ":"); ok {
+					name = strings.TrimSpace(v)
+				}
+				exported[name] = true
+			}
+		}
+		for i, line := range strings.Split(text, "\n") {
+			m := jsDeclared.FindStringSubmatch(line)
+			if m == nil || !exported[m[1]] || strings.Contains(line, "require(") {
+				continue
+			}
+			q := question{Name: m[1], File: file, Line: i + 1}
+			for _, f := range requirers[file] {
+				if cTokens(src[f])[m[1]] > 0 && !slices.Contains(q.Files, f) {
+					q.Files = append(q.Files, f)
+				}
+			}
+			slices.Sort(q.Files)
+			if len(q.Files) > 0 {
+				qs = append(qs, q)
+			}
+		}
+	}
+	slices.SortStableFunc(qs, func(a, b question) int {
+		if len(a.Files) != len(b.Files) {
+			return len(b.Files) - len(a.Files)
+		}
+		return strings.Compare(a.File+a.Name, b.File+b.Name)
+	})
+	return qs[:min(len(qs), max)]
+}
+
+// TestTruthJavaScript: npm's own lib/ (CommonJS, no jsconfig.json), asked
+// who refers to 20 of the functions and classes its utils export, through
+// typescript-language-server. The truth: the files that require the
+// module and name the export in their code (comments and literals left
+// out).
+func TestTruthJavaScript(t *testing.T) {
+	const src = "/usr/lib/node_modules/npm/lib"
+	if _, err := os.Stat(src); err != nil {
+		t.Skipf("no %s", src)
+	}
+	h, _ := npmRun(t, "typescript-language-server")
+	copyTree(t, src, filepath.Join(h.dir, "lib"), func(rel string) bool { return strings.HasSuffix(rel, ".js") })
+	os.WriteFile(filepath.Join(h.dir, "package.json"), []byte(`{"name":"npm-lib-copy","version":"0.0.0"}`+"\n"), 0o644)
+	var tl tally
+	for _, q := range jsQuestions(t, filepath.Join(h.dir, "lib"), "utils", 20) {
+		q.File = "lib/" + q.File
+		for i := range q.Files {
+			q.Files[i] = "lib/" + q.Files[i]
+		}
+		askTruth(t, h, "references", q, &tl)
+	}
+	t.Logf("typescript-language-server references on npm's lib/: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
 }
