@@ -61,13 +61,15 @@ func (f *wordFilter) add(w []byte) {
 	f.bits[b/64] |= 1 << (b % 64)
 }
 
-func (f *wordFilter) may(w []byte) bool {
-	a, b := wordHashes(w)
+// may reports whether the identifier whose wordHashes are a and b may be
+// among f's.
+func (f *wordFilter) may(a, b uint32) bool {
 	return f.bits[a/64]&(1<<(a%64)) != 0 && f.bits[b/64]&(1<<(b%64)) != 0
 }
 
 // wordIndex keeps the identifier filters of one server generation's files,
 // so a later verdict reads only the files that may hold its identifier.
+// Lock order: generation.syncMu, then mu.
 type wordIndex struct {
 	mu    sync.Mutex
 	files map[string]*wordFilter
@@ -116,52 +118,59 @@ type occurrences struct {
 }
 
 // textOccurrences counts ident's whole-word occurrences in the files of
-// q's server's languages under its root, within VerdictBudget.
+// q's server's languages under its root, within VerdictBudget. The files
+// whose identifier filter, kept since their stamp, says ident is absent
+// are passed over without a read: a warm check reads only candidates.
 func (q *query) textOccurrences(ctx context.Context, ident string) occurrences {
 	in, g := q.in, q.g
-	g.syncMu.Lock()
-	names := make([]string, 0, len(g.stamps))
-	stamps := make(map[string]stamp, len(g.stamps))
-	for name, st := range g.stamps {
-		if _, ok := in.spec.Languages[path.Ext(name)]; ok {
-			names = append(names, name)
-			stamps[name] = st
-		}
-	}
-	g.syncMu.Unlock()
-	slices.Sort(names)
-
 	w := []byte(ident)
+	ha, hb := wordHashes(w)
 	out := occurrences{files: map[string]int{}}
-	deadline := time.Now().Add(VerdictBudget)
-	for i, name := range names {
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			out.unread = len(names) - i
-			break
-		}
-		st := stamps[name]
-		g.words.mu.Lock()
-		f := g.words.files[name]
-		g.words.mu.Unlock()
-		if f != nil && f.st == st && !f.may(w) {
-			out.scanned++
+	type cand struct {
+		name string
+		st   stamp
+	}
+	var cands []cand
+	g.syncMu.Lock()
+	g.words.mu.Lock()
+	for name, st := range g.stamps {
+		// A filter is made only for a file of the server's languages.
+		if f := g.words.files[name]; f != nil {
+			if f.st == st && !f.may(ha, hb) {
+				out.scanned++
+				continue
+			}
+		} else if _, ok := in.spec.Languages[path.Ext(name)]; !ok {
 			continue
 		}
-		data, err := in.s.ws.ReadFile(ctx, name)
+		cands = append(cands, cand{name, st})
+	}
+	g.words.mu.Unlock()
+	g.syncMu.Unlock()
+	// In name order, so that a scan cut short is cut the same way.
+	slices.SortFunc(cands, func(a, b cand) int { return strings.Compare(a.name, b.name) })
+
+	deadline := time.Now().Add(VerdictBudget)
+	for i, c := range cands {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			out.unread = len(cands) - i
+			break
+		}
+		data, err := in.s.ws.ReadFile(ctx, c.name)
 		if err != nil {
 			continue // gone or unreadable since the sync saw it
 		}
-		f, n := scanWords(data, w, dollarIdents[path.Ext(name)])
-		f.st = st
+		f, n := scanWords(data, w, dollarIdents[path.Ext(c.name)])
+		f.st = c.st
 		g.words.mu.Lock()
 		if g.words.files == nil {
 			g.words.files = map[string]*wordFilter{}
 		}
-		g.words.files[name] = f
+		g.words.files[c.name] = f
 		g.words.mu.Unlock()
 		out.scanned++
 		if n > 0 {
-			out.files[name] = n
+			out.files[c.name] = n
 		}
 	}
 	return out
