@@ -16,8 +16,12 @@ import (
 // gets the cell's own inactivity budget instead.
 const staleTimeout = 30 * time.Second
 
-// maxStaleListed caps how many changed modules a note names one by one.
-const maxStaleListed = 10
+// maxStaleListed caps how many changed modules a note names one by one;
+// maxStaleStructured how many structuredContent.stale_modules lists.
+const (
+	maxStaleListed     = 10
+	maxStaleStructured = 200
+)
 
 // staleReport is what the prelude's __berth_stale returns: the workspace
 // modules whose file changed on disk after the kernel loaded it (Python's
@@ -41,6 +45,8 @@ type staleReport struct {
 		Module string   `json:"module"`
 		Names  []string `json:"names"`
 	} `json:"stale_names"`
+	// reload says the check was asked to reload (not from the kernel).
+	reload bool
 }
 
 // staleCheck asks the kernel, before a cell, which of its loaded workspace
@@ -83,6 +89,7 @@ func (s *Supervisor) staleCheck(ctx context.Context, k *kern, reload bool) ([]st
 	if json.Unmarshal([]byte(ue.Data["text/plain"]), &r) != nil {
 		return nil, nil
 	}
+	r.reload = reload
 	notes := r.notes(k.lang)
 	if t := strings.TrimSpace(printed.String()); t != "" {
 		notes = append(notes, "the reload printed: "+t)
@@ -96,7 +103,7 @@ func (r *staleReport) notes(lang string) []string {
 		return nil
 	}
 	var notes []string
-	if len(r.Reloaded)+len(r.Failed) == 0 {
+	if !r.reload {
 		var each []string
 		for i, c := range r.Changed {
 			if i == maxStaleListed {
@@ -104,7 +111,7 @@ func (r *staleReport) notes(lang string) []string {
 				break
 			}
 			if c.Gone {
-				each = append(each, fmt.Sprintf("%s (%s, since deleted)", c.Name, c.File))
+				each = append(each, fmt.Sprintf("%s (%s, since deleted: nothing to reload)", c.Name, c.File))
 				continue
 			}
 			each = append(each, fmt.Sprintf("%s (%s): %s", c.Name, c.File, c.Call))
@@ -154,8 +161,11 @@ func (r *staleReport) annotate(res *tools.Result) {
 	if sc == nil {
 		sc = map[string]any{}
 	}
-	if len(r.Reloaded)+len(r.Failed) == 0 {
-		sc["stale_modules"] = r.Changed
+	if !r.reload {
+		sc["stale_modules"] = r.Changed[:min(len(r.Changed), maxStaleStructured)]
+		if len(r.Changed) > maxStaleStructured {
+			sc["stale_modules_left_out"] = len(r.Changed) - maxStaleStructured
+		}
 	} else {
 		sc["reloaded"] = r.Reloaded
 	}

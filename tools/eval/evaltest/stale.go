@@ -80,6 +80,17 @@ func CheckStalePython(t *testing.T, e Env) {
 	e.cellArgs(t, "python", "wsa.g()", nil, "1", "2 workspace modules changed", "importlib.reload(wsa)", `importlib.reload(sys.modules['wsb'])`)
 	e.cellArgs(t, "python", "wsa.g()", map[string]any{"reload": true}, "22", "reloaded wsb, wsa")
 
+	// A module deleted after import is said once more with reload, then
+	// no longer.
+	e.Cell(t, "python", "import importlib\nopen('wsgone.py', 'w').write('V = 1\\n')\nimportlib.invalidate_caches()\nimport wsgone\nwsgone.V", "1")
+	noStale(t, e.Cell(t, "python", "import os\nos.remove('wsgone.py')", "(no output)"))
+	e.cellArgs(t, "python", "wsgone.V", nil, "1", "wsgone (", "wsgone.py, since deleted")
+	r = e.cellArgs(t, "python", "wsgone.V", map[string]any{"reload": true}, "1", "was deleted after the kernel loaded it: not reloaded")
+	if strings.Contains(r.Text, `pass "reload": true`) {
+		t.Fatalf("a reload cell is told to pass reload:\n%s", r.Text)
+	}
+	noStale(t, e.Cell(t, "python", "wsgone.V", "1"))
+
 	// A new kernel has nothing to report.
 	e.Put(t, "wsb.py", "def f():\n    return 333\n")
 	noStale(t, e.cellArgs(t, "python", "import wsa\nwsa.g()", map[string]any{"reset": true}, "333"))

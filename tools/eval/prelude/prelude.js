@@ -33,7 +33,11 @@ globalThis.__berth_sh = function (cmd) {
     };
   }
   globalThis.__berth_stale = function (root, reload) {
-    const roots = [...new Set([path.resolve(root), fs.realpathSync(root)])].map((r) => r + path.sep);
+    let real = path.resolve(root);
+    try {
+      real = fs.realpathSync(root);
+    } catch (e) {}
+    const roots = [...new Set([path.resolve(root), real])].map((r) => r + path.sep);
     const out = { changed: [], reloaded: [], failed: [], stale_names: [] };
     for (const file of Object.keys(Module._cache)) {
       if (!roots.some((r) => file.startsWith(r))) continue;

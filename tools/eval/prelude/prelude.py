@@ -174,15 +174,24 @@ def __berth_setup():
         def __repr__(self):
             return self.s
 
+    _where = {}  # module name -> (module, its file under the root or None), for _where_root
+    _where_root = [None]
+
     def _workspace_modules(root):
         roots = tuple(set(os.path.join(r, "") for r in (os.path.abspath(root), os.path.realpath(root))))
+        if _where_root[0] != roots:
+            _where.clear()
+            _where_root[0] = roots
         mods, files = [], set()
         for name, m in list(sys.modules.items()):
-            f = getattr(m, "__file__", None)
-            if not isinstance(f, str) or name == "__main__":
-                continue
-            f = os.path.abspath(f)
-            if f.startswith(roots) and f not in files:
+            hit = _where.get(name)
+            if hit is None or hit[0] is not m:
+                f = getattr(m, "__file__", None)
+                f = os.path.abspath(f) if isinstance(f, str) and name != "__main__" else None
+                hit = (m, f if f and f.startswith(roots) else None)
+                _where[name] = hit
+            f = hit[1]
+            if f is not None and f not in files:
                 files.add(f)
                 mods.append((name, m, f))
         return mods
@@ -232,6 +241,9 @@ def __berth_setup():
             out["changed"].append({"name": name, "file": f, "gone": gone, "call": call})
         if reload and changed:
             todo = [c for c in changed if not c[3]]
+            for c in changed:
+                if c[3]:
+                    _seen.pop(c[2], None)  # deleted: said once, with this reload
             names = set(c[0] for c in todo)
             deps = {}
             for name, m, f, _ in todo:
