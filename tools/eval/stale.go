@@ -75,15 +75,28 @@ func (s *Supervisor) staleCheck(ctx context.Context, k *kern, reload bool) ([]st
 				printed.WriteString(ansi.ReplaceAllString(e.Text, ""))
 			}
 		}})
-	if err != nil || rep.Status != "ok" {
-		return nil, nil
+	// A check that cannot answer says nothing (the kernel died, which the
+	// cell's run reports, or its prelude predates the check); a reload
+	// that did not finish is said.
+	unfinished := func(why string) ([]string, *staleReport) {
+		if !reload || ctx.Err() != nil {
+			return nil, nil
+		}
+		return []string{"reloading the changed workspace modules did not finish (" + why + "): modules may hold a mix of old and new code; run importlib.reload (Python) or require again (JavaScript) yourself and read its error"}, nil
+	}
+	if err != nil {
+		return unfinished(err.Error())
 	}
 	var ue struct {
 		Status string            `json:"status"`
 		Data   map[string]string `json:"data"`
+		kernel.ExecError
 	}
-	if json.Unmarshal(rep.UserExpressions["stale"], &ue) != nil || ue.Status != "ok" {
-		return nil, nil
+	if rep.Status != "ok" {
+		return unfinished(renderError(rep.Error))
+	}
+	if err := json.Unmarshal(rep.UserExpressions["stale"], &ue); err != nil || ue.Status != "ok" {
+		return unfinished(ue.Name + ": " + ue.Value)
 	}
 	var r staleReport
 	if json.Unmarshal([]byte(ue.Data["text/plain"]), &r) != nil {
@@ -131,7 +144,7 @@ func (r *staleReport) notes(lang string) []string {
 		notes = append(notes, fmt.Sprintf("reloaded %s before the cell ran (changed on disk since the kernel loaded %s)", strings.Join(r.Reloaded, ", "), pronoun(len(r.Reloaded))))
 	}
 	for _, f := range r.Failed {
-		notes = append(notes, fmt.Sprintf("reloading %s failed (%s): it still runs the old code; fix the file and reload again", f.Name, f.Error))
+		notes = append(notes, fmt.Sprintf("reloading %s failed (%s): it may hold a mix of old and new code, and is said again until a reload succeeds; fix the file and reload again", f.Name, f.Error))
 	}
 	for _, c := range r.Changed {
 		if c.Gone {

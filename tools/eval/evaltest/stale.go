@@ -71,6 +71,13 @@ func CheckStalePython(t *testing.T, e Env) {
 	e.cellArgs(t, "python", "(wscolors.berth_marker(), berth_marker())", map[string]any{"reload": true},
 		"('rewritten', 'edited')", "reloaded wscolors", "the cell namespace still holds the old berth_marker of wscolors")
 
+	// A reload that fails is said, and the module is still stale after it.
+	e.tool(t, "write", map[string]any{"path": "wscolors.py", "content": "def berth_marker(:\n"})
+	e.cellArgs(t, "python", "wscolors.berth_marker()", map[string]any{"reload": true}, "'rewritten'", "reloading wscolors failed (SyntaxError")
+	e.cellArgs(t, "python", "wscolors.berth_marker()", nil, "'rewritten'", "importlib.reload(wscolors)")
+	e.tool(t, "write", map[string]any{"path": "wscolors.py", "content": "def berth_marker():\n    return 'fixed'\n"})
+	e.cellArgs(t, "python", "wscolors.berth_marker()", map[string]any{"reload": true}, "'fixed'", "reloaded wscolors")
+
 	// Behind the tools' back, two modules, one holding the other's f.
 	e.Put(t, "wsb.py", "def f():\n    return 1\n")
 	e.Put(t, "wsa.py", "from wsb import f\n\n\ndef g():\n    return f()\n")
@@ -105,5 +112,10 @@ func CheckStaleJavaScript(t *testing.T, e Env) {
 	e.tool(t, "write", map[string]any{"path": "lib/shade.js", "content": "exports.shade = () => 'brand new';\n"})
 	e.cellArgs(t, "javascript", "m.shade()", nil, "old", "lib/shade.js (", "delete require.cache[", `"reload": true`)
 	e.cellArgs(t, "javascript", "require('./lib/shade.js').shade()", map[string]any{"reload": true}, "brand new", "reloaded lib/shade.js")
+	e.tool(t, "write", map[string]any{"path": "lib/shade.js", "content": "exports.shade = () => ;\n"})
+	e.cellArgs(t, "javascript", "require('./lib/shade.js').shade()", map[string]any{"reload": true}, "brand new", "reloading lib/shade.js failed (SyntaxError")
+	e.cellArgs(t, "javascript", "1 + 1", nil, "2", "lib/shade.js (")
+	e.tool(t, "write", map[string]any{"path": "lib/shade.js", "content": "exports.shade = () => 'fixed';\n"})
+	e.cellArgs(t, "javascript", "require('./lib/shade.js').shade()", map[string]any{"reload": true}, "fixed", "reloaded lib/shade.js")
 	noStale(t, e.Cell(t, "javascript", "1 + 1", "2"))
 }

@@ -54,12 +54,17 @@ globalThis.__berth_sh = function (cmd) {
     }
     if (reload) {
       for (const c of out.changed) {
+        const old = Module._cache[c.file];
+        const was = seen.get(c.file);
         delete Module._cache[c.file];
         if (c.gone) continue;
         try {
           Module.createRequire(c.file)(c.file);
           out.reloaded.push(c.name);
         } catch (e) {
+          // The old module stays loaded, still stale: said again next cell.
+          Module._cache[c.file] = old;
+          seen.set(c.file, was);
           out.failed.push({ name: c.name, error: String(e) });
         }
       }

@@ -264,11 +264,15 @@ def __berth_setup():
             byname = dict((c[0], c) for c in todo)
             for n in order:
                 name, m, f, _ = byname[n]
+                was = _seen.get(f)
                 try:
                     importlib.reload(m)
-                    out["reloaded"].append(name)
-                except BaseException as e:
+                except Exception as e:
+                    # Partly run at most: still stale, said again next cell.
                     out["failed"].append({"name": name, "error": "%s: %s" % (type(e).__name__, e)})
+                    _seen[f] = was
+                    continue
+                out["reloaded"].append(name)
                 try:
                     st = os.stat(f)
                     _seen[f] = (st.st_mtime, st.st_size)
