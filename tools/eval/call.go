@@ -23,13 +23,15 @@ type Input struct {
 	Description string `json:"description" jsonschema:"5 to 10 words saying what the cell does, for the transcript"`
 	Language    string `json:"language,omitempty" jsonschema:"python (default) or javascript"`
 	Reset       bool   `json:"reset,omitempty" jsonschema:"restart the kernel clean before running the cell"`
+	Reload      bool   `json:"reload,omitempty" jsonschema:"reload the workspace modules that changed on disk since the kernel imported them, before the cell runs"`
 }
 
 const description = `Run code in a persistent kernel in the sandbox; variables, imports and loaded data survive between calls.
 Python (default) or JavaScript (language "javascript"). The last expression is shown like in a notebook; display(x) shows rich output; a pandas DataFrame comes back as a table, a matplotlib figure as an image.
 IPython idioms work in Python: %pip install, %cd, !cmd, x = !cmd, %%bash, %%timeit (and !cmd in JavaScript).
 tool(name, args) calls this run's tools from the cell (Python: tool("read", {"path": "a.py"}); JavaScript: await tool(...)).
-A cell silent for 5 minutes is interrupted. description (5-10 words) is required; reset restarts the kernel clean.`
+A cell silent for 5 minutes is interrupted. description (5-10 words) is required; reset restarts the kernel clean.
+A result names the workspace modules that changed on disk after the kernel imported them (the cell ran their old code) with the reload call; reload: true reloads them before the cell runs.`
 
 // minWords and maxWords bound the description.
 const minWords, maxWords = 5, 10
@@ -61,9 +63,11 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 		prependNotes(res, notes)
 		return res, nil
 	}
+	staleNotes, stale := s.staleCheck(ctx, k, in.Reload)
 	if strings.TrimSpace(in.Code) == "" {
 		res := tools.Textf("the %s kernel (%s) is ready", lang, k.kind)
-		prependNotes(res, notes)
+		prependNotes(res, append(notes, staleNotes...))
+		stale.annotate(res)
 		return res, nil
 	}
 	res, err := s.run(ctx, k, code)
@@ -81,6 +85,7 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 		}
 		s.mu.Unlock()
 		k.stop(ctx)
+		staleNotes, stale = nil, nil // the new kernel loads the files as they are now
 		notes = append(notes, fmt.Sprintf("the %s kernel had died before it took the cell (%s), so the cell ran on a new kernel: all earlier state (variables, imports, loaded data) was lost; run the setup cells again", lang, why))
 		var more []string
 		k, more, err = s.kernelFor(ctx, lang, false)
@@ -101,7 +106,8 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 	if err != nil {
 		return nil, err
 	}
-	prependNotes(res, notes)
+	prependNotes(res, append(notes, staleNotes...))
+	stale.annotate(res)
 	return res, nil
 }
 
