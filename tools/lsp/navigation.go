@@ -87,6 +87,13 @@ func (s *Supervisor) navigate(ctx context.Context, q *query, at spot, ans answer
 
 // locationsAt answers definition, type_definition and implementation.
 func (s *Supervisor) locationsAt(ctx context.Context, q *query, at spot) (*tools.Result, error) {
+	if at.action == "definition" {
+		// A server that knows only its open files answers a declaration
+		// (a C prototype in a header) for a body it has not seen.
+		if err := q.openOccurrences(ctx, at.t.ident); err != nil {
+			return nil, err
+		}
+	}
 	locs, err := q.c.Locations(ctx, at.method, at.uri, at.pos)
 	if err != nil {
 		return nil, err

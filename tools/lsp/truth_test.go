@@ -323,8 +323,9 @@ func TestTruthC(t *testing.T) {
 	copyTree(t, filepath.Join(src, "src"), filepath.Join(h.dir, "src"), func(rel string) bool {
 		return (strings.HasSuffix(rel, ".c") || strings.HasSuffix(rel, ".h")) && !strings.HasPrefix(rel, "wasm") && rel != "lib.c"
 	})
+	qs := cQuestions(t, filepath.Join(h.dir, "src"), 20)
 	var tl tally
-	for _, q := range cQuestions(t, filepath.Join(h.dir, "src"), 20) {
+	for _, q := range qs {
 		q.File = "src/" + q.File
 		for i := range q.Files {
 			q.Files[i] = "src/" + q.Files[i]
@@ -332,6 +333,86 @@ func TestTruthC(t *testing.T) {
 		askTruth(t, h, "references", q, &tl)
 	}
 	t.Logf("clangd references on tree-sitter's runtime: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
+
+	// definition, asked at a call in another source file: the truth is the
+	// line of the function's body (a line at column 0 that names it with
+	// "(" and does not end in ";").
+	var dl tally
+	for _, q := range qs {
+		def, call := cDefinitionAndCall(t, filepath.Join(h.dir, "src"), q.Name)
+		if def == "" || call == nil {
+			continue
+		}
+		r := h.env().Call(t, "lsp", map[string]any{"action": "definition", "file": "src/" + call.File, "line": call.Line, "symbol": q.Name})
+		var v verdictOf
+		json.Unmarshal(r.Structured, &v)
+		var got []string
+		for _, l := range v.Locations {
+			got = append(got, l.File)
+		}
+		switch {
+		case r.IsError:
+			dl.failed++
+		case slices.Contains(got, "src/"+def):
+			dl.complete++
+		case strings.Contains(r.Text, "note: the answer may be a declaration in a header") || strings.Contains(r.Text, "note: the server found no definition"):
+			dl.said++
+		default:
+			dl.silent++
+			t.Errorf("definition of %s at src/%s:%d gave %v, not src/%s, and said nothing of it:\n%s", q.Name, call.File, call.Line, got, def, r.Text)
+		}
+	}
+	t.Logf("clangd definition on tree-sitter's runtime: %d right, %d wrong and said so, %d wrong and silent, %d failed saying why", dl.complete, dl.said, dl.silent, dl.failed)
+	if dl.complete+dl.said+dl.silent < 10 {
+		t.Errorf("only %d definition questions: the truth's parse is broken", dl.complete+dl.said+dl.silent)
+	}
+}
+
+// cDefinitionAndCall finds, under root, the source file that defines
+// function name (a line at column 0 naming it with "(" and not ending in
+// ";") and a call of it in another source file.
+func cDefinitionAndCall(t *testing.T, root, name string) (string, *question) {
+	t.Helper()
+	var def string
+	var call *question
+	files, _ := filepath.Glob(filepath.Join(root, "*.c"))
+	slices.Sort(files)
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		rel, _ := filepath.Rel(root, f)
+		for i, line := range strings.Split(string(b), "\n") {
+			trimmed := strings.TrimSpace(line)
+			if !strings.Contains(line, name+"(") || strings.HasPrefix(trimmed, "//") || strings.HasPrefix(trimmed, "*") || strings.HasPrefix(trimmed, "/*") {
+				continue
+			}
+			if line != trimmed || strings.HasSuffix(trimmed, ";") || strings.HasPrefix(line, "#") {
+				if call == nil && line != trimmed && cTokens(line)[name] > 0 {
+					call = &question{Name: name, File: rel, Line: i + 1}
+				}
+				continue
+			}
+			if def == "" && cTokens(line)[name] > 0 {
+				def = rel
+			}
+		}
+	}
+	if call != nil && call.File == def {
+		// A call in the defining file says nothing of linking across files.
+		call = nil
+		for _, f := range files {
+			rel, _ := filepath.Rel(root, f)
+			if rel == def {
+				continue
+			}
+			b, _ := os.ReadFile(f)
+			for i, line := range strings.Split(string(b), "\n") {
+				if trimmed := strings.TrimSpace(line); line != trimmed && strings.Contains(line, name+"(") && cTokens(line)[name] > 0 && !strings.HasPrefix(trimmed, "//") && !strings.HasPrefix(trimmed, "*") {
+					return def, &question{Name: name, File: rel, Line: i + 1}
+				}
+			}
+		}
+	}
+	return def, call
 }
 
 // TestRenameRefusesWhatTheEditLeavesOut: a rename whose edit leaves out a

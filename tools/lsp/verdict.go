@@ -35,6 +35,9 @@ const (
 	wordFilterBits = 4096
 )
 
+// cHeaders are the extensions of C and C++ headers.
+var cHeaders = map[string]bool{".h": true, ".hh": true, ".hpp": true, ".hxx": true}
+
 // verdictActions are the actions whose answers are checked against the
 // text: who uses, who calls, and where it is defined.
 var verdictActions = map[string]bool{"references": true, "incoming_calls": true, "definition": true}
@@ -188,15 +191,34 @@ func (s *Supervisor) verdict(ctx context.Context, q *query, at spot, covered, se
 		return "", nil
 	}
 	occ := q.textOccurrences(ctx, at.t.ident)
-	var missing []string
-	extra := 0
+	uncovered := map[string]int{} // file -> occurrences the answer leaves out
 	for name, n := range occ.files {
 		if self[name] {
 			n--
 		}
-		if covered[name] || n == 0 {
-			continue
+		if !covered[name] && n > 0 {
+			uncovered[name] = n
 		}
+	}
+	headerOnly := false
+	if at.action == "definition" && defInWorkspace {
+		// A definition was found where the text also has the name: the
+		// other files hold its uses, not a second answer — unless every
+		// place found is a header, where C and C++ declare what a source
+		// file defines.
+		headerOnly = true
+		for name := range covered {
+			headerOnly = headerOnly && cHeaders[path.Ext(name)]
+		}
+		for name := range uncovered {
+			if !headerOnly || cHeaders[path.Ext(name)] {
+				delete(uncovered, name)
+			}
+		}
+	}
+	missing := make([]string, 0, len(uncovered))
+	extra := 0
+	for name, n := range uncovered {
 		missing = append(missing, name)
 		extra += n
 	}
@@ -204,30 +226,28 @@ func (s *Supervisor) verdict(ctx context.Context, q *query, at spot, covered, se
 	if occ.unread > 0 {
 		v["unchecked_files"] = occ.unread
 	}
-	if at.action == "definition" && defInWorkspace {
-		// A definition was found where the text also has the name: the
-		// other files hold its uses, not a second answer.
-		missing = nil
-	}
 	var notes []string
 	if len(missing) > 0 {
 		slices.SortFunc(missing, func(a, b string) int {
-			if occ.files[a] != occ.files[b] {
-				return occ.files[b] - occ.files[a]
+			if uncovered[a] != uncovered[b] {
+				return uncovered[b] - uncovered[a]
 			}
 			return strings.Compare(a, b)
 		})
 		shown := missing[:min(len(missing), MaxVerdictFiles)]
 		list := make([]string, len(shown))
 		for i, name := range shown {
-			list[i] = fmt.Sprintf("%s (%d)", name, occ.files[name])
+			list[i] = fmt.Sprintf("%s (%d)", name, uncovered[name])
 		}
 		more := ""
 		if len(missing) > len(shown) {
 			more = fmt.Sprintf(" and %d more", len(missing)-len(shown))
 		}
 		what := "the answer may be incomplete"
-		if at.action == "definition" {
+		switch {
+		case headerOnly:
+			what = "the answer may be a declaration in a header, not the definition"
+		case at.action == "definition":
 			what = "the server found no definition in the workspace"
 		}
 		notes = append(notes, fmt.Sprintf("note: %s: %q occurs as a whole word %s in %s the answer does not cover: %s%s%s. They may hold other symbols of the same name; ast_grep with the pattern '%s($$$A)' finds its calls, and a text search every use",
