@@ -184,3 +184,61 @@ func lineOf(t *testing.T, file, want string) int {
 	t.Fatalf("%s has no line %q", file, want)
 	return 0
 }
+
+// TestTaskIsThisHelperUsed: the question that made an agent call a used
+// helper unused ("1 location") — who uses email.encoders.encode_base64 in
+// a copy of the standard library's email package. The truth comes from
+// Python's ast. The references answer must cover every file of the truth
+// or name it in its note; following up with ast_grep on the attribute,
+// the agent finds the use in each of them.
+func TestTaskIsThisHelperUsed(t *testing.T) {
+	need(t, "/usr/bin/python3", "-c", "import pylsp")
+	const src = "/usr/lib/python3.11/email"
+	if _, err := os.Stat(filepath.Join(src, "encoders.py")); err != nil {
+		t.Skipf("no email package at %s: %v", src, err)
+	}
+	ws := t.TempDir()
+	if out, err := exec.Command("cp", "-r", src, ws).CombinedOutput(); err != nil {
+		t.Fatalf("copy: %v %s", err, out)
+	}
+	os.RemoveAll(filepath.Join(ws, "email", "__pycache__"))
+	os.RemoveAll(filepath.Join(ws, "email", "mime", "__pycache__"))
+	const name = "encode_base64"
+	// Files whose code names it, other than by its definition.
+	script := `import ast, os, sys
+name = sys.argv[1]
+out = set()
+for d, _, fs in os.walk("email"):
+    for f in fs:
+        if not f.endswith(".py"):
+            continue
+        p = os.path.join(d, f)
+        for n in ast.walk(ast.parse(open(p, "rb").read())):
+            if (isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name) or (isinstance(n, ast.alias) and n.name == name):
+                out.add(p)
+print("\n".join(sorted(out)))`
+	cmd := exec.Command("/usr/bin/python3", "-c", script, name)
+	cmd.Dir = ws
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("truth: %v", err)
+	}
+	uses := strings.Fields(string(out))
+	if len(uses) < 2 {
+		t.Fatalf("the truth is too small to ask about: %v", uses)
+	}
+	tr := newTranscript(t, ws)
+	line := lineOf(t, filepath.Join(ws, "email", "encoders.py"), "def encode_base64(msg):")
+	refs := tr.ok("lsp", map[string]any{"action": "references", "file": "email/encoders.py", "line": line, "symbol": name})
+	for _, f := range uses {
+		if !strings.Contains(refs, f) {
+			t.Errorf("references leave out %s, which uses %s, and the note does not name it:\n%s", f, name, refs)
+		}
+	}
+	found := tr.ok("ast_grep", map[string]any{"pattern": "encoders." + name, "language": "python"})
+	for _, f := range uses {
+		if !strings.Contains(found, f) {
+			t.Errorf("ast_grep does not find the use in %s:\n%s", f, found)
+		}
+	}
+}
