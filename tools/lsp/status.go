@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 // status lists every server of the table for the workspace (or for file's
 // directory), and every running server.
 func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error) {
-	dir := "."
+	dir, file := ".", ""
 	if in.File != "" && in.File != "*" {
 		name, err := wspath.Name(s.root, in.File)
 		if err != nil {
@@ -24,7 +25,7 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		}
 		dir = name
 		if fi, err := s.ws.Stat(ctx, name); err == nil && !fi.IsDir() {
-			dir = path.Dir(name)
+			dir, file = path.Dir(name), name
 		}
 	}
 	choices, err := s.discover(ctx, dir, "", true)
@@ -114,6 +115,32 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		}
 	}
 	var b strings.Builder
+	var answering string
+	if file != "" {
+		// The file's own servers first, the one that answers it leading.
+		ext := path.Ext(file)
+		for _, c := range choices {
+			if _, ok := c.Server.Languages[ext]; ok && c.Usable() {
+				answering = c.Server.ID
+				break
+			}
+		}
+		rank := func(r row) int {
+			switch {
+			case r.Server == answering:
+				return 0
+			case slices.ContainsFunc(choices, func(c Choice) bool { _, ok := c.Server.Languages[ext]; return ok && c.Server.ID == r.Server }):
+				return 1
+			}
+			return 2
+		}
+		slices.SortStableFunc(rows, func(a, b row) int { return rank(a) - rank(b) })
+		if answering != "" {
+			fmt.Fprintf(&b, "%s is answered by %s\n", file, answering)
+		} else {
+			fmt.Fprintf(&b, "no server answers %s: see its servers below\n", file)
+		}
+	}
 	where := "the workspace root"
 	if dir != "." {
 		where = dir + "/"
@@ -162,7 +189,11 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		fmt.Fprintf(&b, "neither marker nor binary here: %s\n", strings.Join(absent, ", "))
 	}
 	res := tools.Text(strings.TrimRight(b.String(), "\n"))
-	res.StructuredContent = map[string]any{"servers": rows}
+	sc := map[string]any{"servers": rows}
+	if answering != "" {
+		sc["answering"] = answering
+	}
+	res.StructuredContent = sc
 	return res, nil
 }
 

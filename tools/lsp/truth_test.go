@@ -563,3 +563,36 @@ func TestTruthJavaScript(t *testing.T) {
 	}
 	t.Logf("typescript-language-server references on npm's lib/: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
 }
+
+// TestStatusLeadsWithTheFilesServer: status for a file says first which
+// server answers it, and lists that file's servers before the others.
+func TestStatusLeadsWithTheFilesServer(t *testing.T) {
+	need(t, "pylsp")
+	h := newHostRun(t, lsp.Options{})
+	e := h.env()
+	e.PutAll(t, map[string]string{"setup.py": "", "a.py": "x = 1\n", "b.c": "int main(void) { return 0; }\n"})
+	r := e.Call(t, "lsp", map[string]any{"action": "status", "file": "a.py"})
+	lines := strings.Split(r.Text, "\n")
+	if r.IsError || lines[0] != "a.py is answered by pylsp" || len(lines) < 3 || !strings.HasPrefix(lines[2], "pylsp: ") {
+		t.Fatalf("status of a.py: %s", r.Text)
+	}
+	var sc struct {
+		Answering string `json:"answering"`
+		Servers   []struct {
+			Server string `json:"server"`
+		} `json:"servers"`
+	}
+	json.Unmarshal(r.Structured, &sc)
+	if sc.Answering != "pylsp" || sc.Servers[0].Server != "pylsp" {
+		t.Errorf("structured status of a.py: %s", r.Structured)
+	}
+	// The Python servers come before the rest.
+	seenOther := false
+	for _, row := range sc.Servers {
+		python := row.Server == "pylsp" || row.Server == "pyright"
+		if python && seenOther {
+			t.Errorf("a Python server listed after another language's: %s", r.Structured)
+		}
+		seenOther = seenOther || !python
+	}
+}
