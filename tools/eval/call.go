@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -250,11 +251,72 @@ func renderError(e *kernel.ExecError) string {
 	if e == nil {
 		return "the cell failed"
 	}
-	tb := ansi.ReplaceAllString(strings.Join(e.Traceback, "\n"), "")
+	frames := make([]string, len(e.Traceback))
+	for i, f := range e.Traceback {
+		frames[i] = ansi.ReplaceAllString(f, "")
+	}
+	tb := strings.Join(trimLibraryFrames(frames), "\n")
 	if strings.TrimSpace(tb) == "" {
 		return e.Name + ": " + e.Value
 	}
 	return tb
+}
+
+// frameFile finds a traceback entry's file: IPython's "File PATH:LINE, in
+// f" and Python's `  File "PATH", line N, in f`.
+var frameFile = regexp.MustCompile(`^(?:File (\S+?):\d+|\s*File "([^"]+)", line \d+)`)
+
+// libraryPath matches the files of installed libraries and the standard
+// library, and captures the part a reader knows them by.
+var libraryPath = regexp.MustCompile(`(?:/(?:site|dist)-packages/|/lib/python3[.0-9]*/|/node_modules/)(.+)$`)
+
+// trimLibraryFrames leaves out of a traceback (one entry a frame) each run
+// of two or more frames in libraries between the code's own frames,
+// saying how many and in which files; the innermost frame, where the
+// error was raised, stays.
+func trimLibraryFrames(tb []string) []string {
+	lib := func(i int) string {
+		m := frameFile.FindStringSubmatch(tb[i])
+		if m == nil {
+			return ""
+		}
+		p := m[1] + m[2]
+		if l := libraryPath.FindStringSubmatch(p); l != nil {
+			return l[1]
+		}
+		return ""
+	}
+	last := -1 // the innermost frame
+	for i := range tb {
+		if frameFile.MatchString(tb[i]) {
+			last = i
+		}
+	}
+	var out []string
+	for i := 0; i < len(tb); {
+		j := i
+		for j < len(tb) && j != last && lib(j) != "" {
+			j++
+		}
+		if j-i < 2 {
+			out = append(out, tb[i])
+			i++
+			continue
+		}
+		var files []string
+		for k := i; k < j; k++ {
+			if f := lib(k); !slices.Contains(files, f) {
+				files = append(files, f)
+			}
+		}
+		more := ""
+		if len(files) > 3 {
+			files, more = files[:3], fmt.Sprintf(" and %d more", len(files)-3)
+		}
+		out = append(out, fmt.Sprintf("[… %d frames in libraries left out: %s%s …]", j-i, strings.Join(files, ", "), more))
+		i = j
+	}
+	return out
 }
 
 // run executes a cell under the inactivity budget, with the tool() bridge.

@@ -404,3 +404,27 @@ func TestKernelDirGoesWithKernel(t *testing.T) {
 		t.Errorf("the closed run's kernel directory %s is still there (%v)", dir2, err)
 	}
 }
+
+// TestLibraryFramesLeftOut: an error raised deep in the standard library
+// shows the cell's frame, the frame that raised it and the error, and
+// counts the library frames between them instead of printing them — with
+// ipykernel and with berth's own kernel.
+func TestLibraryFramesLeftOut(t *testing.T) {
+	debianPython(t, "ipykernel")
+	for _, c := range []struct {
+		name, path string
+	}{
+		{"ipykernel", "/usr/bin:/bin"},
+		{"berth's Python kernel", noIPykernelPython(t)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newHostRun(t, c.path, eval.Options{}).env()
+			e.Cell(t, "python", "", c.name)
+			r := e.Fails(t, "python", "import json\nconfig = json.loads('{\"a\": 1,')",
+				"config = json.loads", "[… 2 frames in libraries left out: json/__init__.py, json/decoder.py …]", "raw_decode", "JSONDecodeError")
+			if strings.Contains(r.Text, "in loads") || strings.Contains(r.Text, "in decode") {
+				t.Errorf("the frames between the cell and the raise are shown:\n%s", r.Text)
+			}
+		})
+	}
+}
