@@ -2,11 +2,17 @@ package lsp_test
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -594,5 +600,89 @@ func TestStatusLeadsWithTheFilesServer(t *testing.T) {
 			t.Errorf("a Python server listed after another language's: %s", r.Structured)
 		}
 		seenOther = seenOther || !python
+	}
+}
+
+// goQuestions type-checks the package in dir with go/types and picks up
+// to max package-level functions, types and variables used in at least
+// one file other than their declaration's, most used first, with the
+// files that use them: the truth of TestTruthGo.
+func goQuestions(t *testing.T, dir string, max int) []question {
+	t.Helper()
+	fset := token.NewFileSet()
+	ents, _ := os.ReadDir(dir)
+	var files []*ast.File
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	info := &types.Info{Defs: map[*ast.Ident]types.Object{}, Uses: map[*ast.Ident]types.Object{}}
+	pkg, err := (&types.Config{Importer: importer.ForCompiler(fset, "source", nil)}).Check("flate", fset, files, info)
+	if err != nil {
+		t.Fatalf("type-checking %s: %v", dir, err)
+	}
+	used := map[types.Object]map[string]bool{}
+	for id, obj := range info.Uses {
+		if obj.Parent() == pkg.Scope() || (obj.Pkg() == pkg && isMethod(obj)) {
+			if used[obj] == nil {
+				used[obj] = map[string]bool{}
+			}
+			used[obj][filepath.Base(fset.Position(id.Pos()).Filename)] = true
+		}
+	}
+	var qs []question
+	for obj, in := range used {
+		pos := fset.Position(obj.Pos())
+		q := question{Name: obj.Name(), File: filepath.Base(pos.Filename), Line: pos.Line}
+		for f := range in {
+			q.Files = append(q.Files, f)
+		}
+		slices.Sort(q.Files)
+		if slices.ContainsFunc(q.Files, func(f string) bool { return f != q.File }) {
+			qs = append(qs, q)
+		}
+	}
+	slices.SortFunc(qs, func(a, b question) int {
+		if len(a.Files) != len(b.Files) {
+			return len(b.Files) - len(a.Files)
+		}
+		return strings.Compare(a.File+a.Name, b.File+b.Name)
+	})
+	return qs[:min(len(qs), max)]
+}
+
+func isMethod(obj types.Object) bool {
+	f, ok := obj.(*types.Func)
+	return ok && f.Signature().Recv() != nil
+}
+
+// TestTruthGo: Go's own compress/flate, a module of its own, asked who
+// uses 20 of its package-level names and methods, through gopls; go/types
+// is the truth. gopls type-checks the whole module, so its answers are
+// not checked against the text: they must be complete.
+func TestTruthGo(t *testing.T) {
+	need(t, "gopls")
+	src := filepath.Join(runtime.GOROOT(), "src", "compress", "flate")
+	if _, err := os.Stat(filepath.Join(src, "deflate.go")); err != nil {
+		t.Skipf("no Go source tree: %v", err)
+	}
+	h := newHostRun(t, lsp.Options{})
+	copyTree(t, src, h.dir, func(rel string) bool {
+		return !strings.Contains(rel, "/") && strings.HasSuffix(rel, ".go") && !strings.HasSuffix(rel, "_test.go")
+	})
+	os.WriteFile(filepath.Join(h.dir, "go.mod"), []byte("module example.com/flate\n\ngo 1.22\n"), 0o644)
+	var tl tally
+	for _, q := range goQuestions(t, h.dir, 20) {
+		askTruth(t, h, "references", q, &tl)
+	}
+	t.Logf("gopls references on compress/flate: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
+	if tl.said > 0 {
+		t.Errorf("gopls's answers are complete by type, yet %d were not", tl.said)
 	}
 }
