@@ -158,31 +158,21 @@ func (s *Supervisor) renameGaps(ctx context.Context, q *query, t target, plan *e
 	for _, c := range plan.changes {
 		changed[c.Path] = true
 	}
-	var missing []string
+	missing := map[string]int{}
 	for name, n := range occ.files {
 		if name == t.name {
 			n-- // the occurrence asked about
 		}
 		if n > 0 && !changed[name] {
-			missing = append(missing, name)
+			missing[name] = n
 		}
 	}
 	if len(missing) == 0 && occ.unread == 0 {
 		return ""
 	}
-	slices.Sort(missing)
 	var b strings.Builder
 	if len(missing) > 0 {
-		shown := missing[:min(len(missing), MaxVerdictFiles)]
-		list := make([]string, len(shown))
-		for i, name := range shown {
-			list[i] = fmt.Sprintf("%s (%d)", name, occ.files[name])
-		}
-		fmt.Fprintf(&b, "%q also occurs as a whole word in %s the edit leaves out: %s", t.ident, plural(len(missing), "file"), strings.Join(list, ", "))
-		if len(missing) > len(shown) {
-			fmt.Fprintf(&b, " and %d more", len(missing)-len(shown))
-		}
-		b.WriteString(" (they may hold other symbols of the same name" + q.likelyCause(ctx) + ")")
+		fmt.Fprintf(&b, "%q also occurs as a whole word in %s the edit leaves out: %s (they may hold other symbols of the same name%s)", t.ident, plural(len(missing), "file"), listCounts(missing), q.likelyCause(ctx))
 	}
 	if occ.unread > 0 {
 		if b.Len() > 0 {

@@ -216,33 +216,16 @@ func (s *Supervisor) verdict(ctx context.Context, q *query, at spot, covered, se
 			}
 		}
 	}
-	missing := make([]string, 0, len(uncovered))
 	extra := 0
-	for name, n := range uncovered {
-		missing = append(missing, name)
+	for _, n := range uncovered {
 		extra += n
 	}
-	v := map[string]any{"checked_files": occ.scanned, "uncovered_files": len(missing)}
+	v := map[string]any{"checked_files": occ.scanned, "uncovered_files": len(uncovered)}
 	if occ.unread > 0 {
 		v["unchecked_files"] = occ.unread
 	}
 	var notes []string
-	if len(missing) > 0 {
-		slices.SortFunc(missing, func(a, b string) int {
-			if uncovered[a] != uncovered[b] {
-				return uncovered[b] - uncovered[a]
-			}
-			return strings.Compare(a, b)
-		})
-		shown := missing[:min(len(missing), MaxVerdictFiles)]
-		list := make([]string, len(shown))
-		for i, name := range shown {
-			list[i] = fmt.Sprintf("%s (%d)", name, uncovered[name])
-		}
-		more := ""
-		if len(missing) > len(shown) {
-			more = fmt.Sprintf(" and %d more", len(missing)-len(shown))
-		}
+	if len(uncovered) > 0 {
 		what := "the answer may be incomplete"
 		switch {
 		case headerOnly:
@@ -250,8 +233,8 @@ func (s *Supervisor) verdict(ctx context.Context, q *query, at spot, covered, se
 		case at.action == "definition":
 			what = "the server found no definition in the workspace"
 		}
-		notes = append(notes, fmt.Sprintf("note: %s: %q occurs as a whole word %s in %s the answer does not cover: %s%s%s. They may hold other symbols of the same name; ast_grep with the pattern '%s($$$A)' finds its calls, and a text search every use",
-			what, at.t.ident, plural(extra, "more time"), plural(len(missing), "file"), strings.Join(list, ", "), more, q.likelyCause(ctx), at.t.ident))
+		notes = append(notes, fmt.Sprintf("note: %s: %q occurs as a whole word %s in %s the answer does not cover: %s%s. They may hold other symbols of the same name; ast_grep with the pattern '%s($$$A)' finds its calls, and a text search every use",
+			what, at.t.ident, plural(extra, "more time"), plural(len(uncovered), "file"), listCounts(uncovered), q.likelyCause(ctx), at.t.ident))
 	}
 	if occ.unread > 0 {
 		notes = append(notes, fmt.Sprintf("note: berth checked this answer against the text of %d files and ran out of time before the other %d; a text search covers them", occ.scanned, occ.unread))
@@ -260,6 +243,37 @@ func (s *Supervisor) verdict(ctx context.Context, q *query, at spot, covered, se
 		notes = append(notes, fmt.Sprintf("note: %s links references by name inference, not by type: uses of other symbols named %q may be listed, and uses it cannot infer may be missing", q.in.spec.ID, at.t.ident))
 	}
 	return strings.Join(notes, "\n"), v
+}
+
+// byCount returns the files of counts, the most first, then by name.
+func byCount(counts map[string]int) []string {
+	names := make([]string, 0, len(counts))
+	for name := range counts {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if counts[a] != counts[b] {
+			return counts[b] - counts[a]
+		}
+		return strings.Compare(a, b)
+	})
+	return names
+}
+
+// listCounts shows files with their counts, the most first, at most
+// MaxVerdictFiles of them: "a.js (3), b.js (1) and 4 more".
+func listCounts(counts map[string]int) string {
+	names := byCount(counts)
+	shown := names[:min(len(names), MaxVerdictFiles)]
+	list := make([]string, len(shown))
+	for i, name := range shown {
+		list[i] = fmt.Sprintf("%s (%d)", name, counts[name])
+	}
+	out := strings.Join(list, ", ")
+	if len(names) > len(shown) {
+		out += fmt.Sprintf(" and %d more", len(names)-len(shown))
+	}
+	return out
 }
 
 // MaxOccurrenceOpens caps the files opened for one answer of a server
@@ -278,16 +292,7 @@ func (q *query) openOccurrences(ctx context.Context, ident string) error {
 		return nil
 	}
 	occ := q.textOccurrences(ctx, ident)
-	names := make([]string, 0, len(occ.files))
-	for name := range occ.files {
-		names = append(names, name)
-	}
-	slices.SortFunc(names, func(a, b string) int {
-		if occ.files[a] != occ.files[b] {
-			return occ.files[b] - occ.files[a]
-		}
-		return strings.Compare(a, b)
-	})
+	names := byCount(occ.files)
 	want := map[string]int32{}
 	for _, name := range names[:min(len(names), MaxOccurrenceOpens)] {
 		uri := q.in.s.uriOf(name)
