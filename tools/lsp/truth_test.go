@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"berth.dev/berth/tools/lsp"
 )
@@ -151,9 +152,11 @@ func pyQuestions(t *testing.T, root string, max int) []question {
 	if err := json.Unmarshal(out, &qs); err != nil {
 		t.Fatal(err)
 	}
-	// Cross-file: some file other than the definition's refers to it.
+	// Cross-file: some file other than the definition's refers to it; and
+	// not a name so common (encode, in 18 of email's files) that jedi's
+	// search by name takes minutes on a loaded machine.
 	qs = slices.DeleteFunc(qs, func(q question) bool {
-		return !slices.ContainsFunc(q.Files, func(f string) bool { return f != q.File })
+		return !slices.ContainsFunc(q.Files, func(f string) bool { return f != q.File }) || len(q.Files) > 12
 	})
 	slices.SortStableFunc(qs, func(a, b question) int { return len(b.Files) - len(a.Files) })
 	return qs[:min(len(qs), max)]
@@ -179,7 +182,9 @@ func TestTruthPython(t *testing.T) {
 			var h *hostRun
 			if server == "pylsp" {
 				need(t, "pylsp")
-				h = newHostRun(t, lsp.Options{})
+				// jedi searches by name: on a loaded machine one question
+				// may take minutes, and one cut off leaves it busy.
+				h = newHostRun(t, lsp.Options{RequestTimeout: 5 * time.Minute})
 			} else {
 				h, _ = npmRun(t, server)
 			}
