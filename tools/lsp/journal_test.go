@@ -338,3 +338,72 @@ func TestWriteCreditsTypeScript(t *testing.T) {
 	t.Logf("before the change: %s", strings.SplitN(r.Text, "\n", 2)[0])
 	checkCredits(t, h, sc, "Expected", "lib/berth-probe.js")
 }
+
+// pylspOnly is the server table with pylsp alone for Python (and the rest),
+// so that pyright on PATH is there for the project check only.
+func pylspOnly() []lsp.Server {
+	return slices.DeleteFunc(lsp.DefaultServers(), func(s lsp.Server) bool { return s.ID == "pyright" })
+}
+
+// TestLinterOnlySaysWhatItMisses is issue #32's point 6: pylsp (pyflakes)
+// sees none of the calls a signature change breaks, so its "no new
+// problems" must come, once per run, with what pyflakes does not check and
+// the call that would: the project check running pyright where the
+// workspace has one, or that it has none.
+func TestLinterOnlySaysWhatItMisses(t *testing.T) {
+	const src = "/usr/lib/python3.11/email"
+	if _, err := os.Stat(src); err != nil {
+		t.Skipf("no %s", src)
+	}
+	need(t, "pylsp")
+	for _, withPyright := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no type checker", true: "pyright on PATH"}[withPyright], func(t *testing.T) {
+			env := []string{"PATH=" + os.Getenv("PATH")}
+			want := "No type checker for python was found"
+			if withPyright {
+				bin := os.Getenv("BERTH_LSP_NPM_BIN")
+				if bin == "" {
+					t.Skip("BERTH_LSP_NPM_BIN is not set (tests/run installs pyright and sets it)")
+				}
+				need(t, "node")
+				env = []string{"PATH=" + bin + ":" + os.Getenv("PATH")}
+				want = `lsp diagnostics with file "*" runs the project's type checker (pyright)`
+			} else if p, err := exec.LookPath("pyright"); err == nil {
+				t.Skipf("pyright is on PATH (%s): the project has a type checker", p)
+			}
+			h := newHostRunIn(t, t.TempDir(), env, lsp.Options{Servers: pylspOnly()})
+			copyTree(t, src, filepath.Join(h.dir, "email"), func(rel string) bool { return strings.HasSuffix(rel, ".py") })
+			os.WriteFile(filepath.Join(h.dir, "pyproject.toml"), []byte("[project]\nname = \"mail\"\nversion = \"0\"\n"), 0o644)
+			out, err := exec.Command("/usr/bin/python3", "testdata/pysig.py", filepath.Join(h.dir, "email")).Output()
+			if err != nil {
+				t.Fatalf("pysig: %v", err)
+			}
+			var scs []sigChange
+			if err := json.Unmarshal(out, &scs); err != nil || len(scs) == 0 {
+				t.Fatalf("pysig: %v, %d changes", err, len(scs))
+			}
+			sc := slices.MaxFunc(scs, func(a, b sigChange) int { return len(a.Calls) - len(b.Calls) })
+			sc.File = "email/" + sc.File
+			e := h.env()
+			// pylsp publishes only the files it was given: look first, as
+			// an agent would, so that the file's old warnings are known.
+			if r := e.Call(t, "lsp", map[string]any{"action": "diagnostics", "file": sc.File}); r.IsError {
+				t.Fatalf("diagnostics: %s", r.Text)
+			}
+			r := e.Call(t, "edit", map[string]any{"path": sc.File, "old_string": sc.Old, "new_string": sc.New})
+			t.Logf("edit breaking %d calls of %s:\n%s", len(sc.Calls), sc.Name, r.Text)
+			if r.IsError || !strings.Contains(r.Text, "diagnostics (pylsp): no new problems") {
+				t.Fatalf("want pylsp to see none of the %d broken calls: %s", len(sc.Calls), r.Text)
+			}
+			for _, w := range []string{"pyflakes", "wrong number of arguments", want} {
+				if !strings.Contains(r.Text, w) {
+					t.Errorf("the result does not say %q", w)
+				}
+			}
+			r = e.Call(t, "edit", map[string]any{"path": sc.File, "old_string": sc.New, "new_string": sc.Old})
+			if r.IsError || strings.Contains(r.Text, "pyflakes") {
+				t.Errorf("the second write says it again (once per run): %s", r.Text)
+			}
+		})
+	}
+}
