@@ -267,11 +267,17 @@ func (j *journal) account(c *lspc.Client, sets []lspc.DiagnosticSet, cur int, al
 	for _, set := range sets {
 		top = max(top, set.Seq)
 		pending := j.written[set.URI] && !j.seen[set.URI]
-		if set.Seq <= j.seq && !pending {
+		gone := set.Seq <= j.seq && len(set.Diagnostics) == 0 && len(j.files[set.URI]) > 0 // emptied by present
+		if set.Seq <= j.seq && !pending && !gone {
 			continue
 		}
 		e := j.creditOf(set)
 		switch {
+		case gone:
+			if cur == 0 {
+				continue // the deletion is the write's being diagnosed, or one behind its back
+			}
+			e = cur
 		case pending && e == 0:
 			if cur == 0 {
 				continue // left for the write being diagnosed
@@ -746,20 +752,19 @@ func plural(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-// present drops the diagnostics of workspace files that no longer exist: a
-// server may keep what it last published for a file deleted behind its
-// back.
+// present empties the diagnostics of workspace files that no longer
+// exist: a server may keep what it last published for a file deleted
+// behind its back. The journal takes an emptied set of a file it has
+// problems for as the deletion's (journal.account).
 func (s *Supervisor) present(ctx context.Context, sets []lspc.DiagnosticSet) []lspc.DiagnosticSet {
-	out := sets[:0:0]
-	for _, set := range sets {
+	for i, set := range sets {
 		if len(set.Diagnostics) > 0 {
 			if name, ok := s.nameOfURI(set.URI); ok {
 				if _, err := s.ws.Stat(ctx, name); isNotExist(err) {
-					continue
+					sets[i].Diagnostics = nil
 				}
 			}
 		}
-		out = append(out, set)
 	}
-	return out
+	return sets
 }

@@ -149,6 +149,15 @@ func TestFresh(t *testing.T) {
 			want:   []string{"b.go:2 error  pending"},
 		},
 		{
+			name: "the written files' come first, so a cap keeps them",
+			after: []lspc.DiagnosticSet{
+				dset("a.go", diag(9, warnSev, "", "w")),
+				dset("b.go", diag(7, errSev, "", "z"), diag(2, errSev, "", "y")),
+			},
+			touched: []string{"b.go"},
+			want:    []string{"b.go:2 error  y", "b.go:7 error  z", "a.go:9 warning  w"},
+		},
+		{
 			name: "new ones come by file, then line",
 			after: []lspc.DiagnosticSet{
 				dset("b.go", diag(7, errSev, "", "z"), diag(2, errSev, "", "y")),
@@ -309,6 +318,16 @@ func TestAccount(t *testing.T) {
 				// version write 1 sent.
 				{cur: 2, mark: map[string]int32{"b.go": 2}, sets: []lspc.DiagnosticSet{pub(5, 2, dset("a.go")), pub(4, 2, dset("b.go"))},
 					want: []string{"2: fixed 1"}},
+			},
+		},
+		{
+			name: "a deleted file's problems are fixed by the write that deletes it",
+			base: []lspc.DiagnosticSet{pub(1, 1, dset("a.go", broken)), pub(2, 1, dset("b.go"))},
+			steps: []step{
+				// present emptied a.go's set: the file is gone.
+				{cur: 0, sets: []lspc.DiagnosticSet{pub(1, 1, dset("a.go")), pub(2, 1, dset("b.go"))}},
+				{cur: 1, mark: map[string]int32{"b.go": 2}, sets: []lspc.DiagnosticSet{pub(1, 1, dset("a.go")), pub(3, 2, dset("b.go"))},
+					want: []string{"1: fixed 1"}},
 			},
 		},
 		{
