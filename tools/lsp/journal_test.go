@@ -137,40 +137,46 @@ func lookFirst(t *testing.T, h *hostRun, file string) {
 }
 
 // TestWriteCreditsPyright is the scenario of issue #32's point 5 on code
-// nobody here wrote: the standard library's email package as a workspace
-// (pyright reports many problems in it that no write of the test made,
-// published as its workspace analysis reaches each file). A function's
-// signature change must report exactly the calls it breaks (Python's ast
-// is the truth), its revert them fixed, and nothing either way from the
-// files pyright publishes in the meantime.
+// nobody here wrote, each tree a workspace of its own: the standard
+// library's email package (which shadows the standard library's email, so
+// pyright reports many problems in it that no write of the test made) and
+// Debian's parso. pyright publishes them as its workspace analysis reaches
+// each file. A function's signature change must report exactly the calls
+// it breaks (Python's ast is the truth), its revert them fixed, and
+// nothing either way from the files pyright publishes in the meantime.
 func TestWriteCreditsPyright(t *testing.T) {
-	const src = "/usr/lib/python3.11/email"
-	if _, err := os.Stat(src); err != nil {
-		t.Skipf("no %s", src)
+	for _, src := range []string{"/usr/lib/python3.11/email", "/usr/lib/python3/dist-packages/parso"} {
+		t.Run(filepath.Base(src), func(t *testing.T) {
+			if _, err := os.Stat(src); err != nil {
+				t.Skipf("no %s", src)
+			}
+			pkg := filepath.Base(src)
+			h := journalRun(t, "pyright-langserver")
+			copyTree(t, src, filepath.Join(h.dir, pkg), func(rel string) bool { return strings.HasSuffix(rel, ".py") })
+			os.WriteFile(filepath.Join(h.dir, "pyproject.toml"), []byte("[project]\nname = \"ws\"\nversion = \"0\"\n"), 0o644)
+			out, err := exec.Command("/usr/bin/python3", "testdata/pysig.py", filepath.Join(h.dir, pkg)).Output()
+			if err != nil {
+				t.Fatalf("pysig: %v", err)
+			}
+			var scs []sigChange
+			if err := json.Unmarshal(out, &scs); err != nil {
+				t.Fatal(err)
+			}
+			// The most calls that one result lists in full.
+			scs = slices.DeleteFunc(scs, func(sc sigChange) bool { return len(sc.Calls) > lsp.MaxWriteDiagnostics })
+			if len(scs) == 0 {
+				t.Fatal("pysig found no function to change")
+			}
+			sc := slices.MaxFunc(scs, func(a, b sigChange) int { return len(a.Calls) - len(b.Calls) })
+			sc.File = pkg + "/" + sc.File
+			t.Logf("changing %s in %s: %d calls at %v", sc.Name, sc.File, len(sc.Calls), sc.Calls)
+			// An agent looks at the file before it edits it; pyright has
+			// just started and goes on publishing the rest of the
+			// workspace.
+			lookFirst(t, h, sc.File)
+			checkCredits(t, h, sc, `"berth_extra"`, pkg+"/berth_probe.py")
+		})
 	}
-	h := journalRun(t, "pyright-langserver")
-	copyTree(t, src, filepath.Join(h.dir, "email"), func(rel string) bool { return strings.HasSuffix(rel, ".py") })
-	os.WriteFile(filepath.Join(h.dir, "pyproject.toml"), []byte("[project]\nname = \"mail\"\nversion = \"0\"\n"), 0o644)
-	out, err := exec.Command("/usr/bin/python3", "testdata/pysig.py", filepath.Join(h.dir, "email")).Output()
-	if err != nil {
-		t.Fatalf("pysig: %v", err)
-	}
-	var scs []sigChange
-	if err := json.Unmarshal(out, &scs); err != nil {
-		t.Fatal(err)
-	}
-	// The most calls that one result lists in full.
-	scs = slices.DeleteFunc(scs, func(sc sigChange) bool { return len(sc.Calls) > lsp.MaxWriteDiagnostics })
-	if len(scs) == 0 {
-		t.Fatal("pysig found no function to change")
-	}
-	sc := slices.MaxFunc(scs, func(a, b sigChange) int { return len(a.Calls) - len(b.Calls) })
-	sc.File = "email/" + sc.File
-	t.Logf("changing %s in %s: %d calls at %v", sc.Name, sc.File, len(sc.Calls), sc.Calls)
-	// An agent looks at the file before it edits it; pyright has just
-	// started and goes on publishing the rest of the workspace.
-	lookFirst(t, h, sc.File)
-	checkCredits(t, h, sc, `"berth_extra"`, "email/berth_probe.py")
 }
 
 // jsMask returns src with the text of comments, strings and template
