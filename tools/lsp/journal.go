@@ -641,14 +641,14 @@ func (s *Supervisor) syncWrite(ctx context.Context, in *instance, c *lspc.Client
 	rep.text = append(rep.text, fmt.Sprintf("diagnostics (%s): %s", in.spec.ID, summary(own, n, lines)))
 	for _, u := range own.first {
 		name, _ := s.nameOfURI(u)
-		rep.text = append(rep.text, fmt.Sprintf("note: %s had published no diagnostics for %s before this edit (it checks files in its own order after it starts), so those listed for it may predate the edit", in.spec.ID, name))
+		rep.text = append(rep.text, fmt.Sprintf("note: %s had published no diagnostics for %s before this edit, so those listed for it may predate the edit (lsp diagnostics of a file before editing it lets the write tell)", in.spec.ID, name))
 	}
 	if busy {
 		rep.text = append(rep.text, fmt.Sprintf("note: %s was still checking the workspace after %v when this edit was sent; problems listed in files it did not write may predate it", in.spec.ID, s.opts.DiagnosticsWait))
 	}
 	for _, cr := range earlier {
 		lines, structured := s.render(ctx, cr.news, MaxWriteDiagnostics, c.PositionEncoding())
-		rep.text = append(rep.text, fmt.Sprintf("late diagnostics for edit #%d (%s, which published them after that write's result): %s", cr.edit, in.spec.ID, summary(cr, cr.edit, lines)))
+		rep.text = append(rep.text, fmt.Sprintf("late diagnostics for edit #%d (%s, which published them after that write's result): %s", cr.edit, in.spec.ID, summary(cr, 0, lines)))
 		rep.late = append(rep.late, lateDiags{Edit: cr.edit, Server: in.spec.ID, Diagnostics: nonNil(structured), Fixed: cr.fixed, More: len(cr.news) - len(structured)})
 	}
 	for _, u := range late {
@@ -659,17 +659,22 @@ func (s *Supervisor) syncWrite(ctx context.Context, in *instance, c *lspc.Client
 }
 
 // summary is the text of one write's credit: its new problems (lines, as
-// render wrote them) and how many it fixed.
+// render wrote them) and how many it fixed, with the write's number n
+// (none for 0).
 func summary(cr credit, n int, lines string) string {
+	edit, sep := "", ""
+	if n > 0 {
+		edit, sep = fmt.Sprintf(" (edit #%d)", n), fmt.Sprintf("; edit #%d", n)
+	}
 	switch {
 	case len(cr.news) == 0 && cr.fixed > 0:
-		return fmt.Sprintf("no new problems; fixed %s (edit #%d)", plural(cr.fixed, "problem"), n)
+		return fmt.Sprintf("no new problems; fixed %s%s", plural(cr.fixed, "problem"), edit)
 	case len(cr.news) == 0:
-		return fmt.Sprintf("no new problems (edit #%d)", n)
+		return "no new problems" + edit
 	case cr.fixed > 0:
-		return fmt.Sprintf("%s introduced (%d fixed; edit #%d):\n%s", plural(len(cr.news), "new problem"), cr.fixed, n, lines)
+		return fmt.Sprintf("%s introduced (%d fixed%s):\n%s", plural(len(cr.news), "new problem"), cr.fixed, sep, lines)
 	default:
-		return fmt.Sprintf("%s introduced (edit #%d):\n%s", plural(len(cr.news), "new problem"), n, lines)
+		return fmt.Sprintf("%s introduced%s:\n%s", plural(len(cr.news), "new problem"), edit, lines)
 	}
 }
 

@@ -404,3 +404,25 @@ func TestAccount(t *testing.T) {
 		})
 	}
 }
+
+// TestSummary: a write's own result names its number; a late one's line
+// names it before, once.
+func TestSummary(t *testing.T) {
+	one := []located{{uri: "a.py", d: diag(1, errSev, "", "x")}}
+	for _, tc := range []struct {
+		cr   credit
+		n    int
+		want string
+	}{
+		{credit{}, 3, "no new problems (edit #3)"},
+		{credit{fixed: 2}, 3, "no new problems; fixed 2 problems (edit #3)"},
+		{credit{news: one}, 3, "1 new problem introduced (edit #3):\nL"},
+		{credit{news: one, fixed: 1}, 3, "1 new problem introduced (1 fixed; edit #3):\nL"},
+		{credit{fixed: 2}, 0, "no new problems; fixed 2 problems"},
+		{credit{news: one}, 0, "1 new problem introduced:\nL"},
+	} {
+		if got := summary(tc.cr, tc.n, "L"); got != tc.want {
+			t.Errorf("summary(%+v, %d) = %q, want %q", tc.cr, tc.n, got, tc.want)
+		}
+	}
+}
