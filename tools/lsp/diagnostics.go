@@ -41,9 +41,13 @@ func (s *Supervisor) diagnostics(ctx context.Context, in Input) (_ *tools.Result
 	defer q.release()
 	defer func() { err = q.died(err) }()
 	uri := s.uriOf(name)
+	s.settleBusy(ctx, q.in, q.c)
 	if late := s.settle(ctx, q.in, q.c, map[string]int32{uri: v}); len(late) > 0 {
 		return nil, tools.Fail("%s sent no diagnostics for %s within %v; call again (lsp status shows whether it is still indexing)", q.in.spec.ID, name, s.opts.DiagnosticsWait)
 	}
+	// A server that began checking the workspace meanwhile may have sent
+	// a placeholder (pyright: none) for the file it has not checked yet.
+	s.settleBusy(ctx, q.in, q.c)
 	set, _ := q.c.Diagnostics(uri)
 	var found []located
 	for _, d := range set.Diagnostics {

@@ -93,7 +93,7 @@ func (s *Supervisor) Restore(data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, js := range in {
-		j := &journal{known: map[diagKey]int{}, files: map[string]map[diagKey]int{}}
+		j := newJournal()
 		for _, e := range js.Entries {
 			if e.Count <= 0 {
 				continue
@@ -107,6 +107,7 @@ func (s *Supervisor) Restore(data []byte) error {
 				j.files[e.URI] = map[diagKey]int{}
 			}
 			j.files[e.URI][dk] = e.Count
+			j.seen[e.URI] = true
 		}
 		s.journal[key{id: js.ID, root: js.Root}] = j
 		s.kept[key{id: js.ID, root: js.Root}] = true

@@ -149,6 +149,15 @@ func TestFresh(t *testing.T) {
 			want:   []string{"b.go:2 error  pending"},
 		},
 		{
+			name: "the written files' come first, so a cap keeps them",
+			after: []lspc.DiagnosticSet{
+				dset("a.go", diag(9, warnSev, "", "w")),
+				dset("b.go", diag(7, errSev, "", "z"), diag(2, errSev, "", "y")),
+			},
+			touched: []string{"b.go"},
+			want:    []string{"b.go:2 error  y", "b.go:7 error  z", "a.go:9 warning  w"},
+		},
+		{
 			name: "new ones come by file, then line",
 			after: []lspc.DiagnosticSet{
 				dset("b.go", diag(7, errSev, "", "z"), diag(2, errSev, "", "y")),
@@ -224,6 +233,196 @@ func TestFixed(t *testing.T) {
 	for _, tc := range tests {
 		if got := fixed(snapshot(tc.before, nil), snapshot(tc.after, nil)); got != tc.want {
 			t.Errorf("%s: fixed = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// pub is a publication: set with its arrival number and document version
+// (-1: none).
+func pub(seq uint64, version int32, set lspc.DiagnosticSet) lspc.DiagnosticSet {
+	set.Seq = seq
+	if version >= 0 {
+		set.Version = &version
+	}
+	return set
+}
+
+// TestAccount is a table of which write the journal credits each
+// publication to (LSP-4): a file's first publication is its baseline
+// unless a write touched it; a publication carrying a write's document
+// version is that write's, even when it arrives during a later one; one
+// without a version is the last write's before it arrived.
+func TestAccount(t *testing.T) {
+	c := new(lspc.Client)
+	old := diag(1, warnSev, "", "old warning")
+	broken := diag(4, errSev, "", "argument missing")
+	type step struct {
+		sets    []lspc.DiagnosticSet // the connection's latest publications
+		cur     int                  // the write being diagnosed (0: before its changes)
+		mark    map[string]int32     // then write cur sends these versions, after the publications so far
+		want    []string             // "edit: uri:line message" of what is credited, "edit: fixed N"
+		allNew  bool
+		pending []string // written while the server started
+	}
+	tests := []struct {
+		name  string
+		base  []lspc.DiagnosticSet
+		steps []step
+	}{
+		{
+			name: "a file first published after a write is its baseline",
+			base: []lspc.DiagnosticSet{pub(1, 1, dset("a.py"))},
+			steps: []step{
+				{cur: 0},
+				{cur: 1, mark: map[string]int32{"a.py": 2}, sets: []lspc.DiagnosticSet{
+					pub(2, 2, dset("a.py", broken)), pub(3, -1, dset("b.py", old))},
+					want: []string{"1: a.py:4 argument missing"}},
+			},
+		},
+		{
+			name: "unless the server publishes every file before it idles",
+			base: []lspc.DiagnosticSet{pub(1, 1, dset("a.py"))},
+			steps: []step{
+				{cur: 1, allNew: true, mark: map[string]int32{"a.py": 2}, sets: []lspc.DiagnosticSet{
+					pub(2, 2, dset("a.py")), pub(3, -1, dset("b.py", broken))},
+					want: []string{"1: b.py:4 argument missing"}},
+			},
+		},
+		{
+			name: "a late publication with a write's version is that write's",
+			base: []lspc.DiagnosticSet{pub(1, 1, dset("a.py", old))},
+			steps: []step{
+				{cur: 1, mark: map[string]int32{"a.py": 2}, sets: []lspc.DiagnosticSet{pub(1, 1, dset("a.py", old))}},
+				// Write 2 touches c.py; a.py's diagnostics for write 1 arrive.
+				{cur: 0, sets: []lspc.DiagnosticSet{pub(4, 2, dset("a.py", old, broken))},
+					want: []string{"1: a.py:4 argument missing"}},
+				{cur: 2, mark: map[string]int32{"c.py": 2}, sets: []lspc.DiagnosticSet{pub(4, 2, dset("a.py", old, broken)), pub(5, 2, dset("c.py"))}},
+			},
+		},
+		{
+			name: "even when it arrives after the next write was sent",
+			base: []lspc.DiagnosticSet{pub(1, 1, dset("a.py", old)), pub(2, 1, dset("c.py"))},
+			steps: []step{
+				{cur: 1, mark: map[string]int32{"a.py": 2}},
+				{cur: 2, mark: map[string]int32{"c.py": 2}, sets: []lspc.DiagnosticSet{
+					pub(3, 2, dset("c.py")), pub(4, 2, dset("a.py", old, broken))},
+					want: []string{"1: a.py:4 argument missing"}},
+			},
+		},
+		{
+			name: "a version published again is the last write's, not the one that sent it",
+			base: []lspc.DiagnosticSet{pub(1, 1, dset("a.go", broken)), pub(2, 1, dset("b.go"))},
+			steps: []step{
+				{cur: 1, mark: map[string]int32{"a.go": 2}, sets: []lspc.DiagnosticSet{pub(3, 2, dset("a.go", broken)), pub(2, 1, dset("b.go"))}},
+				// Write 2 fixes b.go's callee: gopls re-checks a.go at the
+				// version write 1 sent.
+				{cur: 2, mark: map[string]int32{"b.go": 2}, sets: []lspc.DiagnosticSet{pub(5, 2, dset("a.go")), pub(4, 2, dset("b.go"))},
+					want: []string{"2: fixed 1"}},
+			},
+		},
+		{
+			name: "a deleted file's problems are fixed by the write that deletes it",
+			base: []lspc.DiagnosticSet{pub(1, 1, dset("a.go", broken)), pub(2, 1, dset("b.go"))},
+			steps: []step{
+				// present emptied a.go's set: the file is gone.
+				{cur: 0, sets: []lspc.DiagnosticSet{pub(1, 1, dset("a.go")), pub(2, 1, dset("b.go"))}},
+				{cur: 1, mark: map[string]int32{"b.go": 2}, sets: []lspc.DiagnosticSet{pub(1, 1, dset("a.go")), pub(3, 2, dset("b.go"))},
+					want: []string{"1: fixed 1"}},
+			},
+		},
+		{
+			name: "a versionless publication is the last write's before it arrived",
+			base: []lspc.DiagnosticSet{pub(1, 1, dset("a.py")), pub(2, -1, dset("b.py", old))},
+			steps: []step{
+				{cur: 1, mark: map[string]int32{"a.py": 2}, sets: []lspc.DiagnosticSet{pub(3, 2, dset("a.py"))}},
+				{cur: 0, sets: []lspc.DiagnosticSet{pub(3, 2, dset("a.py")), pub(4, -1, dset("b.py", old, broken))},
+					want: []string{"1: b.py:4 argument missing"}},
+				{cur: 2, mark: map[string]int32{"a.py": 3}, sets: []lspc.DiagnosticSet{pub(5, 3, dset("a.py")), pub(6, -1, dset("b.py", old))},
+					want: []string{"2: fixed 1"}},
+			},
+		},
+		{
+			name: "a publication before any write is taken in silently",
+			base: []lspc.DiagnosticSet{pub(1, -1, dset("b.py"))},
+			steps: []step{
+				{cur: 0, sets: []lspc.DiagnosticSet{pub(2, -1, dset("b.py", old))}},
+				{cur: 1, mark: map[string]int32{"a.py": 1}, sets: []lspc.DiagnosticSet{pub(2, -1, dset("b.py", old)), pub(3, 1, dset("a.py"))}},
+			},
+		},
+		{
+			name:  "a file written while the server started is the next write's",
+			base:  []lspc.DiagnosticSet{pub(1, -1, dset("p.py", broken))},
+			steps: []step{{cur: 0, pending: []string{"p.py"}}, {cur: 1, mark: map[string]int32{"a.py": 1}, sets: []lspc.DiagnosticSet{pub(1, -1, dset("p.py", broken)), pub(2, 1, dset("a.py"))}, want: []string{"1: p.py:4 argument missing"}}},
+		},
+		{
+			name: "a touched file never published before is the write's, and said so",
+			base: []lspc.DiagnosticSet{pub(1, -1, dset("b.py"))},
+			steps: []step{{cur: 1, mark: map[string]int32{"n.py": 2}, sets: []lspc.DiagnosticSet{pub(2, 2, dset("n.py", old))},
+				want: []string{"1: n.py:1 old warning", "1: first n.py"}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var skip map[string]bool
+			for _, st := range tt.steps {
+				for _, u := range st.pending {
+					skip = map[string]bool{u: true}
+				}
+			}
+			j := snapshot(tt.base, skip)
+			j.client = c
+			var got []string
+			sets := tt.base
+			for _, st := range tt.steps {
+				if st.sets != nil {
+					sets = st.sets
+				}
+				if st.mark != nil {
+					// The write's changes go out after the publications
+					// accounted for so far.
+					j.mark(st.cur, j.seq, st.mark)
+				}
+				for _, cr := range j.account(c, sets, st.cur, st.allNew) {
+					for _, l := range cr.news {
+						got = append(got, fmt.Sprintf("%d: %s:%d %s", cr.edit, l.uri, l.d.Range.Start.Line, l.d.Message))
+					}
+					if cr.fixed > 0 {
+						got = append(got, fmt.Sprintf("%d: fixed %d", cr.edit, cr.fixed))
+					}
+					for _, u := range cr.first {
+						got = append(got, fmt.Sprintf("%d: first %s", cr.edit, u))
+					}
+				}
+			}
+			var want []string
+			for _, st := range tt.steps {
+				want = append(want, st.want...)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("credited\n\t%q\nwant\n\t%q", got, want)
+			}
+		})
+	}
+}
+
+// TestSummary: a write's own result names its number; a late one's line
+// names it before, once.
+func TestSummary(t *testing.T) {
+	one := []located{{uri: "a.py", d: diag(1, errSev, "", "x")}}
+	for _, tc := range []struct {
+		cr   credit
+		n    int
+		want string
+	}{
+		{credit{}, 3, "no new problems (edit #3)"},
+		{credit{fixed: 2}, 3, "no new problems; fixed 2 problems (edit #3)"},
+		{credit{news: one}, 3, "1 new problem introduced (edit #3):\nL"},
+		{credit{news: one, fixed: 1}, 3, "1 new problem introduced (1 fixed; edit #3):\nL"},
+		{credit{fixed: 2}, 0, "no new problems; fixed 2 problems"},
+		{credit{news: one}, 0, "1 new problem introduced:\nL"},
+	} {
+		if got := summary(tc.cr, tc.n, "L"); got != tc.want {
+			t.Errorf("summary(%+v, %d) = %q, want %q", tc.cr, tc.n, got, tc.want)
 		}
 	}
 }

@@ -142,6 +142,7 @@ type Supervisor struct {
 	closed  bool
 	sysFS   sandbox.FS // the sandbox's "/", for source lines outside the workspace
 	journal map[key]*journal
+	edits   int             // writes diagnosed so far: a write's result names its number ("edit #3")
 	told    map[string]bool // why no server applied, as diagnostics on write said it
 	// kept marks journals Restore brought back: the server's first
 	// baseline leaves them as they are.
