@@ -280,6 +280,13 @@ type AdoptReport struct {
 	// Gone are runs whose sandbox (or resident supervisor) is gone; their
 	// ids answer sandbox_gone.
 	Gone map[string]string
+	// Unavailable are runs whose sandbox is unavailable (the container is
+	// paused, its engine does not answer, or taking the run over did not
+	// finish within adoptTimeout): kept in the store and answered 503
+	// sandbox_unavailable, while berth tries again in the background,
+	// with the backoff of a live run's unavailable sandbox, until the run
+	// is adopted or found gone.
+	Unavailable map[string]string
 	// Failed are runs that could not be adopted for another reason (kept
 	// in the store for the next start), or whose stored record is
 	// unreadable (removed; a resident supervisor it named ends after its
@@ -298,65 +305,6 @@ type AdoptReport struct {
 	// Elsewhere are runs another live replica serves (Config.Leases):
 	// not adopted, and forwarded there.
 	Elsewhere []string
-}
-
-// Adopt takes over the runs in Config.Store that an earlier berth left:
-// for each it opens the sandbox again, reattaches to its resident
-// supervisor and hands each resource its stored state (Env.Adopted).
-// A run whose sandbox is gone, or whose resident supervisor is no longer
-// there (the container restarted, or berth was away longer than the
-// resident's grace), is removed from the store and its id answers
-// sandbox_gone. Call it once, after New and before serving.
-//
-// A record is a claim, not a fact: before anything of a run is opened,
-// today's policy is applied to it again (adoptable), and a record whose
-// integrity check fails is not acted on at all. Such runs are Refused.
-func (c *Controller) Adopt(ctx context.Context) (AdoptReport, error) {
-	rep := AdoptReport{Gone: map[string]string{}, Failed: map[string]string{}, Refused: map[string]string{}}
-	if c.cfg.Store == nil {
-		return rep, nil
-	}
-	recs, bad, err := c.cfg.Store.List(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("controller: read the run store: %w", err)
-	}
-	for _, u := range bad {
-		if errors.Is(u.Err, runstore.ErrForged) {
-			rep.Refused[u.ID] = c.refuseForged(ctx, u).Error()
-			continue
-		}
-		rep.Failed[u.ID] = "its stored record is unreadable: " + u.Err.Error()
-		c.cfg.Store.Delete(ctx, u.ID)
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for _, rec := range recs {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			problems, elsewhere, err := c.adoptLeased(ctx, rec)
-			mu.Lock()
-			defer mu.Unlock()
-			rep.Problems = append(rep.Problems, problems...)
-			switch {
-			case elsewhere:
-				rep.Elsewhere = append(rep.Elsewhere, rec.ID)
-			case err == nil:
-				rep.Adopted = append(rep.Adopted, rec.ID)
-			case errors.Is(err, ErrAdoptRefused):
-				rep.Refused[rec.ID] = err.Error()
-			case errors.Is(err, sandbox.ErrGone):
-				rep.Gone[rec.ID] = err.Error()
-			default:
-				// Kept in the store: the next start tries again (an engine
-				// that does not answer now may answer then).
-				rep.Failed[rec.ID] = err.Error() + "; the run stays in the store and the next start of berth tries again"
-			}
-		})
-	}
-	wg.Wait()
-	return rep, nil
 }
 
 // adopt takes one stored run over.
@@ -382,6 +330,11 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 		if cut := cutShort(ctx, rec.ID, "opening its sandbox", err); cut != nil {
 			return nil, cut
 		}
+		// An unavailable sandbox's error wraps ErrGone too: it is asked
+		// first, and such a run is kept.
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			return nil, fmt.Errorf("controller: run %s: its sandbox %s is unavailable (%w)", rec.ID, rec.Sandbox, err)
+		}
 		if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrGone) {
 			return nil, fmt.Errorf("controller: run %s: its sandbox %s is gone (%w) while berth was down: %w; open a new run", rec.ID, rec.Sandbox, err, sandbox.ErrGone)
 		}
@@ -392,6 +345,11 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 	if err := c.checkLabelled(ctx, p, sch, sb, spec); err != nil { // closes sb
 		if cut := cutShort(ctx, rec.ID, "checking its container's labels", err); cut != nil {
 			return nil, cut
+		}
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			// The engine could not say whose the container is: no
+			// refusal, the run is kept.
+			return nil, fmt.Errorf("controller: run %s: %w", rec.ID, err)
 		}
 		return nil, refused(rec.ID, err.Error())
 	}
@@ -407,6 +365,9 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 			sb.Close()
 			if cut := cutShort(ctx, rec.ID, "reattaching to its resident supervisor", err); cut != nil {
 				return nil, cut
+			}
+			if errors.Is(err, sandbox.ErrUnavailable) {
+				return nil, fmt.Errorf("controller: run %s: reattach to its resident supervisor: its sandbox %s is unavailable (%w)", rec.ID, rec.Sandbox, err)
 			}
 			if errors.Is(err, sandbox.ErrNotFound) {
 				return nil, fmt.Errorf("controller: run %s: its resident supervisor no longer runs in %s (%v): the container restarted, or berth was away longer than the resident's grace, and the run's kernels and debug session ended with it: %w; open a new run",
