@@ -132,7 +132,9 @@ func (c *Controller) Lookup(tenant, id string) (*Run, error) {
 	r, ok := c.runs[id]
 	exp, wasExpired := c.expired[id]
 	var pend error
-	if p := c.adopting[id]; !ok && p != nil && (tenant == AllTenants || p.tenant == tenant) {
+	// A run found gone (or refused) answers so at once, while its
+	// adoption still ends what it left.
+	if p := c.adopting[id]; !ok && !wasExpired && p != nil && (tenant == AllTenants || p.tenant == tenant) {
 		pend = p.answerLocked(id)
 	}
 	c.mu.Unlock()
