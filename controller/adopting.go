@@ -30,8 +30,8 @@ const (
 // pending is a stored run BeginAdopt has not taken over yet.
 type pending struct {
 	tenant string
-	// unavailable is what the run answers while its sandbox is
-	// unavailable, until the next try; nil while a try is under way.
+	// unavailable is what the run answers once a try found its sandbox
+	// unavailable, through the later tries; nil before.
 	unavailable error
 }
 
@@ -214,8 +214,8 @@ func (c *Controller) adoptRun(ctx context.Context, rec runstore.Record, sem chan
 			return
 		}
 		backoff = min(max(2*backoff, UnavailableRetryMin), UnavailableRetryMax)
-		answer := fmt.Errorf("controller: run %s: berth restarted and cannot take the run over yet: %w; the run and what runs in it are kept, and berth tries again in %v: retry then, or close the run if the container will not come back",
-			rec.ID, uerr, backoff.Round(time.Second))
+		answer := fmt.Errorf("controller: run %s: berth restarted and cannot take the run over yet: %w; the run and what runs in it are kept, and berth tries again in %v and on, waiting at most %v between tries: retry then",
+			rec.ID, uerr, backoff.Round(time.Second), UnavailableRetryMax)
 		c.mu.Lock()
 		if p := c.adopting[rec.ID]; p != nil {
 			p.unavailable = answer
@@ -223,6 +223,8 @@ func (c *Controller) adoptRun(ctx context.Context, rec runstore.Record, sem chan
 		c.mu.Unlock()
 		report(func(rep *AdoptReport) { rep.Unavailable[rec.ID] = answer.Error() })
 		c.log.Warn("run not adopted yet: its sandbox is unavailable; trying again", "run", rec.ID, "retry_in", backoff, "err", err)
+		// The run answers so through the next try too: its sandbox was
+		// unavailable at the last look.
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
@@ -230,11 +232,6 @@ func (c *Controller) adoptRun(ctx context.Context, rec runstore.Record, sem chan
 			t.Stop()
 			return
 		}
-		c.mu.Lock()
-		if p := c.adopting[rec.ID]; p != nil {
-			p.unavailable = nil
-		}
-		c.mu.Unlock()
 	}
 }
 
