@@ -33,8 +33,10 @@ const (
 	// residentDirPrefix names a run's resident directory in its sandbox:
 	// /tmp/berth-run-<run id>.
 	residentDirPrefix = "/tmp/berth-run-"
-	// adoptTimeout bounds adopting one run (its sandbox, its resident,
-	// its resources).
+	// adoptTimeout bounds reaching one stored run's sandbox and resident
+	// supervisor at adoption; a run that does not get there in time is
+	// taken as unavailable and tried again. Its resources (a kernel
+	// running a long cell) then take as long as they need.
 	adoptTimeout = 60 * time.Second
 )
 
@@ -307,8 +309,11 @@ type AdoptReport struct {
 	Elsewhere []string
 }
 
-// adopt takes one stored run over.
-func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, error) {
+// adopt takes one stored run over. bounded (ctx with adoptTimeout)
+// bounds reaching its sandbox and its resident supervisor; its resources
+// are then taken over within ctx alone, so that a kernel running a long
+// cell is waited for as long as its heartbeat answers.
+func (c *Controller) adopt(ctx, bounded context.Context, rec runstore.Record) ([]string, error) {
 	mode, err := tools.ParseSurface(rec.Mode)
 	if err != nil {
 		return nil, fmt.Errorf("controller: stored run %s has mode %q: %w", rec.ID, rec.Mode, err)
@@ -325,9 +330,9 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 	if !ok {
 		return nil, fmt.Errorf("controller: run %s is in %s, and this berth has no %s provider (configured: %s)", rec.ID, rec.Sandbox, sch, c.schemeList())
 	}
-	sb, err := p.Open(ctx, rest)
+	sb, err := p.Open(bounded, rest)
 	if err != nil {
-		if cut := cutShort(ctx, rec.ID, "opening its sandbox", err); cut != nil {
+		if cut := cutShort(bounded, rec.ID, "opening its sandbox", err); cut != nil {
 			return nil, cut
 		}
 		// An unavailable sandbox's error wraps ErrGone too: it is asked
@@ -342,8 +347,8 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 	}
 	// The container must still be the conversation's (and the tenant's),
 	// by the check an explicit reference gets when a run is opened.
-	if err := c.checkLabelled(ctx, p, sch, sb, spec); err != nil { // closes sb
-		if cut := cutShort(ctx, rec.ID, "checking its container's labels", err); cut != nil {
+	if err := c.checkLabelled(bounded, p, sch, sb, spec); err != nil { // closes sb
+		if cut := cutShort(bounded, rec.ID, "checking its container's labels", err); cut != nil {
 			return nil, cut
 		}
 		if errors.Is(err, sandbox.ErrUnavailable) {
@@ -360,10 +365,10 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 			sb.Close()
 			return nil, fmt.Errorf("controller: run %s: its sandbox %s can no longer hold a resident supervisor", rec.ID, rec.Sandbox)
 		}
-		res, err = rs.Resident(ctx, sandbox.ResidentSpec{Dir: rec.Resident.Dir, Secret: rec.Resident.Secret, Grace: c.cfg.ResidentGrace, Adopt: true})
+		res, err = rs.Resident(bounded, sandbox.ResidentSpec{Dir: rec.Resident.Dir, Secret: rec.Resident.Secret, Grace: c.cfg.ResidentGrace, Adopt: true})
 		if err != nil {
 			sb.Close()
-			if cut := cutShort(ctx, rec.ID, "reattaching to its resident supervisor", err); cut != nil {
+			if cut := cutShort(bounded, rec.ID, "reattaching to its resident supervisor", err); cut != nil {
 				return nil, cut
 			}
 			if errors.Is(err, sandbox.ErrUnavailable) {

@@ -248,10 +248,10 @@ func (c *Controller) adoptExclusive(ctx context.Context, rec runstore.Record) (r
 // Config.Leases). A run whose sandbox is gone is removed from the store;
 // one that fails otherwise lets its lease go, for another try.
 func (c *Controller) adoptLeased(ctx context.Context, rec runstore.Record) (problems []string, elsewhere bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, adoptTimeout)
+	bounded, cancel := context.WithTimeout(ctx, adoptTimeout)
 	defer cancel()
 	if c.cfg.Leases != nil {
-		ok, err := c.cfg.Leases.Acquire(ctx, rec.ID)
+		ok, err := c.cfg.Leases.Acquire(bounded, rec.ID)
 		if err != nil {
 			return nil, false, fmt.Errorf("controller: run %s: take its lease: %w", rec.ID, err)
 		}
@@ -259,7 +259,7 @@ func (c *Controller) adoptLeased(ctx context.Context, rec runstore.Record) (prob
 			return nil, true, nil
 		}
 	}
-	problems, err = c.adopt(ctx, rec)
+	problems, err = c.adopt(ctx, bounded, rec)
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrAdoptRefused):
@@ -280,7 +280,7 @@ func (c *Controller) adoptLeased(ctx context.Context, rec runstore.Record) (prob
 		// unavailable sandbox's error wraps ErrGone too, so this comes
 		// first), and its lease goes for the next try.
 		c.release(rec.ID)
-	case errors.Is(err, sandbox.ErrGone) && ctx.Err() == nil:
+	case errors.Is(err, sandbox.ErrGone) && bounded.Err() == nil:
 		// Gone for certain, not an answer cut short (berth shutting
 		// down, the adoption's time running out).
 		c.rememberGone(rec.ID, rec.Tenant, err)

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"berth.dev/berth/controller"
 )
@@ -76,4 +78,39 @@ func TestEngineStalledAcrossRestart(t *testing.T) {
 	flags := []string{"--docker-host", "unix://" + p.path}
 	d := startDurable(t, flags...)
 	unavailableAcross(t, d, p.stall, p.flow, flags...)
+}
+
+// busyCell is how long the cell of TestBusyKernelAcrossRestart runs after
+// berth is killed: longer than the 20 s after which the adoption of a
+// busy kernel used to give up.
+const busyCell = 40 * time.Second
+
+// TestBusyKernelAcrossRestart: berth is killed (SIGKILL) while a cell
+// runs, and the next berth waits for the busy kernel as long as its
+// heartbeat answers, instead of giving it up after 20 s with its state
+// (issue 33, finding 3): once the cell ends, the run is adopted with the
+// kernel, which has the cell's result, and berth answered /healthz
+// throughout.
+func TestBusyKernelAcrossRestart(t *testing.T) {
+	d := startDurable(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	code := fmt.Sprintf("import time\nopen('/tmp/berth-busy-cell', 'w').close()\ntime.sleep(%d)\nx = 43", int(busyCell.Seconds()))
+	go d.client.Call(ctx, d.run.ID, "eval", map[string]any{"code": code, "description": "a long cell berth is killed under"}) // ends with berth
+	waitFor(t, callTimeout, "the long cell to start", func() bool {
+		return strings.TrimSpace(d.ctr.sh(t, "test -e /tmp/berth-busy-cell && echo started || true")) == "started"
+	}, nil)
+	d.server.Kill()
+	_, c2 := durableBerth(t, d.state)
+	hctx, hcancel := context.WithTimeout(context.Background(), callTimeout)
+	defer hcancel()
+	if st, b, err := c2.Do(hctx, "GET", "/healthz", nil); err != nil || st != http.StatusOK {
+		t.Fatalf("/healthz while the busy kernel is adopted: %d %s %v", st, b, err)
+	}
+	// The Client waits while the run answers 503 adopting.
+	got := evalText(t, c2, d.run.ID, "x + 1")
+	if !strings.Contains(got, "44") || !strings.Contains(got, "kept") {
+		t.Fatalf("after the restart under a long cell, x + 1 = %q; want 44 (the cell's x = 43, the kernel kept)", got)
+	}
+	oneOfEach(t, d.ctr, "after the busy kernel was adopted", 1)
 }
