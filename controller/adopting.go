@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -222,7 +223,11 @@ func (c *Controller) adoptRun(ctx context.Context, rec runstore.Record, sem chan
 		}
 		c.mu.Unlock()
 		report(func(rep *AdoptReport) { rep.Unavailable[rec.ID] = answer.Error() })
-		c.log.Warn("run not adopted yet: its sandbox is unavailable; trying again", "run", rec.ID, "retry_in", backoff, "err", err)
+		level := slog.LevelWarn // once; the later tries at debug level
+		if tries > 1 {
+			level = slog.LevelDebug
+		}
+		c.log.Log(ctx, level, "run not adopted yet: its sandbox is unavailable; trying again", "run", rec.ID, "tries", tries, "retry_in", backoff, "err", err)
 		// The run answers so through the next try too: its sandbox was
 		// unavailable at the last look.
 		t := time.NewTimer(backoff)
