@@ -135,8 +135,8 @@ func TestAdoptKeepsUnavailableSandbox(t *testing.T) {
 }
 
 // TestAdoptGivesUpOnShutdown: a berth that stops while a run's sandbox is
-// unavailable ends its tries and leaves the run in the store, untouched,
-// for the next berth.
+// unavailable ends its tries, leaves the run in the store, untouched, for
+// the next berth, and says so to a call meanwhile.
 func TestAdoptGivesUpOnShutdown(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -154,6 +154,9 @@ func TestAdoptGivesUpOnShutdown(t *testing.T) {
 		t.Fatalf("report %+v, %v; want the run unavailable", rep, err)
 	}
 	restart(t, c2) // returns once the tries ended (goleak checks at exit)
+	if _, err := c2.Lookup("acme", r.ID()); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "next berth") {
+		t.Errorf("during shutdown the run answers %v; want ErrClosed saying the next berth serves it", err)
+	}
 	st, _, err := runstore.Open(dir, runstore.Options{})
 	if err != nil {
 		t.Fatal(err)

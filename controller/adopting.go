@@ -36,8 +36,12 @@ type pending struct {
 	unavailable error
 }
 
-// answerLocked is what Lookup answers for the pending run id.
-func (p *pending) answerLocked(id string) error {
+// answerLocked is what Lookup answers for the pending run id; closed
+// says the controller shuts down.
+func (p *pending) answerLocked(id string, closed bool) error {
+	if closed {
+		return fmt.Errorf("controller: run %s: this berth is shutting down before it took the run over (%w); the run lives on: retry the call in a few seconds, when the next berth serves it", id, ErrClosed)
+	}
 	if p.unavailable != nil {
 		return p.unavailable
 	}
@@ -177,7 +181,7 @@ func (c *Controller) adoptRun(ctx context.Context, rec runstore.Record, sem chan
 		})
 	}
 	defer report(func(*AdoptReport) {}) // ctx ended before the first try
-	defer c.settle(rec.ID)
+	defer c.settleUnlessClosed(rec.ID)
 	var backoff time.Duration
 	for tries := 1; ; tries++ {
 		select {
@@ -187,8 +191,10 @@ func (c *Controller) adoptRun(ctx context.Context, rec runstore.Record, sem chan
 		}
 		_, problems, elsewhere, err := c.adoptExclusive(ctx, rec)
 		<-sem
-		for _, p := range problems {
-			c.log.Warn("adopted run lost a resource", "run", rec.ID, "problem", p)
+		if tries > 1 { // the first try's are in the report
+			for _, p := range problems {
+				c.log.Warn("adopted run lost a resource", "run", rec.ID, "problem", p)
+			}
 		}
 		uerr := c.unavailableAtAdoption(ctx, rec, err)
 		if uerr == nil {
@@ -262,5 +268,16 @@ func (c *Controller) unavailableAtAdoption(ctx context.Context, rec runstore.Rec
 func (c *Controller) settle(id string) {
 	c.mu.Lock()
 	delete(c.adopting, id)
+	c.mu.Unlock()
+}
+
+// settleUnlessClosed is settle, except while the controller shuts down:
+// a run whose adoption its shutdown cut short is the next berth's, and
+// answers so (answerLocked).
+func (c *Controller) settleUnlessClosed(id string) {
+	c.mu.Lock()
+	if !c.closed {
+		delete(c.adopting, id)
+	}
 	c.mu.Unlock()
 }

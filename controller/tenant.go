@@ -135,7 +135,7 @@ func (c *Controller) Lookup(tenant, id string) (*Run, error) {
 	// A run found gone (or refused) answers so at once, while its
 	// adoption still ends what it left.
 	if p := c.adopting[id]; !ok && !wasExpired && p != nil && (tenant == AllTenants || p.tenant == tenant) {
-		pend = p.answerLocked(id)
+		pend = p.answerLocked(id, c.closed)
 	}
 	c.mu.Unlock()
 	if ok && (tenant == AllTenants || r.info.Tenant == tenant) {
