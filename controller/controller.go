@@ -55,6 +55,11 @@ var (
 	ErrBadSpec = errors.New("bad run spec")
 	// ErrClosed: the controller is shutting down and opens no more runs.
 	ErrClosed = errors.New("controller closed")
+	// ErrAdopting: berth restarted a moment ago and is still taking this
+	// stored run over (Controller.BeginAdopt); the run is kept, and the
+	// call should be retried after AdoptingRetry seconds (HTTP 503
+	// adopting, with Retry-After).
+	ErrAdopting = errors.New("the run is being adopted")
 )
 
 // Binder registers the tools of one run into r. It runs once, in Open, after
@@ -361,7 +366,14 @@ type Controller struct {
 	sweepDone   chan struct{}
 	taking      map[string]chan struct{} // runs being taken over, closed when done
 	remotes     map[string]remote        // runs other replicas serve, as Locate found them
-	bg          sync.WaitGroup           // hand-overs under way (Lost)
+	bg          sync.WaitGroup           // hand-overs (Lost) and adoptions (BeginAdopt) under way
+	// adopting are the stored runs BeginAdopt is taking over, until each
+	// is served, found gone, or given up; Lookup answers for them.
+	adopting map[string]*pending
+	// life ends when the controller stops (stopBackground): adoptions
+	// under way and their retries end with it.
+	life     context.Context
+	lifeStop context.CancelFunc
 
 	hostRoots []string // Config.HostRoots resolved; nil: anywhere
 
@@ -413,7 +425,9 @@ func New(cfg Config) (*Controller, error) {
 		return nil, errors.New("controller: Leases need a Store they cover and an Instance naming this replica in them")
 	}
 	c := &Controller{cfg: cfg, providers: map[string]sandbox.Provider{}, log: log, runs: map[string]*Run{},
-		tenants: map[string]*tenantUse{}, expired: map[string]expiredRun{}, hostRoots: roots, taking: map[string]chan struct{}{}, remotes: map[string]remote{}}
+		tenants: map[string]*tenantUse{}, expired: map[string]expiredRun{}, hostRoots: roots, taking: map[string]chan struct{}{}, remotes: map[string]remote{},
+		adopting: map[string]*pending{}}
+	c.life, c.lifeStop = context.WithCancel(context.Background())
 	for _, p := range cfg.Providers {
 		s := p.Scheme()
 		if _, dup := c.providers[s]; dup {
@@ -781,6 +795,7 @@ func (c *Controller) stopBackground() {
 	if !first {
 		return
 	}
+	c.lifeStop()
 	if c.stopJanitor != nil {
 		close(c.stopJanitor)
 		<-c.janitorDone

@@ -33,8 +33,10 @@ const (
 	// residentDirPrefix names a run's resident directory in its sandbox:
 	// /tmp/berth-run-<run id>.
 	residentDirPrefix = "/tmp/berth-run-"
-	// adoptTimeout bounds adopting one run (its sandbox, its resident,
-	// its resources).
+	// adoptTimeout bounds reaching one stored run's sandbox and resident
+	// supervisor at adoption; a run that does not get there in time is
+	// taken as unavailable and tried again. Its resources (a kernel
+	// running a long cell) then take as long as they need.
 	adoptTimeout = 60 * time.Second
 )
 
@@ -280,6 +282,13 @@ type AdoptReport struct {
 	// Gone are runs whose sandbox (or resident supervisor) is gone; their
 	// ids answer sandbox_gone.
 	Gone map[string]string
+	// Unavailable are runs whose sandbox is unavailable (the container is
+	// paused, its engine does not answer, or taking the run over did not
+	// finish within adoptTimeout): kept in the store and answered 503
+	// sandbox_unavailable, while berth tries again in the background,
+	// with the backoff of a live run's unavailable sandbox, until the run
+	// is adopted or found gone.
+	Unavailable map[string]string
 	// Failed are runs that could not be adopted for another reason (kept
 	// in the store for the next start), or whose stored record is
 	// unreadable (removed; a resident supervisor it named ends after its
@@ -300,67 +309,11 @@ type AdoptReport struct {
 	Elsewhere []string
 }
 
-// Adopt takes over the runs in Config.Store that an earlier berth left:
-// for each it opens the sandbox again, reattaches to its resident
-// supervisor and hands each resource its stored state (Env.Adopted).
-// A run whose sandbox is gone, or whose resident supervisor is no longer
-// there (the container restarted, or berth was away longer than the
-// resident's grace), is removed from the store and its id answers
-// sandbox_gone. Call it once, after New and before serving.
-//
-// A record is a claim, not a fact: before anything of a run is opened,
-// today's policy is applied to it again (adoptable), and a record whose
-// integrity check fails is not acted on at all. Such runs are Refused.
-func (c *Controller) Adopt(ctx context.Context) (AdoptReport, error) {
-	rep := AdoptReport{Gone: map[string]string{}, Failed: map[string]string{}, Refused: map[string]string{}}
-	if c.cfg.Store == nil {
-		return rep, nil
-	}
-	recs, bad, err := c.cfg.Store.List(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("controller: read the run store: %w", err)
-	}
-	for _, u := range bad {
-		if errors.Is(u.Err, runstore.ErrForged) {
-			rep.Refused[u.ID] = c.refuseForged(ctx, u).Error()
-			continue
-		}
-		rep.Failed[u.ID] = "its stored record is unreadable: " + u.Err.Error()
-		c.cfg.Store.Delete(ctx, u.ID)
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for _, rec := range recs {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			problems, elsewhere, err := c.adoptLeased(ctx, rec)
-			mu.Lock()
-			defer mu.Unlock()
-			rep.Problems = append(rep.Problems, problems...)
-			switch {
-			case elsewhere:
-				rep.Elsewhere = append(rep.Elsewhere, rec.ID)
-			case err == nil:
-				rep.Adopted = append(rep.Adopted, rec.ID)
-			case errors.Is(err, ErrAdoptRefused):
-				rep.Refused[rec.ID] = err.Error()
-			case errors.Is(err, sandbox.ErrGone):
-				rep.Gone[rec.ID] = err.Error()
-			default:
-				// Kept in the store: the next start tries again (an engine
-				// that does not answer now may answer then).
-				rep.Failed[rec.ID] = err.Error() + "; the run stays in the store and the next start of berth tries again"
-			}
-		})
-	}
-	wg.Wait()
-	return rep, nil
-}
-
-// adopt takes one stored run over.
-func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, error) {
+// adopt takes one stored run over. bounded (ctx with adoptTimeout)
+// bounds reaching its sandbox and its resident supervisor; its resources
+// are then taken over within ctx alone, so that a kernel running a long
+// cell is waited for as long as its heartbeat answers.
+func (c *Controller) adopt(ctx, bounded context.Context, rec runstore.Record) ([]string, error) {
 	mode, err := tools.ParseSurface(rec.Mode)
 	if err != nil {
 		return nil, fmt.Errorf("controller: stored run %s has mode %q: %w", rec.ID, rec.Mode, err)
@@ -377,10 +330,15 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 	if !ok {
 		return nil, fmt.Errorf("controller: run %s is in %s, and this berth has no %s provider (configured: %s)", rec.ID, rec.Sandbox, sch, c.schemeList())
 	}
-	sb, err := p.Open(ctx, rest)
+	sb, err := p.Open(bounded, rest)
 	if err != nil {
-		if cut := cutShort(ctx, rec.ID, "opening its sandbox", err); cut != nil {
+		if cut := cutShort(bounded, rec.ID, "opening its sandbox", err); cut != nil {
 			return nil, cut
+		}
+		// An unavailable sandbox's error wraps ErrGone too: it is asked
+		// first, and such a run is kept.
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			return nil, fmt.Errorf("controller: run %s: its sandbox %s is unavailable (%w)", rec.ID, rec.Sandbox, err)
 		}
 		if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrGone) {
 			return nil, fmt.Errorf("controller: run %s: its sandbox %s is gone (%w) while berth was down: %w; open a new run", rec.ID, rec.Sandbox, err, sandbox.ErrGone)
@@ -389,9 +347,14 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 	}
 	// The container must still be the conversation's (and the tenant's),
 	// by the check an explicit reference gets when a run is opened.
-	if err := c.checkLabelled(ctx, p, sch, sb, spec); err != nil { // closes sb
-		if cut := cutShort(ctx, rec.ID, "checking its container's labels", err); cut != nil {
+	if err := c.checkLabelled(bounded, p, sch, sb, spec); err != nil { // closes sb
+		if cut := cutShort(bounded, rec.ID, "checking its container's labels", err); cut != nil {
 			return nil, cut
+		}
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			// The engine could not say whose the container is: no
+			// refusal, the run is kept.
+			return nil, fmt.Errorf("controller: run %s: %w", rec.ID, err)
 		}
 		return nil, refused(rec.ID, err.Error())
 	}
@@ -402,11 +365,14 @@ func (c *Controller) adopt(ctx context.Context, rec runstore.Record) ([]string, 
 			sb.Close()
 			return nil, fmt.Errorf("controller: run %s: its sandbox %s can no longer hold a resident supervisor", rec.ID, rec.Sandbox)
 		}
-		res, err = rs.Resident(ctx, sandbox.ResidentSpec{Dir: rec.Resident.Dir, Secret: rec.Resident.Secret, Grace: c.cfg.ResidentGrace, Adopt: true})
+		res, err = rs.Resident(bounded, sandbox.ResidentSpec{Dir: rec.Resident.Dir, Secret: rec.Resident.Secret, Grace: c.cfg.ResidentGrace, Adopt: true})
 		if err != nil {
 			sb.Close()
-			if cut := cutShort(ctx, rec.ID, "reattaching to its resident supervisor", err); cut != nil {
+			if cut := cutShort(bounded, rec.ID, "reattaching to its resident supervisor", err); cut != nil {
 				return nil, cut
+			}
+			if errors.Is(err, sandbox.ErrUnavailable) {
+				return nil, fmt.Errorf("controller: run %s: reattach to its resident supervisor: its sandbox %s is unavailable (%w)", rec.ID, rec.Sandbox, err)
 			}
 			if errors.Is(err, sandbox.ErrNotFound) {
 				return nil, fmt.Errorf("controller: run %s: its resident supervisor no longer runs in %s (%v): the container restarted, or berth was away longer than the resident's grace, and the run's kernels and debug session ended with it: %w; open a new run",

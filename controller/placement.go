@@ -219,6 +219,11 @@ func (c *Controller) checkLabelled(ctx context.Context, p sandbox.Provider, sch 
 		return nil
 	}
 	sb.Close()
+	if errors.Is(err, sandbox.ErrUnavailable) {
+		// The engine cannot say whose the container is now: not a
+		// refusal (an unavailable error wraps ErrGone too).
+		return fmt.Errorf("controller: sandbox %s: cannot check its label %s now: %w", spec.Sandbox, label, err)
+	}
 	why := fmt.Sprintf("the container labelled so is %s://%s", sch, located)
 	if err != nil {
 		why = err.Error()

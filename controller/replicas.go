@@ -168,8 +168,8 @@ func (c *Controller) locateStored(ctx context.Context, tenant, id string) (*Run,
 		}
 		r, elsewhere, err := c.takeOver(ctx, rec)
 		if err != nil {
-			if errors.Is(err, sandbox.ErrGone) || errors.Is(err, ErrClosed) {
-				return nil, nil, err
+			if errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, sandbox.ErrGone) || errors.Is(err, ErrClosed) {
+				return nil, nil, err // sandbox_unavailable (kept), sandbox_gone, shutting_down
 			}
 			return nil, nil, fmt.Errorf("controller: run %s: taking it over from a replica that stopped serving it failed: %v: %w; retry in a few seconds", id, err, ErrMoving)
 		}
@@ -185,16 +185,30 @@ func (c *Controller) locateStored(ctx context.Context, tenant, id string) (*Run,
 // (and r nil) when another live replica holds it. Concurrent takeovers of
 // one run wait for the first; a run already served here is returned.
 func (c *Controller) takeOver(ctx context.Context, rec runstore.Record) (r *Run, elsewhere bool, err error) {
+	r, problems, elsewhere, err := c.adoptExclusive(ctx, rec)
+	for _, p := range problems {
+		c.log.Warn("run taken over without one of its resources", "run", rec.ID, "problem", p)
+	}
+	if err == nil && !elsewhere {
+		c.log.Info("run taken over from a replica that stopped serving it", "run", rec.ID, "previous", rec.Owner)
+	}
+	return r, elsewhere, err
+}
+
+// adoptExclusive adopts rec (adoptLeased), one adoption of a run at a
+// time: a concurrent one waits for the first, and a run already served
+// here is returned as it is, with no problems.
+func (c *Controller) adoptExclusive(ctx context.Context, rec runstore.Record) (r *Run, problems []string, elsewhere bool, err error) {
 	for {
 		c.mu.Lock()
 		if c.closed {
 			// Shutting down: another replica takes the run.
 			c.mu.Unlock()
-			return nil, false, fmt.Errorf("controller: run %s: %w: this replica is shutting down", rec.ID, ErrClosed)
+			return nil, nil, false, fmt.Errorf("controller: run %s: %w: this berth is shutting down", rec.ID, ErrClosed)
 		}
 		if r, ok := c.runs[rec.ID]; ok {
 			c.mu.Unlock()
-			return r, false, nil
+			return r, nil, false, nil
 		}
 		wait, busy := c.taking[rec.ID]
 		if !busy {
@@ -207,7 +221,7 @@ func (c *Controller) takeOver(ctx context.Context, rec runstore.Record) (r *Run,
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			return nil, nil, false, ctx.Err()
 		}
 	}
 	defer func() {
@@ -216,26 +230,28 @@ func (c *Controller) takeOver(ctx context.Context, rec runstore.Record) (r *Run,
 		delete(c.taking, rec.ID)
 		c.mu.Unlock()
 	}()
-	problems, elsewhere, err := c.adoptLeased(ctx, rec)
-	for _, p := range problems {
-		c.log.Warn("run taken over without one of its resources", "run", rec.ID, "problem", p)
-	}
+	problems, elsewhere, err = c.adoptLeased(ctx, rec)
 	if err != nil || elsewhere {
-		return nil, elsewhere, err
+		return nil, problems, elsewhere, err
 	}
-	c.log.Info("run taken over from a replica that stopped serving it", "run", rec.ID, "previous", rec.Owner)
-	r, err = c.Lookup(AllTenants, rec.ID)
-	return r, false, err
+	c.mu.Lock()
+	r, ok := c.runs[rec.ID]
+	c.mu.Unlock()
+	if !ok {
+		// Adopted and closed at once (a DELETE, the janitor).
+		return nil, problems, false, unknownRun(rec.ID)
+	}
+	return r, problems, false, nil
 }
 
 // adoptLeased adopts rec when this replica gets its lease (always without
 // Config.Leases). A run whose sandbox is gone is removed from the store;
 // one that fails otherwise lets its lease go, for another try.
 func (c *Controller) adoptLeased(ctx context.Context, rec runstore.Record) (problems []string, elsewhere bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, adoptTimeout)
+	bounded, cancel := context.WithTimeout(ctx, adoptTimeout)
 	defer cancel()
 	if c.cfg.Leases != nil {
-		ok, err := c.cfg.Leases.Acquire(ctx, rec.ID)
+		ok, err := c.cfg.Leases.Acquire(bounded, rec.ID)
 		if err != nil {
 			return nil, false, fmt.Errorf("controller: run %s: take its lease: %w", rec.ID, err)
 		}
@@ -243,7 +259,7 @@ func (c *Controller) adoptLeased(ctx context.Context, rec runstore.Record) (prob
 			return nil, true, nil
 		}
 	}
-	problems, err = c.adopt(ctx, rec)
+	problems, err = c.adopt(ctx, bounded, rec)
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrAdoptRefused):
@@ -259,7 +275,12 @@ func (c *Controller) adoptLeased(ctx context.Context, rec runstore.Record) (prob
 		c.log.Error("run not adopted: today's policy refuses its record", "run", rec.ID, "tenant", rec.Tenant, "sandbox", rec.Sandbox, "why", err, "resident", end)
 		c.cfg.Store.Delete(context.WithoutCancel(ctx), rec.ID)
 		err = fmt.Errorf("%w; %s", err, end)
-	case errors.Is(err, sandbox.ErrGone) && ctx.Err() == nil:
+	case errors.Is(err, sandbox.ErrUnavailable):
+		// Paused, or its engine does not answer: the run is kept (an
+		// unavailable sandbox's error wraps ErrGone too, so this comes
+		// first), and its lease goes for the next try.
+		c.release(rec.ID)
+	case errors.Is(err, sandbox.ErrGone) && bounded.Err() == nil:
 		// Gone for certain, not an answer cut short (berth shutting
 		// down, the adoption's time running out).
 		c.rememberGone(rec.ID, rec.Tenant, err)

@@ -124,14 +124,25 @@ func (c *Controller) releaseCall(tenant string) {
 // runs, or every run for AllTenants. A run that does not exist and a run
 // of another tenant answer the same ErrUnknownRun, with the same message,
 // so that a tenant cannot learn which ids exist. A run of the tenant that
-// expired answers ErrRunExpired.
+// expired answers ErrRunExpired; one a restarted berth is still taking
+// over answers ErrAdopting, or, while its sandbox is unavailable, an error
+// wrapping sandbox.ErrUnavailable.
 func (c *Controller) Lookup(tenant, id string) (*Run, error) {
 	c.mu.Lock()
 	r, ok := c.runs[id]
 	exp, wasExpired := c.expired[id]
+	var pend error
+	// A run found gone (or refused) answers so at once, while its
+	// adoption still ends what it left.
+	if p := c.adopting[id]; !ok && !wasExpired && p != nil && (tenant == AllTenants || p.tenant == tenant) {
+		pend = p.answerLocked(id, c.closed)
+	}
 	c.mu.Unlock()
 	if ok && (tenant == AllTenants || r.info.Tenant == tenant) {
 		return r, nil
+	}
+	if pend != nil {
+		return nil, pend
 	}
 	if !ok && wasExpired && (tenant == AllTenants || exp.tenant == tenant) {
 		if exp.gone != nil {

@@ -76,6 +76,15 @@ type Config struct {
 	// silence is not the kernel's. Time-to-dead then counts again from
 	// zero: it runs only while that place answers.
 	Suspended func(ctx context.Context) bool
+	// Busy, for a kernel that already runs (adopted after its client's
+	// restart), waits for its readiness as long as its heartbeat answers:
+	// a kernel running a long cell answers kernel_info only once the cell
+	// ends, while its heartbeat answers throughout. The heartbeat starts
+	// before the wait, so the kernel's death (time-to-dead of silence,
+	// not counting a suspended sandbox) ends Connect; ctx bounds it too.
+	// Not for a kernel just started, which may bind its heartbeat after
+	// time-to-dead.
+	Busy bool
 	// Username goes into message headers; default "berth".
 	Username string
 	// Logger receives debug records (dropped messages, lost connections).
@@ -199,12 +208,18 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		c.wg.Add(1)
 		go c.read(ch, s)
 	}
+	if cfg.Busy {
+		c.wg.Add(1)
+		go c.heartbeat() // its death ends waitReady
+	}
 	if err := c.waitReady(ctx, &c.info); err != nil {
 		c.Close()
 		return nil, err
 	}
-	c.wg.Add(1)
-	go c.heartbeat()
+	if !cfg.Busy {
+		c.wg.Add(1)
+		go c.heartbeat()
+	}
 	return c, nil
 }
 

@@ -277,18 +277,30 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		rp.ctl.Store(c)
 		peer = rp.peer
 	}
+	// The stored runs are taken over in the background while berth serves:
+	// a run not adopted yet answers 503 adopting, and /healthz, /readyz
+	// and every other run answer at once.
+	adopted := make(chan struct{})
 	if durable {
-		rep, err := c.Adopt(ctx)
+		a, err := c.BeginAdopt(ctx)
 		if err != nil {
 			ln.Close()
 			c.Close()
 			return fmt.Errorf("berth: adopt the runs of %s: %w", storeName, err)
 		}
-		describeAdoption(stderr, log, storeName, rep)
-		for id, err := range c.Retire(ctx, salvaged) {
-			log.Warn("run from the damaged store not adopted", "run", id, "why", err)
-		}
+		go func() { // ends before serve returns: it waits on adopted
+			defer close(adopted)
+			if rep, err := a.Report(ctx); err == nil {
+				describeAdoption(stderr, log, storeName, rep)
+			}
+			for id, err := range c.Retire(ctx, salvaged) {
+				log.Warn("run from the damaged store not adopted", "run", id, "why", err)
+			}
+		}()
+	} else {
+		close(adopted)
 	}
+	defer func() { <-adopted }()
 	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer},
 		context.WithoutCancel(ctx))
 	describeCredentials(stderr, log, creds, mode)
@@ -352,7 +364,7 @@ func defaultStateDir() string {
 // describeAdoption says at start which runs berth took over from the
 // store, which were gone and which it could not adopt.
 func describeAdoption(stderr io.Writer, log *slog.Logger, dir string, rep controller.AdoptReport) {
-	if n := len(rep.Adopted) + len(rep.Gone) + len(rep.Failed) + len(rep.Refused) + len(rep.Elsewhere); n == 0 {
+	if n := len(rep.Adopted) + len(rep.Gone) + len(rep.Unavailable) + len(rep.Failed) + len(rep.Refused) + len(rep.Elsewhere); n == 0 {
 		return
 	}
 	fmt.Fprintf(stderr, "berth: adopted %d run(s) from %s\n", len(rep.Adopted), dir)
@@ -361,6 +373,9 @@ func describeAdoption(stderr io.Writer, log *slog.Logger, dir string, rep contro
 	}
 	for id, why := range rep.Gone {
 		log.Warn("run not adopted: its sandbox is gone", "run", id, "why", why)
+	}
+	for id, why := range rep.Unavailable {
+		log.Warn("run not adopted yet: its sandbox is unavailable; berth tries again", "run", id, "why", why)
 	}
 	for id, why := range rep.Failed {
 		log.Warn("run not adopted", "run", id, "why", why)

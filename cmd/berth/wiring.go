@@ -163,7 +163,10 @@ func newController(g *globalFlags, b *backends, reg prometheus.Registerer, log *
 }
 
 // unavailable stands in for a provider that could not be configured: every
-// use says why.
+// use says why. Its errors wrap sandbox.ErrUnavailable (and so ErrGone):
+// the engine may only have been away as berth started (containerd
+// restarting), so a stored run in it is kept, not taken for gone, and the
+// next start of berth adopts it.
 type unavailable struct {
 	scheme string
 	err    error
@@ -172,9 +175,14 @@ type unavailable struct {
 func (u unavailable) Scheme() string { return u.scheme }
 
 func (u unavailable) Open(ctx context.Context, ref string) (sandbox.Sandbox, error) {
-	return nil, fmt.Errorf("berth: %s sandboxes are unavailable: %v: %w", u.scheme, u.err, sandbox.ErrGone)
+	return nil, u.error()
 }
 
 func (u unavailable) Locate(ctx context.Context, owner sandbox.Owner) (string, error) {
-	return "", fmt.Errorf("berth: %s sandboxes are unavailable: %v: %w", u.scheme, u.err, sandbox.ErrGone)
+	return "", u.error()
+}
+
+func (u unavailable) error() error {
+	return fmt.Errorf("berth: %s sandboxes are unavailable: %v; this berth set its %s provider up at start, so restart berth once the engine answers: %w: %w",
+		u.scheme, u.err, u.scheme, sandbox.ErrUnavailable, sandbox.ErrGone)
 }

@@ -86,5 +86,10 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "shutting down")
 		return
 	}
+	if n := s.c.Adopting(); n > 0 {
+		// Ready: the other runs are served, and these answer 503 adopting.
+		fmt.Fprintf(w, "ready; adopting %d stored run(s)", n)
+		return
+	}
 	io.WriteString(w, "ready")
 }

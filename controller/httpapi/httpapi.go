@@ -22,7 +22,7 @@
 //	POST   /v1/runs/{id}/workers/{w}   H   a platform's report on worker w
 //	GET    /console/                       the operator console (controller/console); / redirects to it
 //	GET    /healthz                        200 "ok", never authenticated (liveness; served on a spare connection when every other is taken)
-//	GET    /readyz                         200 "ready", 503 once shutdown began; never authenticated (readiness)
+//	GET    /readyz                         200 "ready" (saying how many stored runs are still being adopted), 503 once shutdown began; never authenticated (readiness)
 //	GET    /metrics                    M   Prometheus text format
 //	GET    /v1/openapi.json                the OpenAPI 3.1 document of these routes (openapi.json), never authenticated
 //
@@ -78,7 +78,8 @@
 //	500 internal           anything else
 //	503 shutting_down      the controller is closing
 //	503 busy               every connection slot is taken and SpareWaiters requests wait for one already: retry after Retry-After
-//	503 sandbox_unavailable the run's container is paused or its engine does not answer (sandbox.ErrUnavailable): the run is kept, retry
+//	503 sandbox_unavailable the run's container is paused or its engine does not answer (sandbox.ErrUnavailable), also when berth restarted meanwhile: the run is kept, retry
+//	503 adopting           berth restarted a moment ago and is still taking the run over from its state directory (controller.ErrAdopting): the run is kept, retry after Retry-After
 //	503 run_moving         the run is being handed between berth replicas, or its replica does not answer (controller.ErrMoving): the run is kept, retry after Retry-After
 //	504 timeout            the call's deadline passed
 //
@@ -650,8 +651,11 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 // fail maps a controller or call error to a status and code.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := classify(err)
-	if code == "run_moving" {
+	switch code {
+	case "run_moving":
 		w.Header().Set("Retry-After", strconv.Itoa(controller.MovingRetry))
+	case "adopting":
+		w.Header().Set("Retry-After", strconv.Itoa(controller.AdoptingRetry))
 	}
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
@@ -692,6 +696,8 @@ func classify(err error) (int, string) {
 		return http.StatusServiceUnavailable, "shutting_down"
 	case errors.Is(err, controller.ErrMoving):
 		return http.StatusServiceUnavailable, "run_moving"
+	case errors.Is(err, controller.ErrAdopting):
+		return http.StatusServiceUnavailable, "adopting"
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "timeout"
 	case errors.Is(err, context.Canceled):

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -265,24 +266,44 @@ type Client struct {
 }
 
 // Do sends one request with body (nil, or a value marshalled as JSON) and
-// returns the status and the whole response body. ctx bounds it.
+// returns the status and the whole response body. ctx bounds it. A run
+// that a restarted berth is still adopting (503 adopting) is asked again
+// after its Retry-After, as a harness does, until ctx ends.
 func (c *Client) Do(ctx context.Context, method, path string, body any) (int, []byte, error) {
-	var r io.Reader
+	var b []byte
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
 			return 0, nil, err
 		}
-		r = bytes.NewReader(b)
+	}
+	for {
+		st, rb, retry, err := c.do(ctx, method, path, b, body != nil)
+		if retry == 0 || err != nil {
+			return st, rb, err
+		}
+		select {
+		case <-time.After(retry):
+		case <-ctx.Done():
+			return st, rb, nil // the last answer: 503 adopting
+		}
+	}
+}
+
+// do sends one request; retry is the wait a 503 adopting asks for.
+func (c *Client) do(ctx context.Context, method, path string, body []byte, hasBody bool) (int, []byte, time.Duration, error) {
+	var r io.Reader
+	if hasBody {
+		r = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.URL+path, r)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	if body != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	hc := c.HTTP
@@ -291,14 +312,24 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (int, []
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
+		return 0, nil, 0, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, b, fmt.Errorf("%s %s: reading the body: %w", method, path, err)
+		return resp.StatusCode, b, 0, fmt.Errorf("%s %s: reading the body: %w", method, path, err)
 	}
-	return resp.StatusCode, b, nil
+	var e struct {
+		Error struct{ Code string }
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable && json.Unmarshal(b, &e) == nil && e.Error.Code == "adopting" {
+		retry := time.Second
+		if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
+			retry = time.Duration(n) * time.Second
+		}
+		return resp.StatusCode, b, retry, nil
+	}
+	return resp.StatusCode, b, 0, nil
 }
 
 // RunInfo is what opening a run returns (the fields tests read).

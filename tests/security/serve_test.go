@@ -105,10 +105,26 @@ func (s *server) do(method, path, tok, body string) reply {
 	return r
 }
 
-// request sends one request; safe to call from any goroutine.
+// request sends one request; safe to call from any goroutine. A run a
+// restarted berth is still adopting (503 adopting) is asked again after
+// its Retry-After, as a harness does, within callTimeout.
 func (s *server) request(method, path, tok, body string) (reply, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
+	for {
+		r, err := s.requestOnce(ctx, method, path, tok, body)
+		if err != nil || r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), `"code":"adopting"`) {
+			return r, err
+		}
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return r, nil
+		}
+	}
+}
+
+func (s *server) requestOnce(ctx context.Context, method, path, tok, body string) (reply, error) {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)

@@ -13,9 +13,6 @@ import (
 	"berth.dev/berth/tools/internal/proc"
 )
 
-// adoptTimeout bounds reattaching to one kernel and connecting to it.
-const adoptTimeout = 20 * time.Second
-
 // handle is what a restarted berth needs to adopt one kernel: its
 // process under the run's resident supervisor and its connection file
 // (with the key, so the snapshot is as secret as the store it goes to).
@@ -95,9 +92,12 @@ func (s *Supervisor) Adopt(ctx context.Context, res sandbox.Resident, data []byt
 }
 
 // adopt reattaches one kernel.
+//
+// Connecting waits as long as the kernel's heartbeat answers, bounded only
+// by ctx: a kernel running a cell answers kernel_info only once the cell
+// ends, which may be long after berth restarted (kernel.Config.Busy).
+// Before, a 20 s bound gave such a kernel up and lost its state.
 func (s *Supervisor) adopt(ctx context.Context, res sandbox.Resident, h handle) (*kern, error) {
-	ctx, cancel := context.WithTimeout(ctx, adoptTimeout)
-	defer cancel()
 	k := &kern{lang: h.Lang, kind: h.Kind, binary: h.Binary, dir: h.Dir, resident: h.Resident, interrupt: h.Interrupt,
 		started: h.Started, cells: h.Cells, conn: h.Conn, stderr: proc.NewTail(8192), exited: make(chan struct{}), sb: s.sb}
 	pctx, pcancel := context.WithCancel(s.runCtx)
@@ -130,7 +130,7 @@ func (s *Supervisor) adopt(ctx context.Context, res sandbox.Resident, h handle) 
 		case <-cctx.Done():
 		}
 	}()
-	client, err := s.connect(cctx, h.Conn)
+	client, err := s.connectKernel(cctx, h.Conn, true)
 	ccancel()
 	if err != nil {
 		pcancel()

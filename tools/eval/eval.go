@@ -686,8 +686,15 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 
 // connect connects a client to the kernel of conn through the sandbox.
 func (s *Supervisor) connect(ctx context.Context, conn kernel.ConnectionInfo) (*kernel.Client, error) {
+	return s.connectKernel(ctx, conn, false)
+}
+
+// connectKernel is connect; busy waits for a kernel that already runs as
+// long as its heartbeat answers (kernel.Config.Busy).
+func (s *Supervisor) connectKernel(ctx context.Context, conn kernel.ConnectionInfo, busy bool) (*kernel.Client, error) {
 	return kernel.Connect(ctx, kernel.Config{
 		Conn: conn,
+		Busy: busy,
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
 			return s.sb.Dial(ctx, network, address)
 		},

@@ -89,6 +89,8 @@ func Explain(root, name string, err error) error {
 		return tools.Fail("permission denied for %s: the sandbox user may not do this; choose another path or fix the permissions with a shell command", Show(name))
 	case errors.Is(err, sandbox.ErrTooLarge):
 		return tools.Fail("%s is larger than %d MiB, too large for this tool: inspect it with a shell command (head, sed -n, grep)", Show(name), sandbox.MaxFileSize>>20)
+	case errors.Is(err, sandbox.ErrUnavailable): // wraps ErrGone too: asked first
+		return tools.Fail("the sandbox is unavailable for now (%v): it is paused or its engine does not answer; the run and its files are kept, so retry in a few seconds", err)
 	case errors.Is(err, sandbox.ErrGone):
 		return tools.Fail("the sandbox is gone (%v): the run cannot use its files any more", err)
 	case errors.Is(err, syscall.ENOTDIR):

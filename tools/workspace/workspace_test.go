@@ -58,6 +58,9 @@ func TestExplain(t *testing.T) {
 		{pe(fs.ErrPermission), "permission denied"},
 		{pe(sandbox.ErrTooLarge), "too large for this tool"},
 		{fmt.Errorf("exec: %w", sandbox.ErrGone), "the sandbox is gone"},
+		// Paused: an unavailable sandbox's error wraps ErrGone too, and is
+		// not called gone (issue 33, finding 1).
+		{fmt.Errorf("exec: container paused: %w: %w", sandbox.ErrUnavailable, sandbox.ErrGone), "its files are kept, so retry"},
 	}
 	for _, tc := range tests {
 		err := Explain("/ws", "a/x", tc.err)
