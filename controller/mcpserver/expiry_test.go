@@ -22,7 +22,9 @@ func (hostOnly) Scheme() string { return "host" }
 func (hostOnly) Open(context.Context, string) (sandbox.Sandbox, error) {
 	return inert{}, nil
 }
-func (hostOnly) Locate(context.Context, sandbox.Owner) (string, error) { return "", sandbox.ErrNotFound }
+func (hostOnly) Locate(context.Context, sandbox.Owner) (string, error) {
+	return "", sandbox.ErrNotFound
+}
 
 type inert struct{}
 
