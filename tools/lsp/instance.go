@@ -73,8 +73,10 @@ type generation struct {
 	stamps map[string]stamp
 	sub    atomic.Pointer[watch.Sub]
 	// words are the identifier filters of the files under the root, for
-	// the completeness verdict (verdict.go).
-	words wordIndex
+	// the completeness verdict (verdict.go), and occOpened counts the
+	// files opened to show a server where a name occurs.
+	words     wordIndex
+	occOpened atomic.Int64
 
 	// indexChecked says whether a cross-file answer has looked for the
 	// server's background indexing (Server.BackgroundIndex), and indexing

@@ -276,28 +276,33 @@ func listCounts(counts map[string]int) string {
 	return out
 }
 
-// MaxOccurrenceOpens caps the files opened for one answer of a server
-// that links only the files it has open (Server.LinksOpenFiles).
+// MaxOccurrenceOpens caps the files opened for answers of a server that
+// links only the files it has open (Server.LinksOpenFiles), over a server
+// process's life: clangd keeps each open file's AST in memory, so the
+// files opened this way are not unbounded; past the cap the verdict names
+// what the answers leave out.
 const MaxOccurrenceOpens = 100
 
 // openOccurrences makes a server that links only the files it has open
 // (Server.LinksOpenFiles: clangd without a compilation database, tsserver's
 // inferred project) see the files where ident occurs before it answers
-// across files: it opens them (at most MaxOccurrenceOpens, those with the
-// most occurrences first) and waits, bounded by DiagnosticsWait in all,
-// for the server to publish the diagnostics of what it opened — its sign
-// that it analyzed them.
+// across files: it opens them (those with the most occurrences first; at
+// most MaxOccurrenceOpens in the server's life) and waits, bounded by
+// DiagnosticsWait in all, for the server to publish the diagnostics of
+// what it opened — its sign that it analyzed them.
 func (q *query) openOccurrences(ctx context.Context, ident string) error {
 	if !q.in.spec.LinksOpenFiles {
 		return nil
 	}
 	occ := q.textOccurrences(ctx, ident)
-	names := byCount(occ.files)
 	want := map[string]int32{}
-	for _, name := range names[:min(len(names), MaxOccurrenceOpens)] {
+	for _, name := range byCount(occ.files) {
 		uri := q.in.s.uriOf(name)
 		if _, open := q.c.Document(uri); open {
 			continue
+		}
+		if q.g.occOpened.Add(1) > MaxOccurrenceOpens {
+			break
 		}
 		_, v, err := q.in.open(ctx, q.c, name)
 		if err != nil {
