@@ -248,6 +248,10 @@ func cTokens(src string) map[string]int {
 	return out
 }
 
+// cKeywords are the C keywords a prototype's last word before "(" can be
+// only when the line is not a plain prototype.
+var cKeywords = map[string]bool{"void": true, "int": true, "char": true, "unsigned": true, "const": true, "struct": true, "return": true, "if": true, "while": true, "for": true, "switch": true, "sizeof": true}
+
 // cQuestions picks up to max functions declared in a header of root (a
 // prototype at the start of a line: "Type name(" ending in ";") that code
 // in other files refers to, most referred first, with the files whose
@@ -292,8 +296,8 @@ func cQuestions(t *testing.T, root string, max int) []question {
 				continue
 			}
 			name := fields[len(fields)-1]
-			if seen[name] {
-				continue
+			if seen[name] || strings.Contains(line, "(*") || cKeywords[name] {
+				continue // a function pointer, or a parse this scan cannot do
 			}
 			seen[name] = true
 			q := question{Name: name, File: h, Line: i + 1}
@@ -345,6 +349,25 @@ func TestTruthC(t *testing.T) {
 	}
 	t.Logf("clangd references on tree-sitter's runtime: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
 
+	// incoming_calls, asked at the header's declaration: the truth is the
+	// source files whose code calls it ("name(" outside comments and
+	// literals), other than by its definition's own line.
+	var cl tally
+	for _, q := range qs {
+		cq := question{Name: q.Name, File: "src/" + q.File, Line: q.Line}
+		cq.Files = cCallers(t, filepath.Join(h.dir, "src"), q.Name)
+		for i := range cq.Files {
+			cq.Files[i] = "src/" + cq.Files[i]
+		}
+		if len(cq.Files) > 0 {
+			askTruth(t, h, "incoming_calls", cq, &cl)
+		}
+	}
+	t.Logf("clangd incoming_calls on tree-sitter's runtime: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", cl.complete, cl.said, cl.silent, cl.failed)
+	if cl.complete+cl.said+cl.silent < 10 {
+		t.Errorf("only %d incoming_calls questions: the truth's parse is broken", cl.complete+cl.said+cl.silent)
+	}
+
 	// definition, asked at a call in another source file: the truth is the
 	// line of the function's body (a line at column 0 that names it with
 	// "(" and does not end in ";").
@@ -377,6 +400,72 @@ func TestTruthC(t *testing.T) {
 	if dl.complete+dl.said+dl.silent < 10 {
 		t.Errorf("only %d definition questions: the truth's parse is broken", dl.complete+dl.said+dl.silent)
 	}
+}
+
+// cCode is C source with comments and string and character literals
+// blanked, line structure kept.
+func cCode(src string) string {
+	b := []byte(src)
+	for i := 0; i < len(b); {
+		switch {
+		case i+1 < len(b) && b[i] == '/' && b[i+1] == '/':
+			for i < len(b) && b[i] != '\n' {
+				b[i] = ' '
+				i++
+			}
+		case i+1 < len(b) && b[i] == '/' && b[i+1] == '*':
+			for i < len(b) && !(b[i] == '*' && i+1 < len(b) && b[i+1] == '/') {
+				if b[i] != '\n' {
+					b[i] = ' '
+				}
+				i++
+			}
+			if i+1 < len(b) {
+				b[i], b[i+1] = ' ', ' '
+				i += 2
+			}
+		case b[i] == '"' || b[i] == '\'':
+			q := b[i]
+			b[i] = ' '
+			i++
+			for i < len(b) && b[i] != q && b[i] != '\n' {
+				if b[i] == '\\' && i+1 < len(b) {
+					b[i] = ' '
+					i++
+				}
+				b[i] = ' '
+				i++
+			}
+			if i < len(b) && b[i] == q {
+				b[i] = ' '
+				i++
+			}
+		default:
+			i++
+		}
+	}
+	return string(b)
+}
+
+// cCallers lists the source files under root whose code calls name:
+// "name(" outside comments and literals, not on a definition's own line
+// (one at column 0).
+func cCallers(t *testing.T, root, name string) []string {
+	t.Helper()
+	call := regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\s*\(`)
+	files, _ := filepath.Glob(filepath.Join(root, "*.c"))
+	var out []string
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, line := range strings.Split(cCode(string(b)), "\n") {
+			if call.MatchString(line) && (strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t")) {
+				rel, _ := filepath.Rel(root, f)
+				out = append(out, rel)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // cDefinitionAndCall finds, under root, the source file that defines
@@ -573,6 +662,23 @@ func TestTruthJavaScript(t *testing.T) {
 		askTruth(t, h, "references", q, &tl)
 	}
 	t.Logf("typescript-language-server references on npm's lib/: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
+
+	// incoming_calls: the files among those that call it, "name(" in code.
+	var cl tally
+	for _, q := range jsQuestions(t, filepath.Join(h.dir, "lib"), "utils", 20) {
+		call := regexp.MustCompile(`\b` + regexp.QuoteMeta(q.Name) + `\s*\(`)
+		cq := question{Name: q.Name, File: "lib/" + q.File, Line: q.Line}
+		for _, f := range q.Files {
+			b, _ := os.ReadFile(filepath.Join(h.dir, "lib", f))
+			if call.MatchString(cCode(string(b))) {
+				cq.Files = append(cq.Files, "lib/"+f)
+			}
+		}
+		if len(cq.Files) > 0 {
+			askTruth(t, h, "incoming_calls", cq, &cl)
+		}
+	}
+	t.Logf("typescript-language-server incoming_calls on npm's lib/: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", cl.complete, cl.said, cl.silent, cl.failed)
 }
 
 // TestStatusLeadsWithTheFilesServer: status for a file says first which
