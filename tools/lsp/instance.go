@@ -71,7 +71,10 @@ type generation struct {
 	// which paths changed since (watch), so that only those are looked at.
 	syncMu sync.Mutex
 	stamps map[string]stamp
-	sub    atomic.Pointer[watch.Sub]
+	// stampsVer counts the changes to stamps, so that a reader can tell
+	// its copy is current.
+	stampsVer uint64
+	sub       atomic.Pointer[watch.Sub]
 	// words are the identifier filters of the files under the root, for
 	// the completeness verdict (verdict.go), and occOpened counts the
 	// files opened to show a server where a name occurs.

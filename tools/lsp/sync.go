@@ -90,9 +90,11 @@ func (in *instance) refresh(ctx context.Context, c *lspc.Client, g *generation) 
 			case !ok && len(g.stamps) < MaxWatchedFiles:
 				events = append(events, fileEvent{s.uriOf(name), fileCreated})
 				g.stamps[name] = st
+				g.stampsVer++
 			case ok && old != st:
 				events = append(events, fileEvent{s.uriOf(name), fileChanged})
 				g.stamps[name] = st
+				g.stampsVer++
 			}
 		case err == nil:
 		case isNotExist(err):
@@ -109,6 +111,7 @@ func (in *instance) refresh(ctx context.Context, c *lspc.Client, g *generation) 
 				if gone[p] {
 					events = append(events, fileEvent{s.uriOf(known), fileDeleted})
 					delete(g.stamps, known)
+					g.stampsVer++
 					break
 				}
 			}
@@ -144,6 +147,7 @@ func (in *instance) rescan(ctx context.Context, c *lspc.Client, g *generation) e
 		}
 	}
 	g.stamps = now
+	g.stampsVer++
 	return in.report(ctx, c, events)
 }
 

@@ -71,11 +71,57 @@ func (f *wordFilter) may(a, b uint32) bool {
 }
 
 // wordIndex keeps the identifier filters of one server generation's files,
-// so a later verdict reads only the files that may hold its identifier.
-// Lock order: generation.syncMu, then mu.
+// so a later verdict reads only the files that may hold its identifier,
+// and its list of the files of the server's languages, made again only
+// when the sync's stamps changed (generation.stampsVer), so that a warm
+// check walks a slice, not the stamps map. Lock order: generation.syncMu,
+// then mu.
 type wordIndex struct {
-	mu    sync.Mutex
-	files map[string]*wordFilter
+	mu      sync.Mutex
+	entries map[string]*wordEntry
+	list    []*wordEntry
+	ver     uint64 // the stampsVer list was made from
+	built   bool
+}
+
+// wordEntry is one file: its stamp as the sync saw it, and its filter
+// (nil until read; stale when its stamp differs).
+type wordEntry struct {
+	name string
+	st   stamp
+	f    *wordFilter
+}
+
+// refreshLocked makes the list current with g's stamps; g.syncMu and
+// w.mu are held.
+func (w *wordIndex) refreshLocked(g *generation, langs map[string]string) {
+	if w.built && w.ver == g.stampsVer {
+		return
+	}
+	if w.entries == nil {
+		w.entries = map[string]*wordEntry{}
+	}
+	list := w.list[:0]
+	for name, st := range g.stamps {
+		if _, ok := langs[path.Ext(name)]; !ok {
+			continue
+		}
+		e := w.entries[name]
+		if e == nil {
+			e = &wordEntry{name: name}
+			w.entries[name] = e
+		}
+		e.st = st
+		list = append(list, e)
+	}
+	if len(list) < len(w.entries) {
+		keep := make(map[string]*wordEntry, len(list))
+		for _, e := range list {
+			keep[e.name] = e
+		}
+		w.entries = keep
+	}
+	w.list, w.ver, w.built = list, g.stampsVer, true
 }
 
 // identByte reports whether c may be part of an identifier: letters,
@@ -129,51 +175,43 @@ func (q *query) textOccurrences(ctx context.Context, ident string) occurrences {
 	w := []byte(ident)
 	ha, hb := wordHashes(w)
 	out := occurrences{files: map[string]int{}}
-	type cand struct {
-		name string
-		st   stamp
-	}
-	var cands []cand
+	var cands []*wordEntry
 	g.syncMu.Lock()
 	g.words.mu.Lock()
-	for name, st := range g.stamps {
-		// A filter is made only for a file of the server's languages.
-		if f := g.words.files[name]; f != nil {
-			if f.st == st && !f.may(ha, hb) {
-				out.scanned++
-				continue
-			}
-		} else if _, ok := in.spec.Languages[path.Ext(name)]; !ok {
+	g.words.refreshLocked(g, in.spec.Languages)
+	for _, e := range g.words.list {
+		if e.f != nil && e.f.st == e.st && !e.f.may(ha, hb) {
+			out.scanned++
 			continue
 		}
-		cands = append(cands, cand{name, st})
+		cands = append(cands, e)
 	}
 	g.words.mu.Unlock()
 	g.syncMu.Unlock()
 	// In name order, so that a scan cut short is cut the same way.
-	slices.SortFunc(cands, func(a, b cand) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(cands, func(a, b *wordEntry) int { return strings.Compare(a.name, b.name) })
 
 	deadline := time.Now().Add(VerdictBudget)
-	for i, c := range cands {
+	for i, e := range cands {
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			out.unread = len(cands) - i
 			break
 		}
-		data, err := in.s.ws.ReadFile(ctx, c.name)
+		g.words.mu.Lock()
+		st := e.st
+		g.words.mu.Unlock()
+		data, err := in.s.ws.ReadFile(ctx, e.name)
 		if err != nil {
 			continue // gone or unreadable since the sync saw it
 		}
-		f, n := scanWords(data, w, dollarIdents[path.Ext(c.name)])
-		f.st = c.st
+		f, n := scanWords(data, w, dollarIdents[path.Ext(e.name)])
+		f.st = st
 		g.words.mu.Lock()
-		if g.words.files == nil {
-			g.words.files = map[string]*wordFilter{}
-		}
-		g.words.files[c.name] = f
+		e.f = f
 		g.words.mu.Unlock()
 		out.scanned++
 		if n > 0 {
-			out.files[c.name] = n
+			out.files[e.name] = n
 		}
 	}
 	return out

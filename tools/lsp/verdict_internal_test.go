@@ -68,6 +68,7 @@ func TestTextOccurrences(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "c.py"), []byte("fetch_all = 3\n"), 0o644)
 	fi, _ := os.Stat(filepath.Join(dir, "c.py"))
 	q.g.stamps["c.py"] = stamp{fi.Size(), fi.ModTime().Add(time.Second)}
+	q.g.stampsVer++ // as the sync does
 	want["c.py"] = 1
 	if occ := q.textOccurrences(context.Background(), "fetch_all"); fmt.Sprint(occ.files) != fmt.Sprint(want) {
 		t.Fatalf("after c.py changed: %v, want %v", occ.files, want)
