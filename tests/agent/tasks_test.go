@@ -51,7 +51,10 @@ print(paginate(list(range(25)), 3))
 	tr.ok("edit", map[string]any{"path": "shop/cart.py", "old_string": "return n_items // per_page", "new_string": "return -(-n_items // per_page)"})
 	tr.ok("eval", map[string]any{"description": "check the last page after the fix", "code": "import importlib, shop.cart\nimportlib.reload(shop.cart)\nshop.cart.paginate(list(range(25)), 3)"},
 		"[20, 21, 22, 23, 24]")
-	tr.within(13, 4908/3)
+	// Issue #17's goal, a third of the characters, plus the note issue #32
+	// requires once per run of a write checked only by a linter (what
+	// pyflakes does not see, and which call would): about 350 characters.
+	tr.within(13, 4908/3+350)
 }
 
 // TestTaskGoRenameAndWrap: in a Go package the agent renames a parameter

@@ -64,7 +64,14 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 		prependNotes(res, notes)
 		return res, nil
 	}
-	staleNotes, stale := s.staleCheck(ctx, k, in.Reload)
+	// With reload, changed modules are reloaded before the cell; without,
+	// the kernel is asked after the cell, so that a cell that reloads a
+	// module itself is not told it ran the old code.
+	var staleNotes []string
+	var stale *staleReport
+	if in.Reload || strings.TrimSpace(in.Code) == "" {
+		staleNotes, stale = s.staleCheck(ctx, k, in.Reload)
+	}
 	if strings.TrimSpace(in.Code) == "" {
 		res := tools.Textf("the %s kernel (%s) is ready", lang, k.kind)
 		prependNotes(res, append(notes, staleNotes...))
@@ -106,6 +113,9 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !in.Reload && k.dead() == "" {
+		staleNotes, stale = s.staleCheck(ctx, k, false)
 	}
 	prependNotes(res, append(notes, staleNotes...))
 	stale.annotate(res)

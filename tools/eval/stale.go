@@ -49,8 +49,9 @@ type staleReport struct {
 	reload bool
 }
 
-// staleCheck asks the kernel, before a cell, which of its loaded workspace
-// modules changed on disk since import, and with reload reloads them. It
+// staleCheck asks the kernel which of its loaded workspace modules changed
+// on disk since import — after a cell, or before one with reload, when it
+// reloads them. It
 // returns the notes for the result and the report (nil when the kernel
 // could not say: a kernel whose prelude predates the check, or one that
 // died, which the cell's run then reports).
@@ -137,7 +138,7 @@ func (r *staleReport) notes(lang string) []string {
 		if len(r.Changed) > 1 {
 			what = fmt.Sprintf("%d workspace modules changed on disk after the %s kernel loaded them", len(r.Changed), lang)
 		}
-		notes = append(notes, fmt.Sprintf("%s, so this cell ran the code as loaded: %s. The call shown loads the new code (%s); or pass \"reload\": true to reload changed modules before the cell runs", what, strings.Join(each, "; "), after))
+		notes = append(notes, fmt.Sprintf("%s, and the kernel still runs the code as loaded, as this cell did: %s. The call shown loads the new code (%s); or pass \"reload\": true to reload changed modules before a cell runs", what, strings.Join(each, "; "), after))
 		return notes
 	}
 	if len(r.Reloaded) > 0 {

@@ -419,7 +419,7 @@ func TestLinterOnlySaysWhatItMisses(t *testing.T) {
 			if r.IsError || !strings.Contains(r.Text, "diagnostics (pylsp): no new problems") {
 				t.Fatalf("want pylsp to see none of the %d broken calls: %s", len(sc.Calls), r.Text)
 			}
-			for _, w := range []string{"pyflakes", "wrong number of arguments", want} {
+			for _, w := range []string{"pyflakes", "wrong argument counts", want} {
 				if !strings.Contains(r.Text, w) {
 					t.Errorf("the result does not say %q", w)
 				}

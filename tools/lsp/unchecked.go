@@ -13,8 +13,8 @@ import (
 // A write they diagnose says so once per run (LSP-3): "no new problems"
 // from them is no sign that the callers of a changed function still work.
 var linterOnly = map[string]struct{ linter, blind, lang string }{
-	"pylsp":                {"pyflakes", "syntax errors, undefined names and unused imports only: a call with the wrong number of arguments, a wrong type, or an attribute or name missing from another module is not reported", "python"},
-	"bash-language-server": {"shellcheck (nothing without it)", "each script alone and runs nothing: a function or command called with the wrong arguments, or one that a sourced file does not define, is not reported", ""},
+	"pylsp":                {"pyflakes", "syntax, undefined names and unused imports only: wrong argument counts, types and attributes missing from other modules are not reported", "python"},
+	"bash-language-server": {"shellcheck (nothing without it)", "each script alone: wrong arguments, and functions a sourced file does not define, are not reported", ""},
 }
 
 // typeCheckers are the project checks that see what a linter does not.
@@ -28,9 +28,9 @@ func (s *Supervisor) uncheckedNote(ctx context.Context, in *instance) string {
 	if !ok || !s.firstTime("linter only: "+in.spec.ID) {
 		return ""
 	}
-	note := fmt.Sprintf("note: %s's diagnostics come from %s, which checks %s.", in.spec.ID, lo.linter, lo.blind)
+	note := fmt.Sprintf("note: %s checks with %s: %s.", in.spec.ID, lo.linter, lo.blind)
 	if lo.lang == "" {
-		return note + " No project check berth knows covers these files; lsp incoming_calls or references find the callers to check by hand."
+		return note + " No project check covers these files; lsp references finds the callers to check."
 	}
 	apps, _, err := projectcheck.Find(ctx, s.sb, s.root, s.root, projectcheck.Options{Host: s.opts.Host})
 	if err == nil {
@@ -40,5 +40,5 @@ func (s *Supervisor) uncheckedNote(ctx context.Context, in *instance) string {
 			}
 		}
 	}
-	return note + " No type checker for " + lo.lang + " was found at the workspace root (it needs pyright or mypy installed and a marker such as pyproject.toml there); with one, lsp diagnostics with file \"*\" runs it. Meanwhile lsp incoming_calls or references find the callers to check by hand."
+	return note + " No type checker for " + lo.lang + " was found at the workspace root (pyright or mypy, and a marker such as pyproject.toml): lsp references finds the callers to check."
 }

@@ -86,11 +86,16 @@ func CheckStalePython(t *testing.T, e Env) {
 	e.Put(t, "wsa.py", "from wsb import f\n\n\ndef g():\n    return f()  # changed\n")
 	e.cellArgs(t, "python", "wsa.g()", nil, "1", "2 workspace modules changed", "importlib.reload(wsa)", `importlib.reload(sys.modules['wsb'])`)
 	e.cellArgs(t, "python", "wsa.g()", map[string]any{"reload": true}, "22", "reloaded wsb, wsa")
+	// A cell that reloads the changed module itself is not told that it
+	// ran the old code.
+	e.Put(t, "wsb.py", "def f():\n    return 4\n")
+	noStale(t, e.Cell(t, "python", "import importlib, wsb\nimportlib.reload(wsb)\nwsb.f()", "4"))
 
 	// A module deleted after import is said once more with reload, then
 	// no longer.
 	e.Cell(t, "python", "import importlib\nopen('wsgone.py', 'w').write('V = 1\\n')\nimportlib.invalidate_caches()\nimport wsgone\nwsgone.V", "1")
-	noStale(t, e.Cell(t, "python", "import os\nos.remove('wsgone.py')", "(no output)"))
+	// Asked after the cell: the cell that deleted it hears of it.
+	e.cellArgs(t, "python", "import os\nos.remove('wsgone.py')", nil, "wsgone.py, since deleted")
 	e.cellArgs(t, "python", "wsgone.V", nil, "1", "wsgone (", "wsgone.py, since deleted")
 	r = e.cellArgs(t, "python", "wsgone.V", map[string]any{"reload": true}, "1", "was deleted after the kernel loaded it: not reloaded")
 	if strings.Contains(r.Text, `pass "reload": true`) {
