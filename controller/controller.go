@@ -60,7 +60,18 @@ var (
 	// call should be retried after AdoptingRetry seconds (HTTP 503
 	// adopting, with Retry-After).
 	ErrAdopting = errors.New("the run is being adopted")
+	// ErrRestarting: berth is shutting down and hands the run over to the
+	// next berth on its state directory (Controller.Detach); the run, its
+	// kernels and what they run are kept. A call in flight when berth let
+	// go of the run is not answered by this berth: what it started goes on
+	// in the kept processes. Retry after RestartingRetry seconds (HTTP 503
+	// restarting, with Retry-After).
+	ErrRestarting = errors.New("berth is restarting")
 )
+
+// RestartingRetry is how long a caller told ErrRestarting should wait
+// before it retries, in seconds (the API's Retry-After).
+const RestartingRetry = 5
 
 // Binder registers the tools of one run into r. It runs once, in Open, after
 // the run's sandbox and workspace FS are open. Resources that must end with
@@ -370,6 +381,9 @@ type Controller struct {
 	// adopting are the stored runs BeginAdopt is taking over, until each
 	// is served, found gone, or given up; Lookup answers for them.
 	adopting map[string]*pending
+	// leaving holds the runs Detach hands over to the next berth, by id,
+	// with their tenants: Lookup answers ErrRestarting for them.
+	leaving map[string]string
 	// life ends when the controller stops (stopBackground): adoptions
 	// under way and their retries end with it.
 	life     context.Context
@@ -857,10 +871,14 @@ type Run struct {
 	calls sync.WaitGroup // in-flight calls
 
 	mu         sync.Mutex
-	closing    bool  // Close has begun: new calls are refused
-	detaching  bool  // berth is shutting down and the run lives on
-	handedOver bool  // detaching because another replica serves the run now
-	gone       error // set once the sandbox was found gone
+	closing    bool // Close has begun: new calls are refused
+	detaching  bool // berth is shutting down and the run lives on
+	handedOver bool // detaching because another replica serves the run now
+	// letGo is set once a detach (not a hand-over) begins letting go of
+	// the run's resources: a call answering after it was cut off by the
+	// detach, not by what it ran.
+	letGo bool
+	gone  error // set once the sandbox was found gone
 	// unavailable is set while the sandbox is paused or its engine does not
 	// answer (sandbox.ErrUnavailable): calls fail fast until retryAt, then
 	// one Check decides; backoff doubles up to UnavailableRetryMax.
@@ -989,7 +1007,7 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 				return nil, fmt.Errorf("controller: run %s: another berth replica serves the run now: %w; retry the call", r.id, ErrMoving)
 			}
 			if detaching {
-				return nil, fmt.Errorf("controller: run %s: this berth is shutting down (%w); the run lives on: retry the call in a few seconds, when the next berth serves it", r.id, ErrClosed)
+				return nil, restartingError(r.id)
 			}
 			return nil, fmt.Errorf("controller: run %s is closed: %w; open a new run", r.id, ErrUnknownRun)
 		}
@@ -1063,6 +1081,15 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 	// change could not be stored says so.
 	if perr := r.persist(ctx); perr != nil && res != nil && !errors.Is(perr, ErrMoving) {
 		res.AppendText(unsavedNote(perr))
+	}
+	r.mu.Lock()
+	letGo := r.letGo
+	r.mu.Unlock()
+	if letGo {
+		// Whatever the tool answered, it answered because berth let go of
+		// the run under it: what the call started goes on in the kept
+		// processes (a cell runs to its end in the kept kernel).
+		return nil, inFlightRestartingError(r.id, name)
 	}
 	if r.ctx.Err() != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("controller: run %s was closed during the %s call: %w", r.id, name, ErrUnknownRun)
