@@ -281,6 +281,11 @@ type Config struct {
 	// DefaultIdleExpiry, negative never. Its id then answers
 	// ErrRunExpired.
 	IdleExpiry time.Duration
+	// SessionRunExpiry closes an adopted run whose MCP session (RunSpec.
+	// Session) ended with the berth before, once nobody used it for this
+	// long; 0 means DefaultSessionRunExpiry. It applies only while
+	// IdleExpiry is not negative, and never beyond IdleExpiry.
+	SessionRunExpiry time.Duration
 
 	// Store keeps what a restarted berth needs to adopt the runs (the run
 	// table, each run's resident supervisor, its resources' state); with
@@ -333,6 +338,12 @@ type RunSpec struct {
 	// Lookup and ListFor, and the run counts against its caps. It is set
 	// by the API from the caller's credential, never from the body.
 	Tenant string `json:"-"`
+	// Session marks a run an MCP session opened for itself (/v1/mcp) and
+	// closes when it ends. The session lives in this berth's memory only:
+	// after a restart it cannot come back, so the next berth closes the
+	// adopted run once it is unused for Config.SessionRunExpiry, not
+	// IdleExpiry. It is set by the API, never from a body.
+	Session bool `json:"-"`
 }
 
 // RunInfo describes an open run.
@@ -414,6 +425,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.IdleExpiry == 0 {
 		cfg.IdleExpiry = DefaultIdleExpiry
+	}
+	if cfg.SessionRunExpiry <= 0 {
+		cfg.SessionRunExpiry = DefaultSessionRunExpiry
 	}
 	mode, err := permission.ParseMode(string(cfg.Mode))
 	if err != nil {
@@ -568,8 +582,14 @@ func (c *Controller) open(ctx context.Context, spec RunSpec, sb sandbox.Sandbox,
 		},
 	}
 	r.lastUsed = time.Now()
+	r.session = spec.Session
+	if rec != nil && spec.Session {
+		// Its MCP session ended with the berth before and cannot come
+		// back: it is closed once unused for the short expiry.
+		r.idleLimit = c.cfg.SessionRunExpiry
+	}
 	base := runstore.Record{ID: id, Tenant: spec.Tenant, Conversation: spec.ConversationID, Sandbox: ref, Workspace: ws,
-		Mode: string(spec.Mode), Vibe: spec.Vibe, Placement: placement, Opened: opened}
+		Mode: string(spec.Mode), Vibe: spec.Vibe, Placement: placement, Opened: opened, Session: spec.Session}
 	if rec != nil {
 		base.Resident = rec.Resident
 	}
@@ -885,9 +905,13 @@ type Run struct {
 	unavailable error
 	retryAt     time.Time
 	backoff     time.Duration
-	inflight    int           // calls in flight (what calls counts)
-	lastUsed    time.Time     // when a call last started or ended
-	expired     time.Duration // the idle time after which the janitor closed the run; 0: not expired
+	inflight    int       // calls in flight (what calls counts)
+	lastUsed    time.Time // when a call last started or ended
+	// idleLimit, when set, closes the run once idle this long if that is
+	// sooner than Config.IdleExpiry (an adopted run of an MCP session).
+	idleLimit time.Duration
+	session   bool          // RunSpec.Session
+	expired   time.Duration // the idle time after which the janitor closed the run; 0: not expired
 
 	closeMu  sync.Mutex // serialises Close
 	done     bool
@@ -1089,7 +1113,7 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		// Whatever the tool answered, it answered because berth let go of
 		// the run under it: what the call started goes on in the kept
 		// processes (a cell runs to its end in the kept kernel).
-		return nil, inFlightRestartingError(r.id, name)
+		return nil, inFlightRestartingError(r.id, name, r.session)
 	}
 	if r.ctx.Err() != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("controller: run %s was closed during the %s call: %w", r.id, name, ErrUnknownRun)

@@ -840,6 +840,7 @@ func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
 			Sandbox:        q.Get("sandbox"),
 			Mode:           tools.Surface(q.Get("mode")),
 			Prewarm:        splitList(q.Get("prewarm")),
+			Session:        true,
 		})
 	}
 	lookup := func(id string) error {

@@ -305,7 +305,7 @@ func (h *HTTP) open(w http.ResponseWriter, r *http.Request, run *controller.Run,
 }
 
 // end forgets a session, gives back its place under the caps and closes
-// the run it opened.
+// the run it opened, unless berth shuts down (Close began).
 func (h *HTTP) end(sid string, s *session) {
 	s.idle.Stop()
 	if sid != "" {
@@ -314,7 +314,13 @@ func (h *HTTP) end(sid string, s *session) {
 		h.mu.Unlock()
 	}
 	h.unreserve(s.tenant, s.run.ID())
-	if s.owned {
+	h.mu.Lock()
+	shutdown := h.closed
+	h.mu.Unlock()
+	// At berth's shutdown the controller decides what becomes of the
+	// run (Close, or Detach: kept for the next berth, which closes it
+	// soon since its session cannot come back), not this session's end.
+	if s.owned && !shutdown {
 		if err := s.run.Close(); err != nil {
 			h.log.Warn("mcp: run of an ended session closed with errors", "run", s.run.ID(), "err", err)
 		}
