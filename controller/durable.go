@@ -659,7 +659,7 @@ func restartingError(id string) error {
 // go of its run under it (Detach).
 func inFlightRestartingError(id, tool string, session bool) error {
 	if session {
-		return fmt.Errorf("controller: run %s: %w while the %s call ran: this berth does not deliver its result, and this MCP session ends with it (the next berth does not know its session id). What the call started goes on until the next berth closes the session's run, once unused for %s after it restarts (by default): initialize a new session (it opens a new run) and run the call again there", id, ErrRestarting, tool, DefaultSessionRunExpiry)
+		return fmt.Errorf("controller: run %s: %w while the %s call ran: this berth does not deliver its result, and this MCP session ends with it (the next berth does not know its session id). What the call started goes on until the next berth closes the session's run, once unused for %s after it restarts (by default): initialize a new session (it opens a new run with a fresh kernel; files the call wrote are in the workspace) and run there what is still needed", id, ErrRestarting, tool, DefaultSessionRunExpiry)
 	}
 	return fmt.Errorf("controller: run %s: %w while the %s call ran: this berth does not deliver its result. What the call started goes on in the kept sandbox (a cell runs to its end in the kept kernel, which keeps its state). In %d seconds, when the next berth serves the run, look at the result there (the variables the cell set, the files it wrote) instead of running the call again", id, ErrRestarting, tool, RestartingRetry)
 }
