@@ -1101,19 +1101,20 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		res, err = a.res, a.err
 	}
 	unwatch()
-	// What the call changed is stored before it answers; a result whose
-	// change could not be stored says so.
-	if perr := r.persist(ctx); perr != nil && res != nil && !errors.Is(perr, ErrMoving) {
-		res.AppendText(unsavedNote(perr))
-	}
 	r.mu.Lock()
 	letGo := r.letGo
 	r.mu.Unlock()
 	if letGo {
 		// Whatever the tool answered, it answered because berth let go of
 		// the run under it: what the call started goes on in the kept
-		// processes (a cell runs to its end in the kept kernel).
+		// processes (a cell runs to its end in the kept kernel). The
+		// record was written as berth let go; nothing is written after.
 		return nil, inFlightRestartingError(r.id, name, r.session)
+	}
+	// What the call changed is stored before it answers; a result whose
+	// change could not be stored says so.
+	if perr := r.persist(ctx); perr != nil && res != nil && !errors.Is(perr, ErrMoving) {
+		res.AppendText(unsavedNote(perr))
 	}
 	if r.ctx.Err() != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("controller: run %s was closed during the %s call: %w", r.id, name, ErrUnknownRun)
