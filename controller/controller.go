@@ -60,7 +60,18 @@ var (
 	// call should be retried after AdoptingRetry seconds (HTTP 503
 	// adopting, with Retry-After).
 	ErrAdopting = errors.New("the run is being adopted")
+	// ErrRestarting: berth is shutting down and hands the run over to the
+	// next berth on its state directory (Controller.Detach); the run, its
+	// kernels and what they run are kept. A call in flight when berth let
+	// go of the run is not answered by this berth: what it started goes on
+	// in the kept processes. Retry after RestartingRetry seconds (HTTP 503
+	// restarting, with Retry-After).
+	ErrRestarting = errors.New("berth is restarting")
 )
+
+// RestartingRetry is how long a caller told ErrRestarting should wait
+// before it retries, in seconds (the API's Retry-After).
+const RestartingRetry = 5
 
 // Binder registers the tools of one run into r. It runs once, in Open, after
 // the run's sandbox and workspace FS are open. Resources that must end with
@@ -270,6 +281,11 @@ type Config struct {
 	// DefaultIdleExpiry, negative never. Its id then answers
 	// ErrRunExpired.
 	IdleExpiry time.Duration
+	// SessionRunExpiry closes an adopted run whose MCP session (RunSpec.
+	// Session) ended with the berth before, once nobody used it for this
+	// long; 0 means DefaultSessionRunExpiry. It applies only while
+	// IdleExpiry is not negative, and never beyond IdleExpiry.
+	SessionRunExpiry time.Duration
 
 	// Store keeps what a restarted berth needs to adopt the runs (the run
 	// table, each run's resident supervisor, its resources' state); with
@@ -322,6 +338,12 @@ type RunSpec struct {
 	// Lookup and ListFor, and the run counts against its caps. It is set
 	// by the API from the caller's credential, never from the body.
 	Tenant string `json:"-"`
+	// Session marks a run an MCP session opened for itself (/v1/mcp) and
+	// closes when it ends. The session lives in this berth's memory only:
+	// after a restart it cannot come back, so the next berth closes the
+	// adopted run once it is unused for Config.SessionRunExpiry, not
+	// IdleExpiry. It is set by the API, never from a body.
+	Session bool `json:"-"`
 }
 
 // RunInfo describes an open run.
@@ -370,6 +392,9 @@ type Controller struct {
 	// adopting are the stored runs BeginAdopt is taking over, until each
 	// is served, found gone, or given up; Lookup answers for them.
 	adopting map[string]*pending
+	// leaving holds the runs Detach hands over to the next berth, by id,
+	// with their tenants: Lookup answers ErrRestarting for them.
+	leaving map[string]string
 	// life ends when the controller stops (stopBackground): adoptions
 	// under way and their retries end with it.
 	life     context.Context
@@ -400,6 +425,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.IdleExpiry == 0 {
 		cfg.IdleExpiry = DefaultIdleExpiry
+	}
+	if cfg.SessionRunExpiry <= 0 {
+		cfg.SessionRunExpiry = DefaultSessionRunExpiry
 	}
 	mode, err := permission.ParseMode(string(cfg.Mode))
 	if err != nil {
@@ -554,8 +582,14 @@ func (c *Controller) open(ctx context.Context, spec RunSpec, sb sandbox.Sandbox,
 		},
 	}
 	r.lastUsed = time.Now()
+	r.session = spec.Session
+	if rec != nil && spec.Session {
+		// Its MCP session ended with the berth before and cannot come
+		// back: it is closed once unused for the short expiry.
+		r.idleLimit = c.cfg.SessionRunExpiry
+	}
 	base := runstore.Record{ID: id, Tenant: spec.Tenant, Conversation: spec.ConversationID, Sandbox: ref, Workspace: ws,
-		Mode: string(spec.Mode), Vibe: spec.Vibe, Placement: placement, Opened: opened}
+		Mode: string(spec.Mode), Vibe: spec.Vibe, Placement: placement, Opened: opened, Session: spec.Session}
 	if rec != nil {
 		base.Resident = rec.Resident
 	}
@@ -857,19 +891,27 @@ type Run struct {
 	calls sync.WaitGroup // in-flight calls
 
 	mu         sync.Mutex
-	closing    bool  // Close has begun: new calls are refused
-	detaching  bool  // berth is shutting down and the run lives on
-	handedOver bool  // detaching because another replica serves the run now
-	gone       error // set once the sandbox was found gone
+	closing    bool // Close has begun: new calls are refused
+	detaching  bool // berth is shutting down and the run lives on
+	handedOver bool // detaching because another replica serves the run now
+	// letGo is set once a detach (not a hand-over) begins letting go of
+	// the run's resources: a call answering after it was cut off by the
+	// detach, not by what it ran.
+	letGo bool
+	gone  error // set once the sandbox was found gone
 	// unavailable is set while the sandbox is paused or its engine does not
 	// answer (sandbox.ErrUnavailable): calls fail fast until retryAt, then
 	// one Check decides; backoff doubles up to UnavailableRetryMax.
 	unavailable error
 	retryAt     time.Time
 	backoff     time.Duration
-	inflight    int           // calls in flight (what calls counts)
-	lastUsed    time.Time     // when a call last started or ended
-	expired     time.Duration // the idle time after which the janitor closed the run; 0: not expired
+	inflight    int       // calls in flight (what calls counts)
+	lastUsed    time.Time // when a call last started or ended
+	// idleLimit, when set, closes the run once idle this long if that is
+	// sooner than Config.IdleExpiry (an adopted run of an MCP session).
+	idleLimit time.Duration
+	session   bool          // RunSpec.Session
+	expired   time.Duration // the idle time after which the janitor closed the run; 0: not expired
 
 	closeMu  sync.Mutex // serialises Close
 	done     bool
@@ -989,7 +1031,7 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 				return nil, fmt.Errorf("controller: run %s: another berth replica serves the run now: %w; retry the call", r.id, ErrMoving)
 			}
 			if detaching {
-				return nil, fmt.Errorf("controller: run %s: this berth is shutting down (%w); the run lives on: retry the call in a few seconds, when the next berth serves it", r.id, ErrClosed)
+				return nil, restartingError(r.id)
 			}
 			return nil, fmt.Errorf("controller: run %s is closed: %w; open a new run", r.id, ErrUnknownRun)
 		}
@@ -1059,6 +1101,16 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		res, err = a.res, a.err
 	}
 	unwatch()
+	r.mu.Lock()
+	letGo := r.letGo
+	r.mu.Unlock()
+	if letGo {
+		// Whatever the tool answered, it answered because berth let go of
+		// the run under it: what the call started goes on in the kept
+		// processes (a cell runs to its end in the kept kernel). The
+		// record was written as berth let go; nothing is written after.
+		return nil, inFlightRestartingError(r.id, name, r.session)
+	}
 	// What the call changed is stored before it answers; a result whose
 	// change could not be stored says so.
 	if perr := r.persist(ctx); perr != nil && res != nil && !errors.Is(perr, ErrMoving) {

@@ -318,7 +318,7 @@ func (c *Controller) adopt(ctx, bounded context.Context, rec runstore.Record) ([
 	if err != nil {
 		return nil, fmt.Errorf("controller: stored run %s has mode %q: %w", rec.ID, rec.Mode, err)
 	}
-	spec := RunSpec{ConversationID: rec.Conversation, Workspace: rec.Workspace, Sandbox: rec.Sandbox, Mode: mode, Vibe: rec.Vibe, Tenant: rec.Tenant}
+	spec := RunSpec{ConversationID: rec.Conversation, Workspace: rec.Workspace, Sandbox: rec.Sandbox, Mode: mode, Vibe: rec.Vibe, Tenant: rec.Tenant, Session: rec.Session}
 	sch, rest, err := splitRef(rec.Sandbox)
 	if err != nil {
 		return nil, err
@@ -522,6 +522,9 @@ func (r *Run) leave(persist bool) error {
 	r.detaching = true
 	r.handedOver = !persist
 	r.mu.Unlock()
+	if persist {
+		r.c.markLeaving(r.id, r.info.Tenant)
+	}
 	r.c.remove(r.id)
 
 	r.waitCalls("in-flight calls did not return before berth let go of the run; detaching under them")
@@ -536,6 +539,13 @@ func (r *Run) leave(persist bool) error {
 			errs = append(errs, werr)
 		}
 	}
+	// A call still in flight now is cut off by the detach, not by what
+	// it ran: it answers ErrRestarting, whatever its tool says.
+	if persist {
+		r.mu.Lock()
+		r.letGo = true
+		r.mu.Unlock()
+	}
 	// The detachers first, while the run's context still lives, so that
 	// nothing under the resident is killed as the context ends.
 	errs = append(errs, r.runEnders(true)...)
@@ -544,7 +554,13 @@ func (r *Run) leave(persist bool) error {
 	}
 	r.cancel()
 	if r.questions != nil {
-		errs = append(errs, r.questions.Close())
+		if persist {
+			// Followers are told berth restarts, not that the run closed;
+			// the open cards are kept in the record for the next berth.
+			errs = append(errs, r.questions.Detach())
+		} else {
+			errs = append(errs, r.questions.Close())
+		}
 	}
 	r.c.claims.releaseRun(r.id)
 	if err := r.sb.Close(); err != nil {
@@ -631,4 +647,31 @@ func (c *Controller) retire(ctx context.Context, rec runstore.Record) error {
 		return err
 	}
 	return res.Close()
+}
+
+// restartingError is what a call to a run this berth is handing over to
+// the next berth answers.
+func restartingError(id string) error {
+	return fmt.Errorf("controller: run %s: %w: this berth is shutting down and the next berth on its state directory takes the run over; the run, its kernels and their state are kept: retry in %d seconds", id, ErrRestarting, RestartingRetry)
+}
+
+// inFlightRestartingError is what a call in flight answers when berth let
+// go of its run under it (Detach).
+func inFlightRestartingError(id, tool string, session bool) error {
+	if session {
+		return fmt.Errorf("controller: run %s: %w while the %s call ran: this berth does not deliver its result, and this MCP session ends with it (the next berth does not know its session id). What the call started goes on until the next berth closes the session's run, once unused for %s after it restarts (by default): initialize a new session (it opens a new run with a fresh kernel; files the call wrote are in the workspace) and run there what is still needed", id, ErrRestarting, tool, DefaultSessionRunExpiry)
+	}
+	return fmt.Errorf("controller: run %s: %w while the %s call ran: this berth does not deliver its result. What the call started goes on in the kept sandbox (a cell runs to its end in the kept kernel, which keeps its state). In %d seconds, when the next berth serves the run, look at the result there (the variables the cell set, the files it wrote) instead of running the call again", id, ErrRestarting, tool, RestartingRetry)
+}
+
+// markLeaving remembers that the run id of tenant is being handed over
+// to the next berth, so that Lookup answers ErrRestarting for it, not
+// ErrUnknownRun, until this berth exits.
+func (c *Controller) markLeaving(id, tenant string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leaving == nil {
+		c.leaving = make(map[string]string)
+	}
+	c.leaving[id] = tenant
 }

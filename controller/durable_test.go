@@ -98,8 +98,11 @@ func TestRunOutlivesController(t *testing.T) {
 	if err := c1.Detach(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Call(context.Background(), tools.SurfaceDefault, "value", []byte(`{}`)); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "retry") {
-		t.Fatalf("a call on a detached run: %v; want ErrClosed saying to retry", err)
+	if _, err := r.Call(context.Background(), tools.SurfaceDefault, "value", []byte(`{}`)); !errors.Is(err, ErrRestarting) || !strings.Contains(err.Error(), "retry") {
+		t.Fatalf("a call on a detached run: %v; want ErrRestarting saying to retry", err)
+	}
+	if _, err := c1.Lookup("acme", r.ID()); !errors.Is(err, ErrRestarting) {
+		t.Fatalf("the id of a detached run looked up on the berth that let it go: %v; want ErrRestarting, not unknown", err)
 	}
 	st1.Close()
 

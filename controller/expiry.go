@@ -14,6 +14,10 @@ import (
 const (
 	// DefaultIdleExpiry is Config.IdleExpiry when it is zero.
 	DefaultIdleExpiry = 4 * time.Hour
+	// DefaultSessionRunExpiry is Config.SessionRunExpiry when it is zero:
+	// as long as an MCP session that only initialized lives
+	// (mcpserver.FirstIdleTimeout).
+	DefaultSessionRunExpiry = 2 * time.Minute
 	// MaxExpiredRemembered is how many expired run ids the controller
 	// remembers, to answer ErrRunExpired instead of ErrUnknownRun; older
 	// ones are forgotten first.
@@ -45,7 +49,7 @@ func janitorInterval(expiry time.Duration) time.Duration {
 // when IdleExpiry is positive and stopped by Controller.Close.
 func (c *Controller) janitor(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(janitorInterval(c.cfg.IdleExpiry))
+	t := time.NewTicker(janitorInterval(min(c.cfg.IdleExpiry, c.cfg.SessionRunExpiry)))
 	defer t.Stop()
 	for {
 		select {
@@ -96,6 +100,9 @@ func (r *Run) markExpired(now time.Time, expiry time.Duration) (time.Duration, b
 		return 0, false
 	}
 	idle := now.Sub(r.lastUsed)
+	if r.idleLimit > 0 && r.idleLimit < expiry {
+		expiry = r.idleLimit
+	}
 	if r.closing || r.inflight > 0 || idle < expiry {
 		return 0, false
 	}

@@ -85,8 +85,10 @@ func (c *Controller) Locate(ctx context.Context, tenant, id string) (*Run, *Remo
 			return r, nil, nil
 		}
 		c.handOver(r)
-	case !errors.Is(err, ErrUnknownRun):
-		return nil, nil, err // expired or gone here
+	case !errors.Is(err, ErrUnknownRun) && !errors.Is(err, ErrRestarting):
+		// expired or gone here; a run this replica is letting go of
+		// (ErrRestarting) is looked for where the other replicas find it.
+		return nil, nil, err
 	}
 	if rm, ok := c.remembered(tenant, id); ok {
 		return nil, &rm, nil

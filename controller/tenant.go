@@ -137,6 +137,9 @@ func (c *Controller) Lookup(tenant, id string) (*Run, error) {
 	if p := c.adopting[id]; !ok && !wasExpired && p != nil && (tenant == AllTenants || p.tenant == tenant) {
 		pend = p.answerLocked(id, c.closed)
 	}
+	if t, leaving := c.leaving[id]; !ok && pend == nil && leaving && (tenant == AllTenants || t == tenant) {
+		pend = restartingError(id)
+	}
 	c.mu.Unlock()
 	if ok && (tenant == AllTenants || r.info.Tenant == tenant) {
 		return r, nil

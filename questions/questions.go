@@ -63,6 +63,12 @@ const (
 	// them; data is {"after": id, "next": id}. Fetch GET …/cards for the
 	// open cards.
 	EventLost = "events.lost"
+	// EventRestarting is the last event of a stream whose port was
+	// detached ([Port.Detach]): berth is restarting and the run lives
+	// on; follow it again on the next berth with Last-Event-ID. It is not
+	// in the port's log (the HTTP API writes it when Next returns
+	// [ErrRestarting]).
+	EventRestarting = "restarting"
 )
 
 // Errors of the port. Test them with errors.Is.
@@ -77,6 +83,10 @@ var (
 	ErrBadAnswer = errors.New("bad answer")
 	// ErrClosed: the port closed with its run.
 	ErrClosed = errors.New("question port closed")
+	// ErrRestarting: the port was detached because berth is restarting
+	// and hands the run over to the next berth ([Port.Detach]); it wraps
+	// ErrClosed.
+	ErrRestarting = fmt.Errorf("%w: berth is restarting and the next berth serves the run", ErrClosed)
 	// ErrNotAllowed: the one answering may not answer a card of this kind
 	// (a harness answering a permission card); the card stays open.
 	ErrNotAllowed = errors.New("not allowed to answer this card")
@@ -205,13 +215,16 @@ type Event struct {
 // Port is one run's question port and event stream. It is safe for
 // concurrent use; the zero value is not usable, call [New].
 type Port struct {
-	mu      sync.Mutex
-	closed  bool
-	nextN   int
-	open    map[int]*waiter
-	log     []Event // the last events, oldest first: at most MaxEvents, and MaxEventBytes of data but for the newest
-	logSize int     // bytes of data in log
-	lastID  uint64
+	mu     sync.Mutex
+	closed bool
+	// detached is set with closed by Detach: subscribers are told
+	// ErrRestarting, not ErrClosed.
+	detached bool
+	nextN    int
+	open     map[int]*waiter
+	log      []Event // the last events, oldest first: at most MaxEvents, and MaxEventBytes of data but for the newest
+	logSize  int     // bytes of data in log
+	lastID   uint64
 	// dropped is the highest event id no longer kept (0: none dropped).
 	// Ids are increasing but not contiguous across a restore.
 	dropped uint64
@@ -466,6 +479,28 @@ func (p *Port) Close() error {
 	return nil
 }
 
+// Detach closes the port for a berth that restarts while the run lives
+// on: the open cards are not closed (they are in the run's record, for
+// the next berth), and subscribers' Next returns ErrRestarting after the
+// events they have not read. It is idempotent, and a no-op after Close.
+func (p *Port) Detach() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	for _, w := range p.open {
+		w.stopExpire()
+	}
+	p.stopOrphanedLocked()
+	p.closed = true
+	p.detached = true
+	p.gen++
+	close(p.changed)
+	p.changed = make(chan struct{})
+	return nil
+}
+
 // Subscribe connects a subscriber that reads events after id after (0: every
 // event still kept; an id the port has not issued yet: only new events). While it is open the port counts as connected, so
 // Ask draws cards instead of failing. The caller must Close it.
@@ -512,10 +547,13 @@ func (s *Subscription) Next(ctx context.Context) ([]Event, error) {
 			out = append(out, log[i:]...)
 			s.after = log[len(log)-1].ID
 		}
-		closed, changed := s.p.closed, s.p.changed
+		closed, detached, changed := s.p.closed, s.p.detached, s.p.changed
 		s.p.mu.Unlock()
 		if len(out) > 0 {
 			return out, nil
+		}
+		if detached {
+			return nil, ErrRestarting
 		}
 		if closed {
 			return nil, ErrClosed

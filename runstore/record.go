@@ -30,6 +30,7 @@ type Record struct {
 	Workspace    string                     `json:"workspace"`
 	Mode         string                     `json:"mode"`
 	Vibe         bool                       `json:"vibe,omitempty"`
+	Session      bool                       `json:"session,omitempty"` // opened by an MCP session, closed with it (controller.RunSpec.Session)
 	Placement    string                     `json:"placement,omitempty"`
 	Opened       time.Time                  `json:"opened"`
 	Updated      time.Time                  `json:"updated"`

@@ -104,7 +104,10 @@ loopback name).
 Runs outlive berth: their state is kept in --state-dir (one berth per
 directory), their kernels run under a resident supervisor in the sandbox,
 and SIGINT or SIGTERM detaches from them: a berth started again on the same
-directory adopts them, kernels with their variables. A resident supervisor
+directory adopts them, kernels with their variables. A call still in
+flight then answers 503 restarting (what it started goes on in the kept
+kernel; look at its result on the next berth) and event-stream followers
+get a restarting event. A resident supervisor
 no berth attaches to for --resident-grace ends what it kept. With
 --close-runs-on-exit, or --state-dir "", SIGINT or SIGTERM closes every run,
 which kills what the runs started, and exits.

@@ -79,6 +79,7 @@
 //	503 shutting_down      the controller is closing
 //	503 busy               every connection slot is taken and SpareWaiters requests wait for one already: retry after Retry-After
 //	503 sandbox_unavailable the run's container is paused or its engine does not answer (sandbox.ErrUnavailable), also when berth restarted meanwhile: the run is kept, retry
+//	503 restarting         berth is shutting down and hands the run over to the next berth on its state directory (controller.ErrRestarting): the run and its kernels are kept; a call in flight is not answered by this berth (what it started goes on), retry after Retry-After
 //	503 adopting           berth restarted a moment ago and is still taking the run over from its state directory (controller.ErrAdopting): the run is kept, retry after Retry-After
 //	503 run_moving         the run is being handed between berth replicas, or its replica does not answer (controller.ErrMoving): the run is kept, retry after Retry-After
 //	504 timeout            the call's deadline passed
@@ -531,6 +532,12 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 				}
 				fmt.Fprintf(bw, "event: %s\ndata: %s\n\n", e.Type, e.Data)
 			}
+		case errors.Is(err, questions.ErrRestarting):
+			// berth restarts and the run lives on: the follower follows
+			// it again on the next berth, from Last-Event-ID.
+			fmt.Fprintf(bw, "event: %s\ndata: {\"retry_after\": %d}\n\n", questions.EventRestarting, controller.RestartingRetry)
+			flush()
+			return
 		case errors.Is(err, questions.ErrClosed):
 			io.WriteString(bw, "event: closed\ndata: {}\n\n")
 			flush()
@@ -656,6 +663,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.Itoa(controller.MovingRetry))
 	case "adopting":
 		w.Header().Set("Retry-After", strconv.Itoa(controller.AdoptingRetry))
+	case "restarting":
+		w.Header().Set("Retry-After", strconv.Itoa(controller.RestartingRetry))
 	}
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
@@ -666,6 +675,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 func classify(err error) (int, string) {
 	var in *tools.InputError
 	switch {
+	case errors.Is(err, controller.ErrRestarting), errors.Is(err, questions.ErrRestarting):
+		return http.StatusServiceUnavailable, "restarting"
 	case errors.Is(err, controller.ErrUnknownRun):
 		return http.StatusNotFound, "unknown_run"
 	case errors.Is(err, controller.ErrRunExpired):
@@ -829,6 +840,7 @@ func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
 			Sandbox:        q.Get("sandbox"),
 			Mode:           tools.Surface(q.Get("mode")),
 			Prewarm:        splitList(q.Get("prewarm")),
+			Session:        true,
 		})
 	}
 	lookup := func(id string) error {

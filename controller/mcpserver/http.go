@@ -66,6 +66,9 @@ type HTTP struct {
 	closed   bool
 	sessions map[string]*session // by session id
 	wg       sync.WaitGroup      // session watchers
+	// posts counts the sessions' POSTs in flight, added to only under mu
+	// while not closed: Close waits for them before it ends the sessions.
+	posts sync.WaitGroup
 	// tenants and runs count the sessions open or being opened, by
 	// tenant and by run id; a key with none is absent.
 	tenants map[string]int
@@ -171,6 +174,7 @@ func (h *HTTP) ServeRun(w http.ResponseWriter, r *http.Request, run *controller.
 			unknownSession(w, sid)
 			return
 		}
+		defer h.countPost(r)()
 		defer s.use(r)()
 		if !h.direct(w, r, s) {
 			h.serve(w, r, s.srv)
@@ -195,6 +199,7 @@ func (h *HTTP) ServeOpen(w http.ResponseWriter, r *http.Request, open func() (*c
 			unknownSession(w, sid)
 			return
 		}
+		defer h.countPost(r)()
 		defer s.use(r)()
 		if !h.direct(w, r, s) {
 			h.serve(w, r, s.srv)
@@ -305,7 +310,7 @@ func (h *HTTP) open(w http.ResponseWriter, r *http.Request, run *controller.Run,
 }
 
 // end forgets a session, gives back its place under the caps and closes
-// the run it opened.
+// the run it opened, unless berth shuts down (Close began).
 func (h *HTTP) end(sid string, s *session) {
 	s.idle.Stop()
 	if sid != "" {
@@ -314,7 +319,13 @@ func (h *HTTP) end(sid string, s *session) {
 		h.mu.Unlock()
 	}
 	h.unreserve(s.tenant, s.run.ID())
-	if s.owned {
+	h.mu.Lock()
+	shutdown := h.closed
+	h.mu.Unlock()
+	// At berth's shutdown the controller decides what becomes of the
+	// run (Close, or Detach: kept for the next berth, which closes it
+	// soon since its session cannot come back), not this session's end.
+	if s.owned && !shutdown {
 		if err := s.run.Close(); err != nil {
 			h.log.Warn("mcp: run of an ended session closed with errors", "run", s.run.ID(), "err", err)
 		}
@@ -431,6 +442,13 @@ func (p *plainErrors) finish() {
 func (h *HTTP) Close() error {
 	h.mu.Lock()
 	h.closed = true
+	h.mu.Unlock()
+	// The calls in flight answer first (at berth's shutdown the controller
+	// answers them: Close cancels them, Detach says berth restarts): ending
+	// a session ends its standalone stream, and a client whose stream
+	// ended loses the answers still to come.
+	h.posts.Wait()
+	h.mu.Lock()
 	var srvs []*mcp.Server
 	for _, s := range h.sessions {
 		srvs = append(srvs, s.srv)
@@ -443,6 +461,21 @@ func (h *HTTP) Close() error {
 	}
 	h.wg.Wait()
 	return nil
+}
+
+// countPost counts r, when it is a POST, until the returned function is
+// called, unless Close began.
+func (h *HTTP) countPost(r *http.Request) func() {
+	if r.Method != http.MethodPost {
+		return func() {}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return func() {}
+	}
+	h.posts.Add(1)
+	return h.posts.Done
 }
 
 // WriteError answers a request refused before the SDK reads it (a cap,

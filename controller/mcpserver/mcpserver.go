@@ -534,6 +534,8 @@ func Classify(err error) (int, string) {
 		return http.StatusForbidden, "denied"
 	case errors.As(err, &in):
 		return http.StatusBadRequest, "bad_request"
+	case errors.Is(err, controller.ErrRestarting):
+		return http.StatusServiceUnavailable, "restarting"
 	case errors.Is(err, controller.ErrUnknownRun):
 		return http.StatusNotFound, "unknown_run"
 	case errors.Is(err, controller.ErrTooMany):
