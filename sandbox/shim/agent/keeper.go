@@ -32,13 +32,15 @@ const sweepTimeout = 5 * time.Second
 // The supervisor gets SIGTERM when the keeper dies (its parent-death
 // signal) and then ends its program as when berth goes away; the program
 // gets SIGKILL when the supervisor dies.
-func keep(args []string) int { return keepChild(modeSupervise, "run", args, false) }
+func keep(args []string) int { return keepChild(modeSupervise, "run", args, false, nil) }
 
 // keepChild is the keeper of a child started as "berth-shim childMode
 // args...". label names the mode in messages. With detach the keeper
 // first clears its own parent-death signal, so that it and its child
-// outlive the berth that started them (the resident mode).
-func keepChild(childMode, label string, args []string, detach bool) int {
+// outlive the berth that started them (the resident mode). after, when
+// set, runs once the child ended and its orphans were swept, with the
+// child's status.
+func keepChild(childMode, label string, args []string, detach bool, after func(syscall.WaitStatus)) int {
 	if detach {
 		syscall.RawSyscall(syscall.SYS_PRCTL, prSetPdeathsig, 0, 0)
 	}
@@ -84,6 +86,9 @@ func keepChild(childMode, label string, args []string, detach bool) int {
 		if pid == child.Pid && (ws.Exited() || ws.Signaled()) {
 			status = ws
 			sweep()
+			if after != nil {
+				after(ws)
+			}
 			break
 		}
 	}

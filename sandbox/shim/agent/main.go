@@ -137,7 +137,11 @@ func Main(args []string) int {
 			return 2
 		}
 		if args[0] == modeResident {
-			return keepChild(modeResidentServe, modeResident, args[1:], true)
+			return keepChild(modeResidentServe, modeResident, args[1:], true, func(ws syscall.WaitStatus) {
+				if !ws.Exited() || ws.ExitStatus() != 0 {
+					removeDeadResidentDir(dir)
+				}
+			})
 		}
 		return serveResident(dir, grace)
 	case "dial":

@@ -1,0 +1,66 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// residentServe returns the run's resident supervisor (below its keeper)
+// in ctr.
+func residentServe(t *testing.T, ctr *container) proc {
+	t.Helper()
+	for _, p := range ctr.procTable(t) {
+		if strings.Contains(p.args, "berth-shim resident-serve") {
+			return p
+		}
+	}
+	t.Fatalf("no resident supervisor in the container: %v", ctr.procTable(t))
+	return proc{}
+}
+
+// TestResidentKilledIsReplaced kills the run's resident supervisor (kill
+// -9, in a container whose PID 1 never reaps): its kernel ends with it,
+// the next eval starts a new resident and a new kernel and says what was
+// lost, the dead one's directory goes, and the run's close leaves no
+// resident directory and no zombie.
+func TestResidentKilledIsReplaced(t *testing.T) {
+	d := startDurable(t)
+	ctr, c, run := d.ctr, d.client, d.run.ID
+	oneOfEach(t, ctr, "before the resident was killed", 1)
+	serve := residentServe(t, ctr)
+	ctr.sh(t, fmt.Sprintf("kill -9 %d", serve.pid))
+	waitFor(t, time.Minute, "the kernel and the keeper to end with their resident", func() bool {
+		res, kern := berthProcs(t, ctr)
+		return len(res) == 0 && len(kern) == 0
+	}, func() string { return fmt.Sprint(ctr.procTable(t)) })
+
+	got := evalText(t, c, run, "print(1 + 1)")
+	if !strings.Contains(got, "2") {
+		t.Fatalf("eval after the resident was killed: %q; want 2", got)
+	}
+	if !strings.Contains(got, "resident supervisor died") || !strings.Contains(got, "state") {
+		t.Errorf("the first eval after the resident was killed does not say what was lost: %q", got)
+	}
+	oneOfEach(t, ctr, "after the resident was replaced", 1)
+	// Said once.
+	if got := evalText(t, c, run, "print(3)"); strings.Contains(got, "resident supervisor died") {
+		t.Errorf("the second eval after the replacement says the loss again: %q", got)
+	}
+	dirs := strings.Fields(ctr.sh(t, "ls -d /tmp/berth-run-* 2>/dev/null || true"))
+	if len(dirs) != 1 || dirs[0] == "/tmp/berth-run-"+run {
+		t.Errorf("resident directories after the replacement: %q; want only the new one (the dead one's removed by its keeper)", dirs)
+	}
+	if err := c.CloseRun(t.Context(), run); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the run's resident supervisor and kernel to end after DELETE", func() bool {
+		res, kern := berthProcs(t, ctr)
+		return len(res) == 0 && len(kern) == 0
+	}, func() string { return fmt.Sprint(ctr.procTable(t)) })
+	if out := ctr.sh(t, "ls -d /tmp/berth-run-* 2>/dev/null || true"); strings.TrimSpace(out) != "" {
+		t.Errorf("a resident directory is left after DELETE: %s", out)
+	}
+	noZombies(t, ctr)
+}
