@@ -36,6 +36,12 @@ func TestResidentKilledIsReplaced(t *testing.T) {
 		return len(res) == 0 && len(kern) == 0
 	}, func() string { return fmt.Sprint(ctr.procTable(t)) })
 
+	// Before berth looks again: the kernel's directory, with its
+	// connection file and key, went with the kernel.
+	waitFor(t, time.Minute, "the dead kernel's directory (its connection file) to be removed", func() bool {
+		return strings.TrimSpace(ctr.sh(t, "ls -d /tmp/berth-kernel.* 2>/dev/null || true")) == ""
+	}, func() string { return ctr.sh(t, "ls -la /tmp") })
+
 	got := evalText(t, c, run, "print(1 + 1)")
 	if !strings.Contains(got, "2") {
 		t.Fatalf("eval after the resident was killed: %q; want 2", got)
@@ -61,6 +67,9 @@ func TestResidentKilledIsReplaced(t *testing.T) {
 	}, func() string { return fmt.Sprint(ctr.procTable(t)) })
 	if out := ctr.sh(t, "ls -d /tmp/berth-run-* 2>/dev/null || true"); strings.TrimSpace(out) != "" {
 		t.Errorf("a resident directory is left after DELETE: %s", out)
+	}
+	if out := ctr.sh(t, "ls -d /tmp/berth-kernel.* 2>/dev/null || true"); strings.TrimSpace(out) != "" {
+		t.Errorf("a kernel's directory (its connection file) is left after DELETE: %s", out)
 	}
 	noZombies(t, ctr)
 }

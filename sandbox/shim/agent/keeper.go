@@ -85,6 +85,9 @@ func keepChild(childMode, label string, args []string, detach bool, after func(s
 		}
 		if pid == child.Pid && (ws.Exited() || ws.Signaled()) {
 			status = ws
+			if detach {
+				settle(orphanSettle)
+			}
 			sweep()
 			if after != nil {
 				after(ws)
@@ -96,6 +99,29 @@ func keepChild(childMode, label string, args []string, detach bool, after func(s
 		return 128 + int(status.Signal())
 	}
 	return status.ExitStatus()
+}
+
+// orphanSettle bounds how long a resident's keeper lets the supervisors
+// its resident left end by themselves (their parent-death signal is
+// SIGTERM: each ends its program, within its wait delay, and removes the
+// program's paths, "run --remove") before it kills what is left.
+const orphanSettle = 10 * time.Second
+
+// settle reaps the keeper's children as they end, until none is left or
+// d passed.
+func settle(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		switch {
+		case err == syscall.EINTR:
+		case err != nil:
+			return // ECHILD: all ended
+		case pid <= 0:
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
 
 // sweep kills every child of the keeper left after its supervisor ended
