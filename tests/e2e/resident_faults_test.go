@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"berth.dev/berth/tools/debug/debugtest"
 )
 
 // residentServe returns the run's resident supervisor (below its keeper)
@@ -72,4 +75,33 @@ func TestResidentKilledIsReplaced(t *testing.T) {
 		t.Errorf("a kernel's directory (its connection file) is left after DELETE: %s", out)
 	}
 	noZombies(t, ctr)
+}
+
+// TestDebugBinaryGoesWithBerth: delve's build output (__debug_bin in its
+// scratch directory) goes when the adapter does, also when berth was
+// killed and nobody is there to remove it.
+func TestDebugBinaryGoesWithBerth(t *testing.T) {
+	const image = "berth-test-go"
+	needImage(t, image, true)
+	durableBackend(t)
+	ctr := startContainer(t, image)
+	ctr.put(t, "go.mod", "module example.com/hello\n\ngo 1.22\n")
+	ctr.put(t, "main.go", debugtest.GoProgram)
+	s, c := durableBerth(t, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	info, err := c.OpenRun(ctx, durableSpec(ctr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	debugCall(t, c, info.ID, map[string]any{"op": "breakpoints", "file": "main.go", "lines": []any{12}})
+	debugCall(t, c, info.ID, map[string]any{"op": "launch", "program": "main.go"}, "stopped at main.go:12")
+	if out := ctr.sh(t, "ls -d /tmp/berth-debug-*/__debug_bin 2>/dev/null || true"); strings.TrimSpace(out) == "" {
+		t.Fatalf("no delve build output in the container while the session runs: %s", ctr.sh(t, "ls -la /tmp"))
+	}
+	s.Kill()
+	waitFor(t, 2*time.Minute, "dlv to end and its build directory to be removed after berth was killed", func() bool {
+		return len(matching(ctr.procTable(t), "dlv")) == 0 &&
+			strings.TrimSpace(ctr.sh(t, "ls -d /tmp/berth-debug-* 2>/dev/null || true")) == ""
+	}, func() string { return fmt.Sprint(ctr.procTable(t), ctr.sh(t, "ls -la /tmp")) })
 }
