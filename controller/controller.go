@@ -1116,6 +1116,11 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 	if perr := r.persist(ctx); perr != nil && res != nil && !errors.Is(perr, ErrMoving) {
 		res.AppendText(unsavedNote(perr))
 	}
+	if r.durable != nil && res != nil {
+		if n := r.durable.takeLost(); n != "" {
+			res.AppendText(n)
+		}
+	}
 	if r.ctx.Err() != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("controller: run %s was closed during the %s call: %w", r.id, name, ErrUnknownRun)
 	}

@@ -54,8 +54,15 @@ type durable struct {
 	grace  time.Duration   // the resident's grace (Config.ResidentGrace)
 	record runstore.Record // ID, the run table, Resident; State is rebuilt on each write
 
-	resMu sync.Mutex       // guards res and serialises its start
+	resMu sync.Mutex       // guards res, replaced and lost, and serialises its start
 	res   sandbox.Resident // the run's resident supervisor, once started or adopted
+	// replaced counts the residents started after one died; it names
+	// each replacement's directory, so that the dead one's keeper, which
+	// removes its directory, never touches the new one's.
+	replaced int
+	// lost is the note the run's next result carries after its resident
+	// died and was replaced; empty once said.
+	lost string
 
 	mu    sync.Mutex // guards the fields below and serialises writes
 	keys  []string
@@ -124,7 +131,20 @@ func (d *durable) resident(ctx context.Context, sb sandbox.Sandbox) (sandbox.Res
 	d.resMu.Lock()
 	defer d.resMu.Unlock()
 	if d.res != nil {
-		return d.res, nil
+		err := residentAlive(ctx, d.res)
+		if err == nil {
+			return d.res, nil
+		}
+		if !residentDied(err) {
+			return nil, fmt.Errorf("controller: the run's resident supervisor: %w", err)
+		}
+		// Killed (kill -9, the OOM killer): its programs ended with it
+		// (their supervisors have it as their parent-death signal). A
+		// new one is placed, and the run's next result says what was lost.
+		d.res.Close()
+		d.res = nil
+		d.replaced++
+		d.lost = "note: the run's resident supervisor died (killed inside the sandbox); its kernels and debug sessions ended with it and their state is lost; a new one was started."
 	}
 	rs, ok := sb.(sandbox.Residence)
 	if !ok {
@@ -134,7 +154,11 @@ func (d *durable) resident(ctx context.Context, sb sandbox.Sandbox) (sandbox.Res
 	if _, err := rand.Read(secret); err != nil {
 		return nil, err
 	}
-	h := &runstore.Resident{Dir: residentDirPrefix + d.record.ID, Secret: secret}
+	dir := residentDirPrefix + d.record.ID
+	if d.replaced > 0 {
+		dir = fmt.Sprintf("%s-%d", dir, d.replaced)
+	}
+	h := &runstore.Resident{Dir: dir, Secret: secret}
 	// Written before the resident starts: a berth that dies in between
 	// leaves a record the next one adopts (or reports), not an orphan it
 	// cannot name.
@@ -154,6 +178,35 @@ func (d *durable) resident(ctx context.Context, sb sandbox.Sandbox) (sandbox.Res
 	}
 	d.res = res
 	return res, nil
+}
+
+// residentAliveTimeout bounds the look at the run's resident before it is
+// handed out.
+const residentAliveTimeout = 30 * time.Second
+
+// residentAlive asks res for its processes: nil when it answers.
+func residentAlive(ctx context.Context, res sandbox.Resident) error {
+	ctx, cancel := context.WithTimeout(ctx, residentAliveTimeout)
+	defer cancel()
+	_, err := res.Processes(ctx)
+	return err
+}
+
+// residentDied tells a resident that no longer runs in a sandbox that
+// still does (nothing listens at its socket: sandbox.ErrNotFound) from a
+// sandbox gone or unavailable, a caller cut short, or berth having let go
+// (sandbox.ErrDetached), none of which a new resident would help.
+func residentDied(err error) bool {
+	return errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrGone) && !errors.Is(err, sandbox.ErrDetached)
+}
+
+// takeLost returns the note of a replaced resident once, then "".
+func (d *durable) takeLost() string {
+	d.resMu.Lock()
+	defer d.resMu.Unlock()
+	n := d.lost
+	d.lost = ""
+	return n
 }
 
 // held returns the resident, or nil when none was started or adopted.

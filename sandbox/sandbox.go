@@ -87,6 +87,15 @@ type Cmd struct {
 
 	// WaitDelay overrides DefaultWaitDelay for this process.
 	WaitDelay time.Duration
+
+	// Remove lists absolute paths in the sandbox (a private directory,
+	// files holding a key) that go when the process ends, whoever ends
+	// it: removed by the process's supervisor in the sandbox also when
+	// berth is not there (a resident's grace, a killed resident). Only a
+	// path owned by the user the process runs as (or the supervisor's),
+	// and not a symbolic link, is removed. Sandboxes that run processes
+	// under berth-shim honour it; others leave the paths to the caller.
+	Remove []string
 }
 
 // Process is a started process.

@@ -76,6 +76,7 @@ func (s *Sandbox) Start(ctx context.Context, cmd *sandbox.Cmd) (sandbox.Process,
 		delay = sandbox.DefaultWaitDelay
 	}
 	args := append([]string{"run", "--wait-delay=" + delay.String(), "--direct-stdout", "--ping-timeout=" + agent.ProcessPingTimeout.String()}, s.opts.RunFlags...)
+	args = append(args, removeFlags(cmd.Remove)...)
 	args = append(append(args, "--"), cmd.Args...)
 	st, err := s.exec(ctx, ExecSpec{Env: cmd.Env, Dir: cmd.Dir, User: cmd.User}, args...)
 	if err != nil {

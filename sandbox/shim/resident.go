@@ -303,9 +303,19 @@ func (r *resident) Start(ctx context.Context, name string, cmd *sandbox.Cmd) (sa
 	req := agent.ResidentRequest{
 		Op: agent.ResidentStart, Name: name,
 		Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, User: cmd.User,
-		Flags: append([]string{"--wait-delay=" + delay.String()}, r.s.opts.RunFlags...),
+		Flags: append(append([]string{"--wait-delay=" + delay.String()}, r.s.opts.RunFlags...), removeFlags(cmd.Remove)...),
 	}
 	return r.open(ctx, req, cmd, delay)
+}
+
+// removeFlags are the "run" flags that have the supervisor remove paths
+// (sandbox.Cmd.Remove) when its program ended.
+func removeFlags(paths []string) []string {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		out = append(out, "--remove="+p)
+	}
+	return out
 }
 
 // Attach reconnects to the resident's process name. See

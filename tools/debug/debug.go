@@ -514,8 +514,10 @@ type adapterProc struct {
 }
 
 // startAdapter starts the adapter for av in the sandbox. Its process lives
-// until the returned cancel is called or the run ends.
-func (s *Supervisor) startAdapter(ctx context.Context, av Availability) (*adapterProc, error) {
+// until the returned cancel is called or the run ends. scratch, when not
+// empty, is the session's build directory (delve's __debug_bin): it goes
+// with the adapter's process, also when berth is not there to remove it.
+func (s *Supervisor) startAdapter(ctx context.Context, av Availability, scratch string) (*adapterProc, error) {
 	pctx, cancel := context.WithCancel(s.runCtx)
 	stderr := proc.NewTail(stderrKeep)
 	var env []string
@@ -527,7 +529,7 @@ func (s *Supervisor) startAdapter(ctx context.Context, av Availability) (*adapte
 	case AdapterDelve:
 		// dlv dap serves one client connection and ends the session when
 		// it closes: it cannot outlive berth, so it runs as a plain process.
-		return s.startDelve(ctx, pctx, cancel, av, env, stderr)
+		return s.startDelve(ctx, pctx, cancel, av, env, stderr, scratch)
 	case AdapterDebugpy:
 		env = append(env, "PYDEVD_DISABLE_FILE_VALIDATION=1")
 		py, dir := av.Binary, av.absRoot
@@ -595,9 +597,14 @@ var listenLine = regexp.MustCompile(`DAP server listening at: (\S+)`)
 // startDelve starts `dlv dap --listen 127.0.0.1:0` and connects to the port
 // it prints through the sandbox's Dial: the port is never reachable from
 // outside the sandbox. dlv serves one client and exits after it.
-func (s *Supervisor) startDelve(ctx, pctx context.Context, cancel context.CancelFunc, av Availability, env []string, stderr *proc.Tail) (*adapterProc, error) {
+func (s *Supervisor) startDelve(ctx, pctx context.Context, cancel context.CancelFunc, av Availability, env []string, stderr *proc.Tail, scratch string) (*adapterProc, error) {
 	outR, outW := io.Pipe()
+	var remove []string
+	if scratch != "" {
+		remove = []string{scratch}
+	}
 	p, err := s.sb.Start(pctx, &sandbox.Cmd{
+		Remove: remove,
 		Args:   []string{av.Binary, "dap", "--listen", "127.0.0.1:0"},
 		Env:    env,
 		Dir:    av.absRoot,

@@ -406,7 +406,7 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 		}
 		// No process of ours: exited stays nil, the client's end is the end.
 		ap = &adapterProc{stream: conn, cancel: func() {}, status: func() (sandbox.ExitStatus, error) { return sandbox.ExitStatus{}, nil }, stderr: proc.NewTail(stderrKeep)}
-	} else if ap, err = s.startAdapter(ctx, av); err != nil {
+	} else if ap, err = s.startAdapter(ctx, av, scratchDir(args)); err != nil {
 		release()
 		return reply{}, err
 	}
@@ -418,8 +418,8 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 		started: time.Now(), ds: ds, cancel: ap.cancel, exited: ap.exited, status: ap.status, pid: ap.pid, stderr: ap.stderr, release: release,
 		resident: ap.resident, rs: ap.rs}
 	s.last = nil // a new session: the previous ending is old news
-	if out, ok := args["output"].(string); ok {
-		ss.scratch, ss.sb = path.Dir(out), s.sb
+	if dir := scratchDir(args); dir != "" {
+		ss.scratch, ss.sb = dir, s.sb
 	}
 	ss.deadline = ss.started.Add(s.opts.TTL)
 	go s.watch(ss) // ends when the session stops
@@ -481,4 +481,13 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 	}
 	rep.text = head + "\n" + rep.text
 	return rep, nil
+}
+
+// scratchDir is the session's build directory in the sandbox (delve's
+// output's), or "".
+func scratchDir(args map[string]any) string {
+	if out, ok := args["output"].(string); ok {
+		return path.Dir(out)
+	}
+	return ""
 }

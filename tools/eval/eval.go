@@ -614,7 +614,9 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 	}
 	k.conn = conn
 	pctx, cancel := context.WithCancel(s.runCtx)
-	kcmd := &sandbox.Cmd{Args: args, Dir: s.root, Stdout: k.stderr, Stderr: k.stderr, WaitDelay: 2 * time.Second}
+	// The private directory holds the connection file and its key: it
+	// goes with the kernel also when berth is not there to remove it.
+	kcmd := &sandbox.Cmd{Args: args, Dir: s.root, Stdout: k.stderr, Stderr: k.stderr, WaitDelay: 2 * time.Second, Remove: []string{pr.dir}}
 	var kp sandbox.Process
 	res, err := s.resident(ctx)
 	switch {

@@ -32,13 +32,15 @@ const sweepTimeout = 5 * time.Second
 // The supervisor gets SIGTERM when the keeper dies (its parent-death
 // signal) and then ends its program as when berth goes away; the program
 // gets SIGKILL when the supervisor dies.
-func keep(args []string) int { return keepChild(modeSupervise, "run", args, false) }
+func keep(args []string) int { return keepChild(modeSupervise, "run", args, false, nil) }
 
 // keepChild is the keeper of a child started as "berth-shim childMode
 // args...". label names the mode in messages. With detach the keeper
 // first clears its own parent-death signal, so that it and its child
-// outlive the berth that started them (the resident mode).
-func keepChild(childMode, label string, args []string, detach bool) int {
+// outlive the berth that started them (the resident mode). after, when
+// set, runs once the child ended and its orphans were swept, with the
+// child's status.
+func keepChild(childMode, label string, args []string, detach bool, after func(syscall.WaitStatus)) int {
 	if detach {
 		syscall.RawSyscall(syscall.SYS_PRCTL, prSetPdeathsig, 0, 0)
 	}
@@ -83,7 +85,13 @@ func keepChild(childMode, label string, args []string, detach bool) int {
 		}
 		if pid == child.Pid && (ws.Exited() || ws.Signaled()) {
 			status = ws
+			if detach {
+				settle(orphanSettle)
+			}
 			sweep()
+			if after != nil {
+				after(ws)
+			}
 			break
 		}
 	}
@@ -91,6 +99,29 @@ func keepChild(childMode, label string, args []string, detach bool) int {
 		return 128 + int(status.Signal())
 	}
 	return status.ExitStatus()
+}
+
+// orphanSettle bounds how long a resident's keeper lets the supervisors
+// its resident left end by themselves (their parent-death signal is
+// SIGTERM: each ends its program, within its wait delay, and removes the
+// program's paths, "run --remove") before it kills what is left.
+const orphanSettle = 10 * time.Second
+
+// settle reaps the keeper's children as they end, until none is left or
+// d passed.
+func settle(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		switch {
+		case err == syscall.EINTR:
+		case err != nil:
+			return // ECHILD: all ended
+		case pid <= 0:
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
 
 // sweep kills every child of the keeper left after its supervisor ended

@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,7 +68,9 @@ func Main(args []string) int {
 		if args[0] == "run" {
 			return keep(args[1:])
 		}
-		return run(rest[1:], o)
+		code := run(rest[1:], o)
+		removeOwned(o.remove, o.cred)
+		return code
 	case "fs":
 		rest := args[1:]
 		var idle time.Duration
@@ -137,7 +140,11 @@ func Main(args []string) int {
 			return 2
 		}
 		if args[0] == modeResident {
-			return keepChild(modeResidentServe, modeResident, args[1:], true)
+			return keepChild(modeResidentServe, modeResident, args[1:], true, func(ws syscall.WaitStatus) {
+				if !ws.Exited() || ws.ExitStatus() != 0 {
+					removeDeadResidentDir(dir)
+				}
+			})
 		}
 		return serveResident(dir, grace)
 	case "dial":
@@ -168,6 +175,8 @@ type runOptions struct {
 	// before the agent counts it gone (berth pings every ProcessPing):
 	// an engine may keep a dead berth's stdin open, as containerd does.
 	pingTimeout time.Duration
+	// remove are paths removed once the program ended (removeOwned).
+	remove []string
 }
 
 // parseRun reads the flags of "run" up to "--" and returns the rest,
@@ -203,6 +212,11 @@ func parseRun(args []string) (runOptions, []string, error) {
 				return o, nil, fmt.Errorf("bad --cgroup %q: want an absolute directory", val)
 			}
 			o.cgroups = append(o.cgroups, val)
+		case "--remove":
+			if !filepath.IsAbs(val) || filepath.Clean(val) == "/" {
+				return o, nil, fmt.Errorf("bad --remove %q: want an absolute path below /", val)
+			}
+			o.remove = append(o.remove, filepath.Clean(val))
 		case "--nproc":
 			n, err := strconv.ParseUint(val, 10, 64)
 			if err != nil || n == 0 {

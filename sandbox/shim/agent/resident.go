@@ -331,6 +331,28 @@ func claimDir(dir string) (int, error) {
 	return fd, nil
 }
 
+// removeDeadResidentDir removes the directory of a resident that did not
+// end by itself (killed: it removes its directory when it ends), as its
+// keeper does once the resident and its programs are gone: a directory
+// of the keeper's user, not a symbolic link, and locked by no other
+// resident (one that took it over keeps it). Its socket and anything a
+// program left there go with it.
+func removeDeadResidentDir(dir string) {
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return // gone already, or not a directory to remove
+	}
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if syscall.Fstat(fd, &st) != nil || int(st.Uid) != os.Geteuid() {
+		return
+	}
+	if syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return // another resident holds it
+	}
+	os.RemoveAll(dir)
+}
+
 // starter starts the programs' supervisors, all from one thread kept for
 // the resident's life: a child's parent-death signal is tied to the
 // thread that started it.

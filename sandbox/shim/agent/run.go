@@ -682,3 +682,25 @@ func children() int {
 
 // prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from linux/prctl.h.
 const prSetChildSubreaper = 36
+
+// removeOwned removes the paths a program owned ("run --remove"), once it
+// ended: its private directory, a file holding its key. A path that is a
+// symbolic link, or owned by neither the program's user (cred) nor the
+// agent's, is left alone: the program cannot point the removal elsewhere.
+// RemoveAll does not follow symbolic links below the path.
+func removeOwned(paths []string, cred *syscall.Credential) {
+	for _, p := range paths {
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink != 0 {
+			continue
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			continue
+		}
+		if int(st.Uid) != os.Geteuid() && (cred == nil || st.Uid != cred.Uid) {
+			continue
+		}
+		os.RemoveAll(p)
+	}
+}
