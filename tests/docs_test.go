@@ -25,7 +25,7 @@ var reqID = regexp.MustCompile(`\b([A-Z][A-Z0-9]{1,6})-([0-9]+)\b`)
 
 // notRequirements are prefixes of names that look like requirement ids
 // and are not (SHA-256, UTF-8).
-var notRequirements = map[string]bool{"SHA": true, "UTF": true, "ISO": true, "RFC": true, "CVE": true, "TLS": true, "HTTP": true}
+var notRequirements = map[string]bool{"SHA": true, "UTF": true, "ISO": true, "RFC": true, "CVE": true, "TLS": true, "HTTP": true, "LICENSE": true}
 
 // defined matches a definition in docs/tools.md: "- **LSP-4** …".
 var defined = regexp.MustCompile(`(?m)^- \*\*([A-Z]+-[0-9]+)\*\*`)
