@@ -135,17 +135,66 @@ func TestUnauthenticatedPerAddress(t *testing.T) {
 	}
 
 	var silent []net.Conn
-	for range perAddr + 1 {
+	dial := func() {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() })
 		silent = append(silent, c)
 	}
+	for range perAddr {
+		dial()
+	}
+	// Only a connection quiet for SilentGrace counts as a silent one: wait
+	// that long (a lower bound, not a deadline), then one more arrives.
+	time.Sleep(httpapi.SilentGrace + 200*time.Millisecond)
+	dial()
 	closedWithin(t, silent[0], 30*time.Second) // the oldest gave its place to the newest
 	if resp := roundTrip(t, authed, br, get); resp.StatusCode != 200 {
 		t.Errorf("the authenticated connection after %d silent ones: %s", perAddr+1, resp.Status)
+	}
+}
+
+// TestBurstFromOneAddress: a harness that opens many connections at once
+// from one address, each sending its request at once, is answered on
+// every one: a connection whose request berth has not read yet is not an
+// idle socket. Before SilentGrace, the per-address cap closed the oldest
+// accepted connection whose bytes berth had not read yet (CI's load test:
+// connection reset by peer on POST /v1/runs).
+func TestBurstFromOneAddress(t *testing.T) {
+	const perAddr = 2
+	lim := httpapi.Limits{MaxUnauthPerAddr: perAddr, IdleTimeout: time.Minute}
+	addr := newListened(t, lim)
+	get := fmt.Sprintf("GET /v1/runs HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer %s\r\n\r\n", token)
+	const n = 40
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			if _, err := c.Write([]byte(get)); err != nil {
+				errs <- err
+				return
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					err = fmt.Errorf("status %s", resp.Status)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("a request of the burst: %v", err)
+		}
 	}
 }
 

@@ -43,7 +43,7 @@ const (
 	// DefaultMaxUnauthPerAddr bounds the connections of one remote
 	// address that have not authenticated yet (a request with a valid
 	// token authenticates its connection). One more closes the oldest of
-	// them that is not being answered.
+	// them that has sent nothing for a second (SilentGrace).
 	DefaultMaxUnauthPerAddr = 16
 	// DefaultMaxStreamsPerTenant bounds one tenant's long-lived streams
 	// open at once: event streams (GET /v1/runs/{id}/events) and MCP
@@ -153,8 +153,8 @@ func Listen(ln net.Listener, max int) net.Listener {
 // SpareConns for health probes. Accept waits while all are open: the next
 // client waits in the kernel's accept queue instead of costing berth a
 // descriptor. A new connection that sends nothing for l.FirstByteTimeout
-// is closed, and so is the oldest unauthenticated connection of a remote
-// address that opens more than l.MaxUnauthPerAddr.
+// is closed, and so is the oldest silent unauthenticated connection of a
+// remote address that opens more than l.MaxUnauthPerAddr.
 func ListenLimits(ln net.Listener, l Limits) net.Listener {
 	l = l.withDefaults()
 	return &limitListener{
@@ -185,59 +185,59 @@ type limitListener struct {
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		spare := false
+	spare := false
+	select {
+	case l.main <- struct{}{}:
+	default:
 		select {
 		case l.main <- struct{}{}:
-		default:
-			select {
-			case l.main <- struct{}{}:
-			case l.spare <- struct{}{}:
-				spare = true
-			case <-l.done:
-				return nil, net.ErrClosed
-			}
+		case l.spare <- struct{}{}:
+			spare = true
+		case <-l.done:
+			return nil, net.ErrClosed
 		}
-		c, err := l.Listener.Accept()
-		if err != nil {
-			if spare {
-				<-l.spare
-			} else {
-				<-l.main
-			}
-			return nil, err
-		}
-		lc := &limitConn{Conn: c, l: l, spare: spare, host: remoteHost(c), firstBy: time.Now().Add(l.firstByte)}
-		c.SetReadDeadline(lc.firstBy)
-		if l.track(lc) {
-			return lc, nil
-		}
-		lc.Close() // its host's unauthenticated connections are all being answered
 	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		if spare {
+			<-l.spare
+		} else {
+			<-l.main
+		}
+		return nil, err
+	}
+	lc := &limitConn{Conn: c, l: l, spare: spare, host: remoteHost(c), firstBy: time.Now().Add(l.firstByte)}
+	c.SetReadDeadline(lc.firstBy)
+	l.track(lc)
+	return lc, nil
 }
 
+// SilentGrace is how long a connection may have sent nothing before it
+// counts as silent for the per-address cap: a client's request is read
+// only after its connection is accepted, so a burst of connections from
+// one address (a harness making calls at once) looks silent at accept,
+// and only a connection that stayed quiet is an idle socket.
+const SilentGrace = time.Second
+
 // track counts c as unauthenticated for its remote host. When the host
-// has perAddr such connections already, the oldest not being answered is
-// closed; when every one is being answered, c is refused (false).
-func (l *limitListener) track(c *limitConn) bool {
+// has perAddr such connections already, the oldest that stayed silent
+// (SilentGrace) is closed; when none did, c is taken without closing one:
+// they are clients whose requests berth has not read yet.
+func (l *limitListener) track(c *limitConn) {
 	l.mu.Lock()
 	list := l.unauth[c.host]
 	var evict *limitConn
 	if len(list) >= l.perAddr {
-		i := slices.IndexFunc(list, (*limitConn).idle)
-		if i < 0 {
-			l.mu.Unlock()
-			return false
+		if i := slices.IndexFunc(list, (*limitConn).silent); i >= 0 {
+			evict = list[i]
+			list = slices.Delete(list, i, i+1)
 		}
-		evict = list[i]
-		list = slices.Delete(list, i, i+1)
 	}
 	l.unauth[c.host] = append(list, c)
 	l.mu.Unlock()
 	if evict != nil {
 		evict.Close()
 	}
-	return true
 }
 
 // forget stops counting c as unauthenticated.
@@ -327,11 +327,12 @@ func (c *limitConn) SetDeadline(t time.Time) error {
 	return c.Conn.SetWriteDeadline(t)
 }
 
-// idle reports whether no request of c is being answered.
-func (c *limitConn) idle() bool {
+// silent reports whether c has sent nothing since it was accepted at
+// least SilentGrace ago, and no request of it is being answered.
+func (c *limitConn) silent() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.busy == 0
+	return !c.gotByte && c.busy == 0 && time.Until(c.firstBy) <= c.l.firstByte-SilentGrace
 }
 
 // authenticated stops counting c against its host's unauthenticated cap.
