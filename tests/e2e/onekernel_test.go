@@ -69,11 +69,13 @@ func oneKernelWithX(t *testing.T, a *api, ctr *container, run, after string) too
 }
 
 // TestDialRelayKilledKeepsKernel kills every `berth-shim dial` relay in
-// the container (the kernel's channels, its resident process's stream,
-// the resident's hold), twice: each time the next cell runs on the same
-// kernel, x still defined, and one kernel runs. Before, berth took the
-// broken process stream for the kernel's exit and started a second
-// kernel, the first running on with its state.
+// the container (the kernel's resident process stream, berth's hold on
+// the resident), twice: each time the next cell runs on the same kernel,
+// x still defined, one kernel runs, and berth holds the resident again.
+// Before, berth took the broken process stream for the kernel's exit and
+// started a second kernel, the first running on with its state; and it
+// never made the hold again, so the resident would have ended everything
+// after its grace.
 func TestDialRelayKilledKeepsKernel(t *testing.T) {
 	durableBackend(t)
 	dockerOnly(t, "kill in the container with docker exec")
@@ -98,6 +100,20 @@ func TestDialRelayKilledKeepsKernel(t *testing.T) {
 		ctr.sh(t, "kill -9 "+strings.Join(pids, " ")+" 2>/dev/null; true")
 		awaitKernelState(t, a, run, "dead")
 		oneKernelWithX(t, a, ctr, run, "the dial relays were killed")
+		// berth holds its resident again (else the resident would count
+		// berth gone and end the kernel after its grace): a connection to
+		// the resident's socket for the hold, one for the kernel's stream.
+		deadline := time.Now().Add(callTimeout)
+		for {
+			n := len(matchingAgent(ctr.procTable(t), "berth-shim dial unix /tmp/berth-run-"))
+			if n >= 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%v after the relays were killed, %d connection(s) to the resident, want 2 (berth's hold made again, and the kernel's stream)", callTimeout, n)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
 	}
 }
 
