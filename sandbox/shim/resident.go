@@ -104,7 +104,47 @@ func (r *resident) ping(hold sandbox.Conn, stop <-chan struct{}, done chan<- str
 		}
 		hold.SetWriteDeadline(time.Now().Add(agent.ResidentPing))
 		if err := agent.WriteFrame(hold, agent.TypePing, nil); err != nil {
-			return // the connection is gone; Wait and calls say so
+			// The hold broke (its dial relay killed, the engine's
+			// connections cut): make it again, or the resident would
+			// count berth gone and end everything after its grace while
+			// berth still uses it.
+			hold.Close()
+			if hold = r.rehold(stop); hold == nil {
+				return // stopped, or the resident is gone: Wait and calls say so
+			}
+		}
+	}
+}
+
+// rehold makes the hold connection again, every agent.ResidentPing until
+// it succeeds, the resident is found gone, or stop.
+func (r *resident) rehold(stop <-chan struct{}) sandbox.Conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		c, _, _, err := r.call(ctx, agent.ResidentRequest{Op: agent.ResidentHold})
+		if err == nil {
+			r.mu.Lock()
+			r.hold = c
+			r.mu.Unlock()
+			return c
+		}
+		if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, errClosed) {
+			return nil
+		}
+		t := time.NewTimer(agent.ResidentPing)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
 		}
 	}
 }

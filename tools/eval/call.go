@@ -14,6 +14,7 @@ import (
 
 	"berth.dev/berth/kernel"
 	"berth.dev/berth/kernel/bundled"
+	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/internal/proc"
 )
@@ -80,21 +81,25 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 	}
 	res, err := s.run(ctx, k, code)
 	if errors.Is(err, errNotTaken) {
-		// The kernel died before it took the cell: run it once on a new
-		// kernel, saying that the old one's state is gone.
+		// The kernel's client gave up before the kernel took the cell: a
+		// kernel that still runs is reattached and runs it with its state;
+		// otherwise the cell runs once on a new kernel, saying that the
+		// old one's state is gone.
 		why := k.dead()
 		if why == "" {
 			why = "it stopped answering"
 		}
-		s.mu.Lock()
-		if s.kernels[lang] == k {
-			delete(s.kernels, lang)
-			s.gen++
+		nk, note, rerr := s.revive(ctx, k, why)
+		if rerr != nil {
+			res := tools.Errorf("%s", strings.TrimPrefix(rerr.Error(), "eval: "))
+			prependNotes(res, notes)
+			return res, nil
 		}
-		s.mu.Unlock()
-		k.stop(ctx)
-		staleNotes, stale = nil, nil // the new kernel loads the files as they are now
-		notes = append(notes, fmt.Sprintf("the %s kernel had died before it took the cell (%s), so the cell ran on a new kernel: all earlier state (variables, imports, loaded data) was lost; run the setup cells again", lang, why))
+		if nk == nil {
+			staleNotes, stale = nil, nil // the new kernel loads the files as they are now
+			note = fmt.Sprintf("the %s kernel had died before it took the cell (%s), so the cell ran on a new kernel: all earlier state (variables, imports, loaded data) was lost; run the setup cells again", lang, why)
+		}
+		notes = append(notes, note)
 		var more []string
 		k, more, err = s.kernelFor(ctx, lang, false)
 		notes = append(notes, more...)
@@ -108,7 +113,7 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 		}
 		res, err = s.run(ctx, k, code)
 		if errors.Is(err, errNotTaken) {
-			res, err = tools.Errorf("the new %s kernel died too before it took the cell (%s); check the sandbox (memory, processes) before calling again", lang, k.dead()), nil
+			res, err = tools.Errorf("the %s kernel died too before it took the cell (%s); check the sandbox (memory, processes) before calling again", lang, k.dead()), nil
 		}
 	}
 	if err != nil {
@@ -330,37 +335,58 @@ func trimLibraryFrames(tb []string) []string {
 }
 
 // run executes a cell under the inactivity budget, with the tool() bridge.
+//
+// A call cut short because the sandbox became unavailable (paused, its
+// engine out of reach: the cause of ctx wraps sandbox.ErrUnavailable)
+// leaves its cell running: the frozen kernel cannot be interrupted, and
+// giving up on it would cost its state. The cell is carried on (carry)
+// and its result goes with the next call.
 func (s *Supervisor) run(ctx context.Context, k *kern, code string) (*tools.Result, error) {
 	out := &output{}
 	w := newWatchdog(s.opts.Budget, s.opts.WallLimit)
-	defer w.stop()
-	ectx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-w.fired:
-			cancel()
-		case <-ectx.Done():
-		}
-	}()
+	// The cell's own context outlives a cut call (carry); the call's end
+	// for any other reason, the budget and the run's close end it.
+	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	start := time.Now()
-	rep, err := k.client.Execute(ectx, code, kernel.ExecuteOptions{
-		OnEvent: func(e kernel.Event) {
-			w.activity()
-			out.event(e)
-			if e.Type == kernel.EventStream && tools.Following(ctx) {
-				if line := lastLine(e.Text); line != "" {
-					tools.Progress(ctx, e.Name+": "+line)
+	done := make(chan cellEnd, 1)
+	go func() {
+		rep, err := k.client.Execute(ectx, code, kernel.ExecuteOptions{
+			OnEvent: func(e kernel.Event) {
+				w.activity()
+				out.event(e)
+				if e.Type == kernel.EventStream && ctx.Err() == nil && tools.Following(ctx) {
+					if line := lastLine(e.Text); line != "" {
+						tools.Progress(ctx, e.Name+": "+line)
+					}
 				}
-			}
-		},
-		OnInput: func(ictx context.Context, req kernel.InputRequest) (string, error) {
-			w.pause()
-			defer w.resume()
-			return s.bridge(ictx, ctx, req)
-		},
-	})
+			},
+			OnInput: func(ictx context.Context, req kernel.InputRequest) (string, error) {
+				w.pause()
+				defer w.resume()
+				return s.bridge(ictx, ctx, req)
+			},
+		})
+		done <- cellEnd{rep, err}
+	}()
+	var end cellEnd
+	select {
+	case end = <-done:
+	case <-w.fired:
+		cancel()
+		end = <-done
+	case <-ctx.Done():
+		if errors.Is(context.Cause(ctx), sandbox.ErrUnavailable) && s.carry(k, out, w, done, cancel, start) {
+			return nil, ctx.Err()
+		}
+		cancel()
+		end = <-done
+	}
+	cancel()
+	w.stop()
+	s.mu.Lock()
 	k.cells++
+	s.mu.Unlock()
+	rep, err := end.rep, end.err
 	var res *tools.Result
 	switch {
 	case err == nil:
@@ -378,13 +404,107 @@ func (s *Supervisor) run(ctx context.Context, k *kern, code string) (*tools.Resu
 	case errors.Is(err, kernel.ErrDead):
 		res = out.result(nil)
 		res.IsError = true
-		res.AppendText(fmt.Sprintf("the %s kernel died while running the cell (%s); its state is lost, and the next call starts a new kernel", k.lang, k.dead()))
+		res.AppendText(fmt.Sprintf("berth lost the %s kernel while it ran the cell (%s); the next call re-attaches to it if it still runs (its state kept), or starts a new kernel and says so", k.lang, k.dead()))
 	default:
 		res = out.result(nil)
 		res.IsError = true
 		res.AppendText("the cell could not be run: " + err.Error())
 	}
 	return res, nil
+}
+
+// cellEnd is what Execute returned for a cell.
+type cellEnd struct {
+	rep *kernel.ExecuteReply
+	err error
+}
+
+// carriedRecheck is how often a carried cell whose budget ran out asks
+// whether its sandbox answers again before it interrupts the cell: a
+// frozen kernel takes no interrupt.
+const carriedRecheck = 5 * time.Second
+
+// carriedNoteMax bounds the output of a carried cell shown with the next
+// call.
+const carriedNoteMax = 4000
+
+// carry lets the cell of a call cut short by an unavailable sandbox run
+// on in the background under its budget: the kernel is marked settling,
+// so the next call waits for the cell's end (bounded by its own context),
+// and the cell's result goes with that call as a note. It reports false
+// when the run is closing (the caller then ends the cell as for an
+// abandoned call).
+func (s *Supervisor) carry(k *kern, out *output, w *watchdog, done <-chan cellEnd, cancel context.CancelFunc, start time.Time) bool {
+	settled := make(chan struct{})
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	k.settling = settled
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer w.stop()
+		defer cancel()
+		var end cellEnd
+		select {
+		case end = <-done:
+		case <-s.bg.Done():
+			cancel()
+			<-done
+			s.mu.Lock()
+			k.settling = nil
+			s.mu.Unlock()
+			close(settled)
+			return
+		case <-w.fired:
+			// No interrupt reaches a frozen kernel: wait for the sandbox.
+			for errors.Is(sandbox.CheckWithin(s.bg, s.sb), sandbox.ErrUnavailable) {
+				t := time.NewTimer(carriedRecheck)
+				select {
+				case end = <-done:
+				case <-s.bg.Done():
+				case <-t.C:
+				}
+				t.Stop()
+				if end.rep != nil || end.err != nil || s.bg.Err() != nil {
+					break
+				}
+			}
+			if end.rep == nil && end.err == nil {
+				cancel()
+				end = <-done
+			}
+		}
+		s.mu.Lock()
+		k.cells++
+		s.mu.Unlock()
+		var res *tools.Result
+		switch {
+		case end.err == nil:
+			res = out.result(end.rep)
+		case w.why() != "" && s.bg.Err() == nil:
+			res = s.interrupted(s.bg, k, out, w.why(), time.Since(start))
+		default:
+			res = out.result(nil)
+			res.IsError = true
+			res.AppendText("it did not finish: " + end.err.Error())
+		}
+		status := "ok"
+		if res.IsError {
+			status = "an error"
+		}
+		note := fmt.Sprintf("the %s cell of the call cut short while the sandbox was unavailable ran on in the kept kernel; its result (%s): %s",
+			k.lang, status, proc.Clip(res.AllText(), carriedNoteMax))
+		s.mu.Lock()
+		s.notes[k.lang] = append(s.notes[k.lang], note)
+		k.settling = nil
+		s.mu.Unlock()
+		close(settled)
+	}()
+	return true
 }
 
 // result turns the collected output into a tool result.

@@ -155,3 +155,120 @@ func (s *Supervisor) Detach() error {
 	}
 	return errors.Join(errs...)
 }
+
+// endWait bounds ending a resident kernel's process group through a fresh
+// attach: TERM, KILL after the wait delay, and the exit's report.
+const endWait = 15 * time.Second
+
+// streamLost says whether k's process handle ended without the process's
+// exit status: the stream to it broke (a `berth-shim dial` relay killed,
+// the engine's connections cut), which says nothing of the kernel itself.
+func (k *kern) streamLost() bool {
+	if k.resident == "" {
+		return false
+	}
+	select {
+	case <-k.exited:
+		_, err := k.proc.Wait()
+		return err != nil
+	default:
+		return false
+	}
+}
+
+// reattach takes k over again through the run's resident supervisor when
+// its process still runs there: a fresh attach to its process and a fresh
+// client on its connection file (as Adopt does after a restart), waiting
+// for a busy kernel as long as its heartbeat answers. It returns the
+// kernel that replaces k, with its state, and installs it; or why it
+// cannot, in which case the process (if the attach reached it) has been
+// ended. A kernel that runs as a plain process, or whose process really
+// exited, cannot be reattached.
+func (s *Supervisor) reattach(ctx context.Context, k *kern) (*kern, error) {
+	if k.resident == "" {
+		return nil, errors.New("it runs as a plain process, not under the run's resident supervisor")
+	}
+	select {
+	case <-k.exited:
+		if _, err := k.proc.Wait(); err == nil {
+			return nil, errors.New("its process exited")
+		}
+	default:
+	}
+	res, err := s.resident(ctx)
+	if err != nil || res == nil {
+		return nil, fmt.Errorf("the run's resident supervisor cannot be reached: %v", err)
+	}
+	k.client.Close()
+	nk, err := s.adopt(ctx, res, handle{Lang: k.lang, Kind: k.kind, Binary: k.binary, Dir: k.dir, Resident: k.resident,
+		Interrupt: k.interrupt, Started: k.started, Cells: k.cells, Conn: k.conn})
+	if err != nil {
+		return nil, err
+	}
+	// The fresh attach took the process over: the old handle's stream
+	// ends, and only then is its context let go (cancelling it while the
+	// stream lived would signal the kernel).
+	t := time.NewTimer(endWait)
+	select {
+	case <-k.exited:
+	case <-t.C:
+	}
+	t.Stop()
+	k.cancel()
+	nk.notes = nil
+	s.mu.Lock()
+	if s.kernels[k.lang] == k {
+		s.kernels[k.lang] = nk
+		s.gen++
+	}
+	s.mu.Unlock()
+	return nk, nil
+}
+
+// endResident ends the resident process name's process group through a
+// fresh attach (SIGTERM, then SIGKILL), for a kernel whose own handle
+// lost its stream: ending it there would signal nothing.
+func endResident(ctx context.Context, res sandbox.Resident, name string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endWait)
+	defer cancel()
+	pctx, pcancel := context.WithCancel(ctx)
+	p, err := res.Attach(pctx, name, &sandbox.Cmd{WaitDelay: 2 * time.Second})
+	if err != nil {
+		pcancel()
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return nil // gone already
+		}
+		return err
+	}
+	pcancel()
+	done := make(chan struct{})
+	go func() {
+		p.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("eval: the kernel %s did not end after SIGKILL: %w", name, ctx.Err())
+	}
+}
+
+// sweep ends every process of lang's kernels that still runs under the
+// run's resident supervisor, before a new kernel of lang starts there:
+// one kernel per run, even when an earlier one's stream broke and its
+// stop could not reach it.
+func (s *Supervisor) sweep(ctx context.Context, res sandbox.Resident, lang string) error {
+	procs, err := res.Processes(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range procs {
+		if !strings.HasPrefix(p.Name, "eval-"+lang+"-") {
+			continue
+		}
+		errs = append(errs, endResident(ctx, res, p.Name))
+	}
+	return errors.Join(errs...)
+}

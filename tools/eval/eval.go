@@ -217,6 +217,8 @@ func (k *kern) dead() string {
 		msg := "its process exited"
 		if st, err := k.proc.Wait(); err == nil {
 			msg += " (" + st.String() + ")"
+		} else if k.resident != "" {
+			msg = "berth's stream to its process broke (" + proc.Clip(err.Error(), 300) + ")"
 		}
 		if t := strings.TrimSpace(k.stderr.String()); t != "" {
 			msg += "; its last stderr: " + proc.Clip(t, 600)
@@ -482,7 +484,7 @@ func (s *Supervisor) kernelFor(ctx context.Context, lang string, reset bool) (*k
 		select {
 		case <-settling:
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("eval: waited for the %s kernel to stop a cell an earlier call abandoned: %w", lang, ctx.Err())
+			return nil, nil, fmt.Errorf("eval: waited for the %s kernel to end a cell an earlier call left running (abandoned, or cut short while the sandbox was unavailable): %w", lang, ctx.Err())
 		}
 		return s.kernelFor(ctx, lang, reset)
 	}
@@ -493,13 +495,16 @@ func (s *Supervisor) kernelFor(ctx context.Context, lang string, reset bool) (*k
 		why := k.dead()
 		switch {
 		case reset:
-			k.stop(ctx)
+			s.end(ctx, k)
 			notes = append(notes, fmt.Sprintf("reset: the %s kernel was restarted clean; all variables and imports are gone", lang))
 			k = nil
 		case why != "":
-			k.stop(ctx)
-			notes = append(notes, fmt.Sprintf("the %s kernel had died (%s) and was restarted: all state (variables, imports, loaded data) was lost; run the setup cells again", lang, why))
-			k = nil
+			var note string
+			var err error
+			if k, note, err = s.revive(ctx, k, why); err != nil {
+				return nil, notes, err
+			}
+			notes = append(notes, note)
 		}
 	}
 	if k == nil {
@@ -520,6 +525,48 @@ func (s *Supervisor) kernelFor(ctx context.Context, lang string, reset bool) (*k
 		s.mu.Unlock()
 	}
 	return k, notes, nil
+}
+
+// revive handles a kernel found unusable for why: a broken stream is not
+// a dead kernel, so one under the run's resident supervisor is first
+// reattached there, with its state. Only when that fails is it ended —
+// through a fresh attach when its own stream broke, so that its process
+// group goes before another kernel starts — and nil returned: the caller
+// starts a new one. The note says which happened.
+//
+// A sandbox that is unavailable now (paused, its engine out of reach)
+// says nothing of the kernel: it is kept, untouched, and the error (which
+// wraps sandbox.ErrUnavailable) asks for the call again.
+func (s *Supervisor) revive(ctx context.Context, k *kern, why string) (*kern, string, error) {
+	nk, err := s.reattach(ctx, k)
+	if err == nil {
+		return nk, fmt.Sprintf("berth lost its connection to the %s kernel (%s) and re-attached to it (pid %d): its state is kept", k.lang, why, nk.proc.Pid()), nil
+	}
+	if cerr := sandbox.CheckWithin(ctx, s.sb); errors.Is(cerr, sandbox.ErrUnavailable) {
+		return nil, "", fmt.Errorf("eval: berth lost its connection to the %s kernel (%s) and cannot re-attach while the sandbox is unavailable: %w; the kernel is kept, call again once the sandbox answers", k.lang, why, cerr)
+	}
+	s.end(ctx, k)
+	return nil, fmt.Sprintf("the %s kernel had died (%s; re-attaching failed: %v) and was restarted: all state (variables, imports, loaded data) was lost; run the setup cells again", k.lang, why, err), nil
+}
+
+// end stops k and forgets it. A kernel under the run's resident whose own
+// stream broke is ended through a fresh attach, since stopping it through
+// its handle would reach nothing.
+func (s *Supervisor) end(ctx context.Context, k *kern) {
+	s.mu.Lock()
+	if s.kernels[k.lang] == k {
+		delete(s.kernels, k.lang)
+		s.gen++
+	}
+	s.mu.Unlock()
+	lost := k.streamLost()
+	k.stop(ctx)
+	if !lost {
+		return
+	}
+	if res, err := s.resident(ctx); err == nil && res != nil {
+		endResident(ctx, res, k.resident)
+	}
 }
 
 // start starts a kernel for lang in the sandbox and connects to it.
@@ -627,6 +674,14 @@ func (s *Supervisor) start(ctx context.Context, lang string) (*kern, error) {
 	case res == nil:
 		kp, err = s.sb.Start(pctx, kcmd)
 	default:
+		// One kernel per run: whatever of lang's earlier kernels still
+		// runs under the resident (its stream broke, its stop reached
+		// nothing) ends first.
+		if err := s.sweep(ctx, res, lang); err != nil {
+			cancel()
+			cleanup()
+			return nil, fmt.Errorf("eval: cannot end the earlier %s kernel before starting another (%w); call again", lang, err)
+		}
 		s.mu.Lock()
 		s.seq++
 		k.resident = fmt.Sprintf("eval-%s-%d", lang, s.seq)
