@@ -94,23 +94,8 @@ func snapshot(sets []lspc.DiagnosticSet, skip map[string]bool) *journal {
 	}
 	for _, set := range sets {
 		j.seq = max(j.seq, set.Seq)
-		if skip[set.URI] {
-			continue
-		}
-		j.seen[set.URI] = true
-		if set.Version != nil {
-			j.versions[set.URI] = *set.Version
-		}
-		for _, d := range set.Diagnostics {
-			if !reported(d) {
-				continue
-			}
-			k := keyOf(d)
-			j.known[k]++
-			if j.files[set.URI] == nil {
-				j.files[set.URI] = map[diagKey]int{}
-			}
-			j.files[set.URI][k]++
+		if !skip[set.URI] {
+			j.apply(set)
 		}
 	}
 	return j
