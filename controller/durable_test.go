@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -28,12 +29,15 @@ func (c *counter) Snapshot() ([]byte, error) { return fmt.Appendf(nil, "%d", c.n
 // counterTools registers "bump" (adds one to the run's counter) and
 // "value" (says it), with the counter persisted as "counter"; an adopted
 // run starts from its stored value. adopted records what each run was
-// handed back.
+// handed back (runs are adopted concurrently: read it once Adopt returned).
 func counterTools(adopted map[string]string) Binder {
+	var mu sync.Mutex // guards adopted
 	return func(ctx context.Context, r *tools.Registry, env *Env) error {
 		c := &counter{}
 		if b := env.Adopted("counter"); b != nil {
+			mu.Lock()
 			adopted[env.RunID] = string(b)
+			mu.Unlock()
 			var n int64
 			fmt.Sscan(string(b), &n)
 			c.n.Store(n)
