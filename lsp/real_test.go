@@ -65,9 +65,13 @@ func TestRealServer(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// Wait closes the pipes once the server exits, and the server exits
+	// as soon as it reads "exit": waited for only after the client's
+	// Shutdown and Close (deferred after this), it cannot close the stream
+	// under Shutdown ("close |1: file already closed", seen in CI).
 	defer func() {
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
 		select {
 		case <-exited:
 		case <-time.After(5 * time.Second):
