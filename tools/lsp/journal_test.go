@@ -45,18 +45,8 @@ type writeDiags struct {
 // file, and the test waits for that, not a fixed time.
 func journalRun(t *testing.T, server string) *hostRun {
 	t.Helper()
-	bin := os.Getenv("BERTH_LSP_NPM_BIN")
-	if bin == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("BERTH_LSP_NPM_BIN is not set; tests/run installs the npm language servers and sets it")
-		}
-		t.Skip("BERTH_LSP_NPM_BIN is not set (tests/run installs the npm language servers and sets it)")
-	}
-	if _, err := os.Stat(filepath.Join(bin, server)); err != nil {
-		t.Fatalf("BERTH_LSP_NPM_BIN=%s has no %s: %v", bin, server, err)
-	}
-	need(t, "node")
-	return newHostRunIn(t, t.TempDir(), []string{"PATH=" + bin + ":" + os.Getenv("PATH")}, lsp.Options{DiagnosticsWait: 2 * time.Minute, QueryWait: 2 * time.Minute})
+	h, _ := npmRunWith(t, server, lsp.Options{DiagnosticsWait: 2 * time.Minute, QueryWait: 2 * time.Minute})
+	return h
 }
 
 // checkCredits makes the signature change sc through the edit tool, then

@@ -18,6 +18,12 @@ import (
 // node come from the machine's PATH.
 func npmRun(t *testing.T, server string) (*hostRun, string) {
 	t.Helper()
+	return npmRunWith(t, server, lsp.Options{})
+}
+
+// npmRunWith is npmRun with the supervisor's options.
+func npmRunWith(t *testing.T, server string, opts lsp.Options) (*hostRun, string) {
+	t.Helper()
 	bin := os.Getenv("BERTH_LSP_NPM_BIN")
 	if bin == "" {
 		if os.Getenv("CI") != "" {
@@ -29,7 +35,7 @@ func npmRun(t *testing.T, server string) (*hostRun, string) {
 		t.Fatalf("BERTH_LSP_NPM_BIN=%s has no %s: %v", bin, server, err)
 	}
 	need(t, "node")
-	h := newHostRunIn(t, t.TempDir(), []string{"PATH=" + bin + ":" + os.Getenv("PATH")}, lsp.Options{})
+	h := newHostRunIn(t, t.TempDir(), []string{"PATH=" + bin + ":" + os.Getenv("PATH")}, opts)
 	return h, bin
 }
 
