@@ -121,9 +121,11 @@ func serveMCP(ctx context.Context, g *globalFlags, f *mcpFlags, cmd *cobra.Comma
 // maxLine caps one JSON-RPC message on stdin.
 const maxLine = 16 << 20
 
-// validLines passes stdin's lines that are JSON on to the SDK and answers
-// the others itself with a JSON-RPC parse error, which the SDK would
-// answer by ending the session.
+// validLines passes stdin's lines that are one JSON-RPC message on to the
+// SDK and answers the others itself: a parse error for a line that is not
+// JSON, an invalid request for JSON that is not one message (a batch, an
+// object without "jsonrpc":"2.0", an object id, …). The SDK would end the
+// session on either, closing the run and its kernels.
 type validLines struct {
 	r   *bufio.Reader
 	out *lockedWriter
@@ -142,11 +144,13 @@ func (v *validLines) Read(p []byte) (int, error) {
 			return 0, fmt.Errorf("berth: mcp: a message on stdin exceeds %d bytes", maxLine)
 		}
 		if t := bytes.TrimSpace(line); len(t) > 0 {
-			if json.Valid(t) {
+			if !json.Valid(t) {
+				v.out.Write([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"berth: mcp: the line is not JSON: send one JSON-RPC message per line"}}` + "\n"))
+			} else if reply := mcpserver.NotAMessage(t); reply != nil {
+				v.out.Write(append(reply, '\n'))
+			} else {
 				v.buf = append(v.buf[:0], t...)
 				v.buf = append(v.buf, '\n')
-			} else {
-				v.out.Write([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"berth: mcp: the line is not JSON: send one JSON-RPC message per line"}}` + "\n"))
 			}
 		}
 		if err != nil {

@@ -133,6 +133,22 @@ func (s *session) use(r *http.Request) func() {
 	}
 }
 
+// notAMessageBody returns the Invalid Request answer to a POST whose body
+// is JSON but not one JSON-RPC message (NotAMessage), which the SDK would
+// call a parse error; it puts r's body back. A batch is left to the SDK,
+// which accepts one from a client of a protocol version that had them.
+func notAMessageBody(r *http.Request) []byte {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return nil
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if t := bytes.TrimSpace(body); err != nil || !json.Valid(t) || t[0] == '[' {
+		return nil
+	}
+	return NotAMessage(body)
+}
+
 // initializedOnly reports whether r is a POST of the
 // notifications/initialized notification alone, which every client sends
 // after initialize; it puts r's body back.
@@ -368,6 +384,12 @@ func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, srv *mcp.Server) {
 		rc.SetReadDeadline(time.Time{})
 		rc.SetWriteDeadline(time.Time{})
 	}
+	if reply := notAMessageBody(r); reply != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write(reply)
+		return
+	}
 	pw := &plainErrors{ResponseWriter: w}
 	h.sdk.ServeHTTP(pw, r.WithContext(ctx))
 	pw.finish()
@@ -423,7 +445,7 @@ func (p *plainErrors) finish() {
 	switch {
 	case strings.HasPrefix(msg, "malformed payload"):
 		code = jsonrpc.CodeParseError
-		msg += ": send one JSON-RPC message (or a batch) as a JSON body"
+		msg += ": send one JSON-RPC message as a JSON body"
 	case strings.Contains(msg, "not handled"):
 		code = jsonrpc.CodeMethodNotFound
 		msg += ": the methods served are those of MCP's tools feature (initialize, ping, tools/list, tools/call, …)"

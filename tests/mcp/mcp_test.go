@@ -395,6 +395,17 @@ func TestHTTPBadInput(t *testing.T) {
 			t.Errorf("malformed JSON: want 400 with a parse error (-32700), got %d %v %s", st, err, body)
 		}
 	})
+	t.Run("JSON that is no message", func(t *testing.T) {
+		for _, b := range []string{`{}`, `42`, `null`, `{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, `{"jsonrpc":"1.0","id":5,"method":"ping"}`} {
+			st, _, body, err := post(t, ctx, url1, tn.a, sid, b)
+			if err != nil || st != http.StatusBadRequest || !strings.Contains(body, "-32600") || strings.Contains(body, "batch") {
+				t.Errorf("%s: want 400 with an invalid request (-32600) that invites no batch, got %d %v %s", b, st, err, body)
+			}
+		}
+		if st, _, body, err := post(t, ctx, url1, tn.a, sid, `{"jsonrpc":"2.0","id":6,"method":"tools/list"}`); err != nil || st != http.StatusOK || !strings.Contains(body, "eval") {
+			t.Errorf("the session after those bodies: %d %v %s", st, err, body)
+		}
+	})
 	t.Run("unknown method", func(t *testing.T) {
 		st, _, body, err := post(t, ctx, url1, tn.a, sid, `{"jsonrpc":"2.0","id":3,"method":"no/such"}`)
 		if err != nil || !strings.Contains(body, "-32601") {
