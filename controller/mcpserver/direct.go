@@ -73,10 +73,15 @@ func (h *HTTP) direct(w http.ResponseWriter, r *http.Request, s *session) bool {
 	defer s.h.trackDirect(id, cancel)()
 	res, err := s.h.run.Call(ctx, s.h.opts.Surface, name, args)
 	out := map[string]any{"jsonrpc": "2.0", "id": req.ID}
-	if err != nil {
-		out["error"] = s.h.callError(name, err)
-	} else {
+	switch {
+	case err == nil:
 		out["result"] = Result(res)
+	default:
+		if r := s.h.inputErrorResult(name, err); r != nil {
+			out["result"] = r
+		} else {
+			out["error"] = s.h.callError(name, err)
+		}
 	}
 	b, err := json.Marshal(out)
 	if err != nil {

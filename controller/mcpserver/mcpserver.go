@@ -11,8 +11,10 @@
 // A call error is a JSON-RPC error whose data is {"code","status"}: the
 // code and HTTP status the HTTP API would answer (denied/403 for a tool
 // above the surface, unknown_tool/404, bad_request/400, …; see
-// controller/httpapi). unknown_tool and bad_request use JSON-RPC's
-// invalid-params code (-32602), every other call error [CodeCallError].
+// controller/httpapi). unknown_tool uses JSON-RPC's invalid-params code
+// (-32602), every other call error [CodeCallError]. Arguments the tool
+// refuses (bad_request) are a result with isError set, not a call error
+// (SEP-1303): the model sees what to correct.
 //
 // Cards as elicitation: when the client declared the elicitation capability,
 // an ask_user call's question card is sent to it as elicitation/create
@@ -199,9 +201,24 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	}
 	res, err := h.run.Call(ctx, h.opts.Surface, p.Name, args)
 	if err != nil {
+		if r := h.inputErrorResult(p.Name, err); r != nil {
+			return r, nil
+		}
 		return nil, h.callError(p.Name, err)
 	}
 	return Result(res), nil
+}
+
+// inputErrorResult is err as a tool result with isError set when it is an
+// input error (bad_request: arguments that fail the tool's schema or its
+// own checks), nil otherwise. MCP makes input validation errors tool
+// execution errors (SEP-1303, 2025-11-25) so the model sees them and
+// corrects its call; many hosts never show a protocol error to the model.
+func (h *handler) inputErrorResult(tool string, err error) *mcp.CallToolResult {
+	if _, code := h.opts.Classify(err); code != "bad_request" {
+		return nil
+	}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
 }
 
 // ProgressInterval is how often a call whose client sent a progress token

@@ -62,7 +62,7 @@ func TestDirectCall(t *testing.T) {
 	}{
 		{"a plain call", `{"jsonrpc":"2.0","id":"r-1","method":"tools/call","params":{"name":"read","arguments":{"path":"a.txt"}}}`, "application/json", "hello direct", ""},
 		{"an unknown tool", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"nope","arguments":{}}}`, "application/json", "", "unknown_tool"},
-		{"bad arguments", `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"read","arguments":{"path":3}}}`, "application/json", "", "bad_request"},
+		{"bad arguments", `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"read","arguments":{"path":3}}}`, "application/json", "bad arguments for read", ""},
 		{"with a progress token", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"read","arguments":{"path":"a.txt"},"_meta":{"progressToken":"p"}}}`, "text/event-stream", "hello direct", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,7 +79,8 @@ func TestDirectCall(t *testing.T) {
 				if r.Error == nil || r.Error.Data.Code != tc.code {
 					t.Fatalf("want error %s: %s", tc.code, body)
 				}
-			case r.Result == nil || len(r.Result.Content) == 0 || !strings.Contains(r.Result.Content[0].Text, tc.want):
+			case r.Result == nil || len(r.Result.Content) == 0 || !strings.Contains(r.Result.Content[0].Text, tc.want) ||
+				r.Result.IsError != (tc.name == "bad arguments"): // an input error is a result the model sees (SEP-1303)
 				t.Fatalf("want %q: %s", tc.want, body)
 			}
 			var in struct{ ID any }

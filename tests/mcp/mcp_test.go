@@ -278,6 +278,15 @@ func TestHTTPRun(t *testing.T) {
 		t.Errorf("unknown tool: JSON-RPC code %d, want %d", je.Code, jsonrpc.CodeInvalidParams)
 	}
 
+	// Arguments that fail the schema are a result the model sees, with
+	// isError, not a protocol error (SEP-1303); the same for a bad enum.
+	for _, bad := range []map[string]any{{"path": 3}, {}, {"path": "a.txt", "offset": "x"}} {
+		res, err := call(t, cs, "read", bad)
+		if err != nil || !res.IsError || !strings.Contains(text(res), "read") {
+			t.Errorf("read %v: want an isError result naming the tool, got %v %v", bad, err, res)
+		}
+	}
+
 	plan := connect(t, endpoint+"?surface=plan", tn.a, nil)
 	if list := names(t, plan); slices.Contains(list, "write") || !slices.Contains(list, "read") {
 		t.Errorf("plan surface lists %v: want read and no write", list)
