@@ -110,6 +110,24 @@ type Tool struct {
 	// (OutputOf); nil for the others. MCP lists it as the tool's
 	// outputSchema, and clients check the results against it.
 	Output *jsonschema.Schema
+	// Hints tell a client how the tool behaves (MCP's tool annotations).
+	Hints Hints
+}
+
+// Hints describe a tool's effects for clients that decide what to confirm
+// (MCP's destructiveHint, idempotentHint and openWorldHint). The zero value
+// is the most cautious: destructive, not idempotent, open world. A read
+// level tool is read-only whatever they say.
+type Hints struct {
+	// Additive: the tool changes no file in place; it only adds or stages
+	// what another call applies (ast_edit stages, resolve applies).
+	Additive bool
+	// Idempotent: calling it again with the same arguments has no further
+	// effect.
+	Idempotent bool
+	// Confined: it reaches nothing outside the run's sandbox and
+	// workspace (no network, no human, no other service).
+	Confined bool
 }
 
 // OutputOf is the JSON Schema of T's JSON encoding, for Tool.Output. It
@@ -129,6 +147,7 @@ type Info struct {
 	Level        Level              `json:"level"`
 	InputSchema  *jsonschema.Schema `json:"inputSchema"`
 	OutputSchema *jsonschema.Schema `json:"outputSchema,omitempty"`
+	Hints        Hints              `json:"-"`
 }
 
 // Handler runs a tool with raw JSON arguments. An error that is not a call
@@ -358,7 +377,7 @@ func (r *Registry) List(s Surface) []Info {
 	var out []Info
 	for _, e := range r.tools {
 		if e.tool.Level <= s.MaxLevel() {
-			out = append(out, Info{Name: e.tool.Name, Description: e.tool.Description, Level: e.tool.Level, InputSchema: e.schema, OutputSchema: e.tool.Output})
+			out = append(out, Info{Name: e.tool.Name, Description: e.tool.Description, Level: e.tool.Level, InputSchema: e.schema, OutputSchema: e.tool.Output, Hints: e.tool.Hints})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

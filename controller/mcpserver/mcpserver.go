@@ -163,6 +163,17 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// annotations are a tool's MCP annotations, every hint set explicitly:
+// MCP's defaults (destructive, open world) would call ast_edit, which
+// only stages, destructive, and every tool confined to the workspace open.
+func annotations(in tools.Info) *mcp.ToolAnnotations {
+	readOnly := in.Level == tools.LevelRead
+	destructive := !readOnly && !in.Hints.Additive
+	open := !in.Hints.Confined
+	return &mcp.ToolAnnotations{Title: in.Name, ReadOnlyHint: readOnly, DestructiveHint: &destructive,
+		IdempotentHint: readOnly || in.Hints.Idempotent, OpenWorldHint: &open}
+}
+
 func (h *handler) list() *mcp.ListToolsResult {
 	infos := h.run.Tools(h.opts.Surface)
 	out := &mcp.ListToolsResult{Tools: make([]*mcp.Tool, 0, len(infos))}
@@ -174,7 +185,7 @@ func (h *handler) list() *mcp.ListToolsResult {
 		if in.OutputSchema != nil {
 			t.OutputSchema = in.OutputSchema
 		}
-		t.Annotations = &mcp.ToolAnnotations{Title: in.Name, ReadOnlyHint: in.Level == tools.LevelRead}
+		t.Annotations = annotations(in)
 		out.Tools = append(out.Tools, t)
 	}
 	return out

@@ -278,6 +278,25 @@ func TestHTTPRun(t *testing.T) {
 		t.Errorf("unknown tool: JSON-RPC code %d, want %d", je.Code, jsonrpc.CodeInvalidParams)
 	}
 
+	// Every hint is explicit: ast_edit only stages, the file and code
+	// tools stay in the workspace, eval's code may reach anything.
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hints := map[string][3]bool{} // destructive, idempotent, open world
+	for _, tool := range lt.Tools {
+		if a := tool.Annotations; a != nil && a.DestructiveHint != nil && a.OpenWorldHint != nil {
+			hints[tool.Name] = [3]bool{*a.DestructiveHint, a.IdempotentHint, *a.OpenWorldHint}
+		}
+	}
+	for name, want := range map[string][3]bool{"ast_edit": {false, false, false}, "read": {false, true, false}, "ast_grep": {false, true, false},
+		"edit": {true, false, false}, "lsp_rename": {true, false, false}, "eval": {true, false, true}, "ask_user": {false, true, true}} {
+		if got, ok := hints[name]; !ok || got != want {
+			t.Errorf("%s: hints (destructive, idempotent, open world) %v (listed with all set: %v), want %v", name, got, ok, want)
+		}
+	}
+
 	// Arguments that fail the schema are a result the model sees, with
 	// isError, not a protocol error (SEP-1303); the same for a bad enum.
 	for _, bad := range []map[string]any{{"path": 3}, {}, {"path": "a.txt", "offset": "x"}} {

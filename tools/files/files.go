@@ -35,10 +35,10 @@ const (
 // workspace ws; ws.Root() is the workspace's absolute path in the sandbox.
 func Register(r *tools.Registry, ws sandbox.FS) {
 	w := &workspace{fs: ws, root: path.Clean(ws.Root())}
-	tools.Register(r, tools.Tool{Name: "read", Level: tools.LevelRead, Description: readDescription}, w.read)
-	tools.Register(r, tools.Tool{Name: "write", Level: tools.LevelWrite, Description: writeDescription}, w.write)
-	tools.Register(r, tools.Tool{Name: "edit", Level: tools.LevelWrite, Description: editDescription}, w.edit)
-	tools.Register(r, tools.Tool{Name: "apply_patch", Level: tools.LevelWrite, Description: patchDescription}, w.applyPatch)
+	tools.Register(r, tools.Tool{Name: "read", Level: tools.LevelRead, Description: readDescription, Hints: tools.Hints{Idempotent: true, Confined: true}}, w.read)
+	tools.Register(r, tools.Tool{Name: "write", Level: tools.LevelWrite, Description: writeDescription, Hints: tools.Hints{Idempotent: true, Confined: true}}, w.write)
+	tools.Register(r, tools.Tool{Name: "edit", Level: tools.LevelWrite, Description: editDescription, Hints: tools.Hints{Confined: true}}, w.edit)
+	tools.Register(r, tools.Tool{Name: "apply_patch", Level: tools.LevelWrite, Description: patchDescription, Hints: tools.Hints{Confined: true}}, w.applyPatch)
 }
 
 // workspace is one run's workspace as the tools see it.

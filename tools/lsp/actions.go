@@ -49,8 +49,8 @@ type Input struct {
 // closes the supervisor when the run closes.
 func Register(r *tools.Registry, sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options) *Supervisor {
 	s := New(sb, ws, runCtx, opts)
-	tools.Register(r, tools.Tool{Name: lspTool, Level: tools.LevelRead, Description: describe(s.serverIDs())}, noted(s, retried(s.do)), tools.Enum("action", actionNames()...))
-	tools.Register(r, tools.Tool{Name: "lsp_rename", Level: tools.LevelWrite, Description: renameDescription}, noted(s, retried(s.rename)))
+	tools.Register(r, tools.Tool{Name: lspTool, Level: tools.LevelRead, Description: describe(s.serverIDs()), Hints: tools.Hints{Idempotent: true, Confined: true}}, noted(s, retried(s.do)), tools.Enum("action", actionNames()...))
+	tools.Register(r, tools.Tool{Name: "lsp_rename", Level: tools.LevelWrite, Description: renameDescription, Hints: tools.Hints{Confined: true}}, noted(s, retried(s.rename)))
 	r.Use(s.Middleware())
 	return s
 }

@@ -57,9 +57,9 @@ const resolveDescription = `Applies or drops an edit staged by ast_edit. accept 
 // bound to the workspace ws and the run's Engine e.
 func Register(r *tools.Registry, ws sandbox.FS, e *Engine) {
 	h := &handlers{fs: ws, e: e}
-	tools.Register(r, tools.Tool{Name: "ast_grep", Level: tools.LevelRead, Description: grepDescription, Output: tools.OutputOf[Shown]()}, h.grep)
-	tools.Register(r, tools.Tool{Name: "ast_edit", Level: tools.LevelWrite, Description: editDescription}, h.edit)
-	tools.Register(r, tools.Tool{Name: "resolve", Level: tools.LevelWrite, Description: resolveDescription}, h.resolve, tools.Enum("action", ActionAccept, ActionDiscard))
+	tools.Register(r, tools.Tool{Name: "ast_grep", Level: tools.LevelRead, Description: grepDescription, Output: tools.OutputOf[Shown](), Hints: tools.Hints{Idempotent: true, Confined: true}}, h.grep)
+	tools.Register(r, tools.Tool{Name: "ast_edit", Level: tools.LevelWrite, Description: editDescription, Hints: tools.Hints{Additive: true, Confined: true}}, h.edit)
+	tools.Register(r, tools.Tool{Name: "resolve", Level: tools.LevelWrite, Description: resolveDescription, Hints: tools.Hints{Confined: true}}, h.resolve, tools.Enum("action", ActionAccept, ActionDiscard))
 }
 
 type handlers struct {
