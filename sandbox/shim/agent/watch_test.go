@@ -443,7 +443,36 @@ func TestWatchKernelOverflow(t *testing.T) {
 			t.Fatalf("frame %q %q, want changes or overflow", f.typ, f.payload)
 		}
 	}
-	time.Sleep(2 * WatchMaxDelay) // the agent watched unseen by now
-	mkfile(t, filepath.Join(root, "unseen/f"))
-	a.until(t, "unseen/f")
+	// The agent watches unseen once its rescan after the overflow reaches
+	// it, which on a loaded machine may take a while: a file made in it
+	// before then is part of the rescan's resync, not a change. Make one
+	// file after another until one is reported as a change.
+	deadline := time.After(2 * time.Minute)
+	tick := time.NewTicker(2 * WatchMaxDelay)
+	defer tick.Stop()
+	for n := 0; ; {
+		select {
+		case f, ok := <-a.frames:
+			if !ok {
+				t.Fatalf("the agent's output ended before a file in unseen was reported; stderr: %s", a.stderr)
+			}
+			if f.typ != TypeWatchChanges {
+				continue // a later overflow of the rescan is not this test's question
+			}
+			var paths []string
+			if err := json.Unmarshal(f.payload, &paths); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range paths {
+				if strings.HasPrefix(p, "unseen/f") {
+					return
+				}
+			}
+		case <-tick.C:
+			mkfile(t, filepath.Join(root, fmt.Sprintf("unseen/f%d", n)))
+			n++
+		case <-deadline:
+			t.Fatalf("no file made in unseen (a directory made during the overflow) was reported within 2 minutes: it is not watched")
+		}
+	}
 }
