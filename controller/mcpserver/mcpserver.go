@@ -470,20 +470,19 @@ func ElicitParams(c questions.Card) (*mcp.ElicitParams, error) {
 			msg.WriteString("\n\n" + c.Context)
 		}
 		if len(c.Options) > 0 {
-			labels := make([]string, len(c.Options))
-			var desc strings.Builder
+			// Titled options (2025-11-25): each option's label is its
+			// value, shown with its own description.
+			titled := make([]any, len(c.Options))
 			for i, o := range c.Options {
-				labels[i] = o.Label
+				title := o.Label
 				if o.Description != "" {
-					fmt.Fprintf(&desc, "%s: %s\n", o.Label, o.Description)
+					title += " — " + o.Description
 				}
+				titled[i] = map[string]any{"const": o.Label, "title": title}
 			}
-			choice := map[string]any{"type": "string", "enum": labels, "title": "Choice"}
+			choice := map[string]any{"type": "string", "oneOf": titled, "title": "Choice"}
 			if c.MultiSelect {
-				choice = map[string]any{"type": "array", "items": map[string]any{"type": "string", "enum": labels}, "title": "Choices"}
-			}
-			if d := strings.TrimSpace(desc.String()); d != "" {
-				choice["description"] = d
+				choice = map[string]any{"type": "array", "items": map[string]any{"anyOf": titled}, "title": "Choices"}
 			}
 			props[FieldChoice] = choice
 			if !c.AllowFreeText {
@@ -497,15 +496,23 @@ func ElicitParams(c questions.Card) (*mcp.ElicitParams, error) {
 			}
 		}
 	case questions.KindPermission:
-		fmt.Fprintf(&msg, "May %s run (level %s, surface %s)? %s", c.Tool, c.Level, c.Surface, c.Summary)
-		if c.Detail != "" {
-			msg.WriteString("\n\n" + c.Detail)
+		// The call once: its whole rendering (Detail) when there is one,
+		// clipped and counted, else the headline of its arguments.
+		fmt.Fprintf(&msg, "May %s run? (level %s, surface %s)\n\n", c.Tool, c.Level, c.Surface)
+		call := c.Detail
+		if call == "" {
+			call = c.Summary
 		}
-		decisions := []string{string(questions.Approve), string(questions.Deny), string(questions.AllowRun)}
+		msg.WriteString(clipCall(call))
+		decisions := []any{
+			map[string]any{"const": string(questions.Approve), "title": "Approve once"},
+			map[string]any{"const": string(questions.Deny), "title": "Deny"},
+			map[string]any{"const": string(questions.AllowRun), "title": fmt.Sprintf("Allow every %s call in this run", c.Tool)},
+		}
 		if c.TooLarge {
-			decisions = []string{string(questions.Deny)}
+			decisions = decisions[1:2]
 		}
-		props[FieldDecision] = map[string]any{"type": "string", "enum": decisions, "title": "Decision"}
+		props[FieldDecision] = map[string]any{"type": "string", "oneOf": decisions, "title": "Decision"}
 		required = append(required, FieldDecision)
 	default:
 		return nil, fmt.Errorf("mcpserver: card %d is of kind %q, which has no form", c.N, c.Kind)
@@ -515,6 +522,24 @@ func ElicitParams(c questions.Card) (*mcp.ElicitParams, error) {
 		schema["required"] = required
 	}
 	return &mcp.ElicitParams{Mode: "form", Message: fmt.Sprintf("[card %d] %s", c.N, msg.String()), RequestedSchema: schema}, nil
+}
+
+// MaxElicitCall caps the characters of a call shown in a permission
+// elicitation's message; the operator console shows the whole call.
+const MaxElicitCall = 4000
+
+// clipCall is a call's rendering cut to MaxElicitCall characters at a
+// line end where there is one, saying how much was left out.
+func clipCall(s string) string {
+	r := []rune(s)
+	if len(r) <= MaxElicitCall {
+		return s
+	}
+	cut := MaxElicitCall
+	if i := strings.LastIndexByte(string(r[:cut]), '\n'); i > 0 && i > len(string(r[:cut]))/2 {
+		cut = len([]rune(string(r[:cut])[:i]))
+	}
+	return fmt.Sprintf("%s\n… (%d more characters of %d not shown; the operator console shows the whole call)", string(r[:cut]), len(r)-cut, len(r))
 }
 
 // AnswerOf is the card answer an elicitation result means: accept with the

@@ -14,6 +14,35 @@ import (
 	"berth.dev/berth/tools"
 )
 
+// TestPermissionMessageShowsTheCallOnce: a 9,680-byte write is shown
+// once, clipped and counted, not as its JSON headline and then again.
+func TestPermissionMessageShowsTheCallOnce(t *testing.T) {
+	content := strings.Repeat("line of the file\n", 9680/17)
+	args, _ := json.Marshal(map[string]any{"path": "big.txt", "content": content})
+	detail := "write big.txt:\n" + content
+	p, err := ElicitParams(questions.Card{N: 3, Kind: questions.KindPermission, Tool: "write", Level: "write", Surface: "default",
+		Summary: string(args[:200]), Detail: detail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(p.Message, "line of the file"); n == 0 || n > MaxElicitCall/17+1 {
+		t.Errorf("the content shows %d times its line; want it once, clipped", n)
+	}
+	if strings.Contains(p.Message, `"content"`) {
+		t.Errorf("the message shows the raw JSON arguments as well as the call: %.300q", p.Message)
+	}
+	if len([]rune(p.Message)) > MaxElicitCall+300 || !strings.Contains(p.Message, "more characters of") {
+		t.Errorf("message of %d characters, want the call clipped near %d and the cut counted: …%q", len([]rune(p.Message)), MaxElicitCall, p.Message[len(p.Message)-200:])
+	}
+	if !strings.HasPrefix(p.Message, "[card 3] May write run? (level write, surface default)") {
+		t.Errorf("message starts %.80q", p.Message)
+	}
+	small, _ := ElicitParams(questions.Card{N: 4, Kind: questions.KindPermission, Tool: "eval", Level: "exec", Summary: `{"code":"1+1"}`})
+	if !strings.HasSuffix(small.Message, `{"code":"1+1"}`) {
+		t.Errorf("a card without detail shows its summary: %q", small.Message)
+	}
+}
+
 // TestCardForms: each card becomes the form the issue names, and each
 // reply the answer it means; every answer fits the card (questions.Check).
 func TestCardForms(t *testing.T) {
@@ -28,11 +57,11 @@ func TestCardForms(t *testing.T) {
 	}{
 		{"options", questions.Card{Kind: questions.KindQuestion, Question: "Which?", Options: opts},
 			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"choice": "blue"}},
-			`{"choice":{"description":"blue: the sea","enum":["red","blue"],"title":"Choice","type":"string"}}`, []string{"choice"},
+			`{"choice":{"oneOf":[{"const":"red","title":"red"},{"const":"blue","title":"blue — the sea"}],"title":"Choice","type":"string"}}`, []string{"choice"},
 			questions.Answer{Choice: []string{"blue"}}},
 		{"multi", questions.Card{Kind: questions.KindQuestion, Question: "Which?", Options: opts, MultiSelect: true},
 			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"choice": []any{"red", "blue"}}},
-			`{"choice":{"description":"blue: the sea","items":{"enum":["red","blue"],"type":"string"},"title":"Choices","type":"array"}}`, []string{"choice"},
+			`{"choice":{"items":{"anyOf":[{"const":"red","title":"red"},{"const":"blue","title":"blue — the sea"}]},"title":"Choices","type":"array"}}`, []string{"choice"},
 			questions.Answer{Choice: []string{"red", "blue"}}},
 		{"free text", questions.Card{Kind: questions.KindQuestion, Question: "Name?", AllowFreeText: true},
 			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"text": "berth"}},
@@ -40,7 +69,7 @@ func TestCardForms(t *testing.T) {
 			questions.Answer{Text: "berth"}},
 		{"options or text", questions.Card{Kind: questions.KindQuestion, Question: "Which?", Options: opts, AllowFreeText: true},
 			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"text": "green"}},
-			`{"choice":{"description":"blue: the sea","enum":["red","blue"],"title":"Choice","type":"string"},"text":{"description":"a typed answer","title":"Answer","type":"string"}}`, nil,
+			`{"choice":{"oneOf":[{"const":"red","title":"red"},{"const":"blue","title":"blue — the sea"}],"title":"Choice","type":"string"},"text":{"description":"a typed answer","title":"Answer","type":"string"}}`, nil,
 			questions.Answer{Text: "green"}},
 		{"decline skips", questions.Card{Kind: questions.KindQuestion, Question: "Name?", AllowFreeText: true},
 			&mcp.ElicitResult{Action: "decline"},
@@ -48,19 +77,19 @@ func TestCardForms(t *testing.T) {
 			questions.Answer{Skip: true}},
 		{"cancel skips", questions.Card{Kind: questions.KindQuestion, Question: "Which?", Options: opts},
 			&mcp.ElicitResult{Action: "cancel"},
-			`{"choice":{"description":"blue: the sea","enum":["red","blue"],"title":"Choice","type":"string"}}`, []string{"choice"},
+			`{"choice":{"oneOf":[{"const":"red","title":"red"},{"const":"blue","title":"blue — the sea"}],"title":"Choice","type":"string"}}`, []string{"choice"},
 			questions.Answer{Skip: true}},
 		{"permission approve", questions.Card{Kind: questions.KindPermission, Tool: "write", Level: "write"},
 			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}},
-			`{"decision":{"enum":["approve","deny","allow_run"],"title":"Decision","type":"string"}}`, []string{"decision"},
+			`{"decision":{"oneOf":[{"const":"approve","title":"Approve once"},{"const":"deny","title":"Deny"},{"const":"allow_run","title":"Allow every write call in this run"}],"title":"Decision","type":"string"}}`, []string{"decision"},
 			questions.Answer{Decision: questions.Approve}},
 		{"permission decline denies", questions.Card{Kind: questions.KindPermission, Tool: "write", Level: "write"},
 			&mcp.ElicitResult{Action: "decline"},
-			`{"decision":{"enum":["approve","deny","allow_run"],"title":"Decision","type":"string"}}`, []string{"decision"},
+			`{"decision":{"oneOf":[{"const":"approve","title":"Approve once"},{"const":"deny","title":"Deny"},{"const":"allow_run","title":"Allow every write call in this run"}],"title":"Decision","type":"string"}}`, []string{"decision"},
 			questions.Answer{Decision: questions.Deny}},
 		{"too large takes only deny", questions.Card{Kind: questions.KindPermission, Tool: "write", TooLarge: true},
 			&mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "deny"}},
-			`{"decision":{"enum":["deny"],"title":"Decision","type":"string"}}`, []string{"decision"},
+			`{"decision":{"oneOf":[{"const":"deny","title":"Deny"}],"title":"Decision","type":"string"}}`, []string{"decision"},
 			questions.Answer{Decision: questions.Deny}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

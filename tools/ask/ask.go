@@ -128,12 +128,12 @@ func answer(ctx, wctx context.Context, port *questions.Port, timeout time.Durati
 			sc["restored"] = true
 		}
 		return &tools.Result{
-			Content:           []tools.Content{{Type: "text", Text: fmt.Sprintf("The operator skipped card %d%s without answering. %s", card.N, restored, assumption)}},
+			Content:           []tools.Content{{Type: "text", Text: fmt.Sprintf("Card %d%s was skipped without an answer. %s", card.N, restored, assumption)}},
 			StructuredContent: sc,
 		}, nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "The operator answered card %d%s.", card.N, restored)
+	fmt.Fprintf(&b, "Card %d%s was answered.", card.N, restored)
 	writeAnswer(&b, a)
 	sc := map[string]any{"card": card.N, "choice": a.Choice}
 	if a.Choice == nil {

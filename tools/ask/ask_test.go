@@ -122,10 +122,10 @@ func TestAskAfterRestart(t *testing.T) {
 		want   []string
 		n      int // the card the next call's own answer came from
 	}{
-		{"answered, then retried", true, args, []string{"The operator answered card 1 (asked before berth restarted).\nChose: \"sqlite\""}, 1},
-		{"retried, then answered", false, args, []string{"The operator answered card 1 (asked before berth restarted).\nChose: \"sqlite\""}, 1},
+		{"answered, then retried", true, args, []string{"Card 1 (asked before berth restarted) was answered.\nChose: \"sqlite\""}, 1},
+		{"retried, then answered", false, args, []string{"Card 1 (asked before berth restarted) was answered.\nChose: \"sqlite\""}, 1},
 		{"answered, another question asked", true, other, []string{
-			"The operator answered card 102.\nWrote: yes", // 2 + questions.RestoreCardSkip
+			"Card 102 was answered.\nWrote: yes", // 2 + questions.RestoreCardSkip
 			"Answers to questions you asked before berth restarted, given after those ask_user calls had ended:\n- card 1, \"Which database?\":\n  Chose: \"sqlite\"",
 		}, 2 + questions.RestoreCardSkip},
 	}
