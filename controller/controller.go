@@ -615,7 +615,7 @@ func (c *Controller) open(ctx context.Context, spec RunSpec, sb sandbox.Sandbox,
 		env.Questions = r.questions
 		env.Persist("questions", r.questions)
 	}
-	env.Gate = permission.New(*c.cfg.Permissions, r.questions, permission.Options{Timeout: c.cfg.PermissionTimeout})
+	env.Gate = permission.New(*c.cfg.Permissions, r.questions, permission.Options{Timeout: c.cfg.PermissionTimeout, Audit: r.audit})
 	if b := env.Adopted("permission"); b != nil {
 		if err := env.Gate.Restore(b); err != nil {
 			problems = append(problems, fmt.Sprintf("run %s: %v", id, err))
@@ -976,6 +976,29 @@ func (r *Run) Tools(s tools.Surface) []tools.Info {
 	return r.reg.List(s)
 }
 
+// audit records a permission decision: counted, logged, and published on
+// the run's events. A read-level call the policy allows is only counted
+// and logged at debug level: it is every read.
+func (r *Run) audit(a permission.Audit) {
+	r.c.m.decisions.WithLabelValues(a.Level, a.Outcome).Inc()
+	attrs := []any{"tenant", r.info.Tenant, "tool", a.Tool, "tool_level", a.Level, "surface", a.Surface, "outcome", a.Outcome,
+		"rule", a.Rule, "call_digest", a.Call, "summary", a.Summary}
+	if a.Card > 0 {
+		attrs = append(attrs, "card", a.Card, "by", a.By)
+	}
+	if a.Reason != "" {
+		attrs = append(attrs, "reason", a.Reason)
+	}
+	if a.Outcome == permission.OutcomeAllowed && a.Level == tools.LevelRead.String() {
+		r.log.Debug("permission decision", attrs...)
+		return
+	}
+	r.log.Info("permission decision", attrs...)
+	if r.questions != nil {
+		r.questions.Publish(permission.EventDecision, a) // a closed port drops it
+	}
+}
+
 // surface picks the surface of a call: the run's mode when s is empty, and
 // a refusal when s allows more than the mode.
 func (r *Run) surface(s tools.Surface, name string) (tools.Surface, error) {
@@ -1007,7 +1030,11 @@ func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.
 		o := outcome(res, err)
 		r.c.m.calls.WithLabelValues(label, o).Inc()
 		r.c.m.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
-		r.log.Debug("tool call", "tool", name, "surface", s, "outcome", o, "duration", time.Since(start))
+		level := "unknown"
+		if t, ok := r.reg.Lookup(name); ok {
+			level = t.Level.String()
+		}
+		r.log.Info("tool call", "tenant", r.info.Tenant, "tool", name, "tool_level", level, "surface", s, "outcome", o, "duration", time.Since(start))
 	}()
 
 	if s, err = r.surface(s, name); err != nil {

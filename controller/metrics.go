@@ -31,6 +31,7 @@ type metrics struct {
 	runsExpired prometheus.Counter
 	calls       *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
+	decisions   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -56,11 +57,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Tool call latency by tool, including refused calls.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"tool"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berth_permission_decisions_total",
+			Help: "Permission decisions by the level of the call and outcome (allowed and denied by policy; approved, approved_for_run and rejected on a card; allowed_for_run by an earlier card; refused when nobody decided).",
+		}, []string{"level", "outcome"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.runsOpen, m.runsOpened, m.runsExpired, m.calls, m.latency} {
+	for _, c := range []prometheus.Collector{m.runsOpen, m.runsOpened, m.runsExpired, m.calls, m.latency, m.decisions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("controller: register metrics: %w", err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"berth.dev/berth/questions"
 	"berth.dev/berth/tools"
+	"berth.dev/berth/tools/permission"
 )
 
 // TestQuestionPortAndGateWiring: a run gets a question port and ask_user
@@ -45,8 +46,19 @@ func TestQuestionPortAndGateWiring(t *testing.T) {
 				sub := p.Subscribe(0)
 				defer sub.Close()
 				run.Close()
-				if _, err := sub.Next(context.Background()); !errors.Is(err, questions.ErrClosed) {
-					t.Errorf("after run close: %v", err)
+				for {
+					evs, err := sub.Next(context.Background())
+					if err != nil {
+						if !errors.Is(err, questions.ErrClosed) {
+							t.Errorf("after run close: %v", err)
+						}
+						break
+					}
+					for _, e := range evs { // the refusal's audit record came before
+						if e.Type != permission.EventDecision {
+							t.Errorf("event %s before the close", e.Type)
+						}
+					}
 				}
 			}
 		})

@@ -178,6 +178,9 @@ type Answer struct {
 	Text     string   `json:"text,omitempty"`
 	Skip     bool     `json:"skip,omitempty"`
 	Decision Decision `json:"decision,omitempty"`
+	// By says who answered, for the audit trail: set by berth from the
+	// answerer's credential (a value a client sends is replaced).
+	By string `json:"by,omitempty"`
 }
 
 // Outcome is how a card closed.

@@ -12,6 +12,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,7 +20,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -76,6 +79,9 @@ type globalFlags struct {
 	noHostFallback bool
 	dockerHost     string
 	verbose        bool
+	// logFormat and logLevel: --log-format (text or json) and
+	// --log-level (debug, info, warn, error; empty: the command's default).
+	logFormat, logLevel string
 	// serveMode is berth serve's --mode: hosted (the default) or local.
 	serveMode string
 
@@ -139,17 +145,23 @@ conversation's existing container, or on the host when there is none.`,
 		// grammars in the grammar directory) are loaded before any command
 		// but those that load them on demand (ast-grep, ast-edit); a broken
 		// one is a warning, the bundled languages still work.
-		PersistentPreRun: func(cmd *cobra.Command, args []string) {
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.checkLog(); err != nil {
+				return err
+			}
 			if cmd.Annotations[grammarsAnnotation] != grammarsOnDemand {
 				loadConfiguredGrammars(cmd.ErrOrStderr())
 			}
+			return nil
 		},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.labelKey, "label-key", "berth.conversation", "container label whose value is the conversation id")
 	pf.BoolVar(&g.noHostFallback, "no-host-fallback", false, "fail instead of running on the host when a conversation has no container")
 	pf.StringVar(&g.dockerHost, "docker-host", "", "Docker engine address (default: $DOCKER_HOST or the local socket)")
-	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log placement and lifecycle details to stderr")
+	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log placement and lifecycle details to stderr (--log-level debug)")
+	pf.StringVar(&g.logFormat, "log-format", "text", "format of berth's log on stderr: text or json (one JSON object a line, berth's own lines among them)")
+	pf.StringVar(&g.logLevel, "log-level", "", "least level logged: debug, info, warn or error (default: info for serve, which logs each tool call and permission decision; warn for the other commands)")
 	pf.StringVar(&g.kube, "kube", kubeAuto, "how berth reaches Kubernetes pods (kube://NAMESPACE/POD[/CONTAINER]): "+
 		"api (pod exec through the API server), node (as a node agent, through this node's containerd; only this node's pods), "+
 		"off, or auto (api when berth runs in a cluster or $KUBECONFIG is set)")
@@ -170,9 +182,69 @@ conversation's existing container, or on the host when there is none.`,
 }
 
 func (g *globalFlags) logger(w io.Writer) *slog.Logger {
-	level := slog.LevelWarn
+	return g.loggerAt(w, slog.LevelWarn)
+}
+
+// loggerAt is the logger of a command whose default level is def.
+// checkLog has validated the flags.
+func (g *globalFlags) loggerAt(w io.Writer, def slog.Level) *slog.Logger {
+	level := def
+	if g.logLevel != "" {
+		level.UnmarshalText([]byte(g.logLevel))
+	}
 	if g.verbose {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	opts := &slog.HandlerOptions{Level: level}
+	if g.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// checkLog validates --log-format and --log-level.
+func (g *globalFlags) checkLog() error {
+	if g.logFormat != "text" && g.logFormat != "json" {
+		return fmt.Errorf("berth: --log-format %q: use text or json", g.logFormat)
+	}
+	var l slog.Level
+	if g.logLevel != "" && (l.UnmarshalText([]byte(g.logLevel)) != nil || !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(g.logLevel))) {
+		return fmt.Errorf("berth: --log-level %q: use debug, info, warn or error", g.logLevel)
+	}
+	return nil
+}
+
+// jsonLines is stderr for a command logging JSON: each line berth writes
+// itself ("berth: serving on …") becomes one record of log at info level,
+// so the whole stream stays one JSON object a line.
+type jsonLines struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	part []byte
+}
+
+func (j *jsonLines) Write(p []byte) (int, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.part = append(j.part, p...)
+	for {
+		i := bytes.IndexByte(j.part, '\n')
+		if i < 0 {
+			break
+		}
+		if line := strings.TrimSpace(string(j.part[:i])); line != "" {
+			j.log.Info(line)
+		}
+		j.part = j.part[i+1:]
+	}
+	return len(p), nil
+}
+
+// stderrFor is the stream a command writes its own lines to: w itself,
+// or, logging JSON, w through log.
+func (g *globalFlags) stderrFor(w io.Writer, log *slog.Logger) io.Writer {
+	if g.logFormat == "json" {
+		return &jsonLines{log: log}
+	}
+	return w
 }

@@ -148,12 +148,12 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 			if token == "" && operator == "" && len(creds) == 0 && !loopbackAddr(f.addr) {
 				return fmt.Errorf("berth: refusing to listen on %s without a token: set %s, --token-file or --tokens-file, or listen on 127.0.0.1", f.addr, EnvToken)
 			}
-			log := g.logger(cmd.ErrOrStderr())
+			log := g.loggerAt(cmd.ErrOrStderr(), slog.LevelInfo)
 			ln, err := net.Listen("tcp", f.addr)
 			if err != nil {
 				return fmt.Errorf("berth: listen on %s: %w", f.addr, err)
 			}
-			return serve(cmd.Context(), g, ln, token, cmd.ErrOrStderr(), log, func(c *serveConfig) {
+			return serve(cmd.Context(), g, ln, token, g.stderrFor(cmd.ErrOrStderr(), log), log, func(c *serveConfig) {
 				c.creds, c.operator = creds, operator
 				c.limits = httpapi.Limits{ReadTimeout: f.readTimeout, MaxConns: f.maxConns,
 					MaxStreamsPerTenant: f.maxStreams, MaxMCPSessionsPerTenant: f.maxMCPSessions}

@@ -2,13 +2,19 @@ package httpapi_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -424,11 +430,41 @@ func TestPermissionPolicyDeny(t *testing.T) {
 		{Tool: "write", Action: permission.Deny},
 		{Action: permission.Allow},
 	}}
-	rg := newAskRig(t, controller.Config{Permissions: &policy})
+	var logged bytes.Buffer
+	var logMu sync.Mutex
+	log := slog.New(slog.NewJSONHandler(lockedWriter{&logMu, &logged}, nil))
+	rg := newAskRig(t, controller.Config{Permissions: &policy, Logger: log})
 	id := rg.openHost()
-	if r := wait(t, rg.call(id, "write", `{"path":"x","content":"y"}`)); r.status != 403 || !strings.Contains(r.body, "policy forbids write") {
+	ev := rg.subscribe(id, "")
+	args := `{"path":"x","content":"y"}`
+	if r := wait(t, rg.call(id, "write", args)); r.status != 403 || !strings.Contains(r.body, "policy forbids write") {
 		t.Errorf("policy deny: %+v", r)
 	}
+	// The audit: one record, on the events and in the log, naming the
+	// rule and the call's digest.
+	sum := sha256.Sum256([]byte(args))
+	digest := hex.EncodeToString(sum[:])
+	d := ev.next("permission.decided")
+	if d.data["outcome"] != "denied" || d.data["rule"] != "tool=write: deny" || d.data["call_digest"] != digest || d.data["by"] != nil {
+		t.Errorf("the decision's event: %v; want outcome denied by rule tool=write: deny, digest %s", d.data, digest)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if n := strings.Count(logged.String(), `"msg":"permission decision"`); n != 1 || !strings.Contains(logged.String(), `"call_digest":"`+digest+`"`) || !strings.Contains(logged.String(), `"rule":"tool=write: deny"`) {
+		t.Errorf("%d log records of the decision, want 1 with the rule and digest:\n%s", n, logged.String())
+	}
+}
+
+// lockedWriter serialises writes to a buffer a test reads.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // TestPermissionGateOnEvalBridge: eval's tool() bridge re-enters the

@@ -72,6 +72,16 @@ func (c Credential) String() string {
 	return fmt.Sprintf("tenant %s: %s", c.Tenant, strings.Join(ss, ","))
 }
 
+// Who names the credential in an audit record: the first 12 hex digits of
+// its line's hash in the tokens file, its tenant and scopes; the zero
+// credential (berth serves without tokens) is "no token".
+func (c Credential) Who() string {
+	if c.Hash == ([sha256.Size]byte{}) {
+		return "no token (berth serves without a tokens file); " + c.String()
+	}
+	return fmt.Sprintf("token sha256:%x… (%s)", c.Hash[:6], c.String())
+}
+
 // ParseTokens reads a tokens file: one credential a line,
 //
 //	<sha256-hex-of-token> <tenant> <scope>[,<scope>…]

@@ -600,6 +600,7 @@ func (s *server) answerCard(w http.ResponseWriter, r *http.Request) {
 		s.operatorRequired(w, r, fmt.Sprintf("card %d: a decision answers a permission card", n))
 		return
 	}
+	a.By = principalOf(r).Who() // whatever the body said
 	if testHookBeforeAnswer != nil {
 		testHookBeforeAnswer(n)
 	}

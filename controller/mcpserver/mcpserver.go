@@ -441,8 +441,13 @@ func (h *handler) answer(ctx context.Context, ss *mcp.ServerSession, port *quest
 	a, err := AnswerOf(c, res)
 	if err == nil {
 		rights := questions.MayAnswerQuestions
+		a.By = "the MCP client over stdio"
+		if id := ss.ID(); id != "" {
+			a.By = "the MCP client of session " + id
+		}
 		if h.opts.ClientIsOperator {
 			rights = questions.Operator
+			a.By += " (its user is the operator)"
 		}
 		err = port.Answer(c.N, a, rights)
 	}

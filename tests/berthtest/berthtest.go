@@ -149,6 +149,10 @@ func Start(t testing.TB, o Options) *Server {
 	for deadline := time.Now().Add(startTimeout); ; {
 		b, _ := os.ReadFile(s.log)
 		for _, l := range strings.Split(string(b), "\n") {
+			var rec struct{ Msg string }
+			if strings.HasPrefix(l, "{") && json.Unmarshal([]byte(l), &rec) == nil {
+				l = rec.Msg // --log-format json
+			}
 			if u, ok := strings.CutPrefix(l, prefix); ok {
 				s.URL = strings.TrimSpace(u)
 				return s

@@ -24,8 +24,9 @@ type card struct {
 // watcher holds a run's event stream open (so the run has someone to ask)
 // and hands every opened card to the test.
 type watcher struct {
-	cards  chan card
-	cancel context.CancelFunc
+	cards     chan card
+	decisions chan map[string]any // permission.decided events
+	cancel    context.CancelFunc
 	done   chan struct{}
 }
 
@@ -50,7 +51,7 @@ func (s *server) watch(t *testing.T, tok, run string) *watcher {
 		cancel()
 		t.Fatalf("events of run %s: %d", run, resp.StatusCode)
 	}
-	w := &watcher{cards: make(chan card, 64), cancel: cancel, done: make(chan struct{})}
+	w := &watcher{cards: make(chan card, 64), decisions: make(chan map[string]any, 64), cancel: cancel, done: make(chan struct{})}
 	connected := make(chan struct{})
 	var once sync.Once
 	go func() { // owned by w: ends when cancel closes the body
@@ -66,6 +67,15 @@ func (s *server) watch(t *testing.T, tok, run string) *watcher {
 			}
 			if e, ok := strings.CutPrefix(line, "event: "); ok {
 				event = e
+			}
+			if d, ok := strings.CutPrefix(line, "data: "); ok && event == "permission.decided" {
+				var m map[string]any
+				if json.Unmarshal([]byte(d), &m) == nil {
+					select {
+					case w.decisions <- m:
+					default:
+					}
+				}
 			}
 			if d, ok := strings.CutPrefix(line, "data: "); ok && event == "card.opened" {
 				var c card

@@ -104,18 +104,16 @@ func DefaultPolicy(m Mode) Policy {
 
 // Decide returns the action for tool t called on surface s.
 func (p Policy) Decide(s tools.Surface, t tools.Tool) Action {
-	for _, r := range p.Rules {
-		if r.matches(s, t) {
-			return r.Action
-		}
-	}
-	return Ask
+	a, _ := p.decision(s, t)
+	return a
 }
 
 // Options configure [New].
 type Options struct {
 	// Timeout overrides DefaultTimeout for a permission card.
 	Timeout time.Duration
+	// Audit, when set, receives the record of every decision.
+	Audit func(Audit)
 }
 
 // Gate is one run's permission gate. It remembers "allow for this run"
@@ -125,6 +123,7 @@ type Gate struct {
 	policy  Policy
 	port    *questions.Port // nil: nobody can approve, Ask denies
 	timeout time.Duration
+	audit   func(Audit)
 
 	mu      sync.Mutex
 	allowed map[string]bool // tools allowed for the rest of the run
@@ -136,7 +135,7 @@ func New(policy Policy, port *questions.Port, opts Options) *Gate {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return &Gate{policy: policy, port: port, timeout: opts.Timeout, allowed: map[string]bool{}}
+	return &Gate{policy: policy, port: port, timeout: opts.Timeout, audit: opts.Audit, allowed: map[string]bool{}}
 }
 
 var _ tools.Middleware = (*Gate)(nil).Wrap
@@ -157,19 +156,28 @@ func (g *Gate) Wrap(t tools.Tool, next tools.Handler) tools.Handler {
 // nil and nil to run it, else the refusal (a result for the model, or a
 // call error).
 func (g *Gate) decide(ctx context.Context, s tools.Surface, t tools.Tool, args json.RawMessage) (*tools.Result, error) {
-	switch g.policy.Decide(s, t) {
+	action, rule := g.policy.decision(s, t)
+	rec := &Audit{Tool: t.Name, Level: t.Level.String(), Surface: string(s), Rule: rule}
+	if g.audit != nil {
+		rec.Call, rec.Summary = Digest(args), Summary(args)
+	}
+	defer g.record(rec)
+	switch action {
 	case Allow:
+		rec.Outcome = OutcomeAllowed
 		return nil, nil
 	case Deny:
+		rec.Outcome = OutcomeDenied
 		return nil, fmt.Errorf("permission: the operator's policy forbids %s on the %s surface: %w; do not call it again in this run, find another way or tell the user", t.Name, s, tools.ErrDenied)
 	}
 	g.mu.Lock()
 	ok := g.allowed[t.Name]
 	g.mu.Unlock()
 	if ok {
+		rec.Outcome = OutcomeAllowedBefore
 		return nil, nil
 	}
-	return g.ask(ctx, s, t, args)
+	return g.ask(ctx, s, t, args, rec)
 }
 
 // Approve decides a call of t with args on surface s exactly as Wrap
@@ -194,9 +202,11 @@ func (g *Gate) Approve(ctx context.Context, s tools.Surface, t tools.Tool, args 
 }
 
 // ask draws a permission card; a nil result and error mean approved.
-func (g *Gate) ask(ctx context.Context, s tools.Surface, t tools.Tool, args json.RawMessage) (*tools.Result, error) {
+func (g *Gate) ask(ctx context.Context, s tools.Surface, t tools.Tool, args json.RawMessage, rec *Audit) (*tools.Result, error) {
+	rec.Outcome = OutcomeRefused // until a decision says otherwise
 	if g.port == nil {
-		return refused(t, "no approver can be reached in this run"), nil
+		rec.Reason = "no approver can be reached in this run"
+		return refused(t, rec.Reason), nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -210,28 +220,37 @@ func (g *Gate) ask(ctx context.Context, s tools.Surface, t tools.Tool, args json
 		Detail:   detail,
 		TooLarge: tooLarge,
 	})
+	rec.Card, rec.By = card.N, a.By
 	switch {
 	case errors.Is(err, questions.ErrNoSubscriber):
-		return refused(t, "no approver is connected to this run"), nil
+		rec.Reason = "no approver is connected to this run"
+		return refused(t, rec.Reason), nil
 	case err != nil && ctx.Err() != nil:
+		rec.Reason = "the call ended while the card was open: " + ctx.Err().Error()
 		return nil, ctx.Err()
 	case errors.Is(err, context.DeadlineExceeded):
-		return refused(t, fmt.Sprintf("permission card %d got no decision within %v", card.N, g.timeout.Round(time.Second))), nil
+		rec.Reason = fmt.Sprintf("permission card %d got no decision within %v", card.N, g.timeout.Round(time.Second))
+		return refused(t, rec.Reason), nil
 	case err != nil:
-		return refused(t, err.Error()), nil
+		rec.Reason = err.Error()
+		return refused(t, rec.Reason), nil
 	}
 	switch {
 	case tooLarge:
 		// The port refuses approve on such a card; never run what was not shown.
+		rec.Outcome = OutcomeRejected
 		return refused(t, fmt.Sprintf("the call is too large to show whole on a permission card (%d bytes; a card shows at most %d KiB), so the operator could only deny it (permission card %d): split the work into smaller calls", len(args), MaxDetailBytes>>10, card.N)), nil
 	case a.Decision == questions.Approve:
+		rec.Outcome = OutcomeApproved
 		return nil, nil
 	case a.Decision == questions.AllowRun:
+		rec.Outcome = OutcomeAllowRun
 		g.mu.Lock()
 		g.allowed[t.Name] = true
 		g.mu.Unlock()
 		return nil, nil
 	}
+	rec.Outcome = OutcomeRejected
 	return refused(t, fmt.Sprintf("the operator denied it (permission card %d)", card.N)), nil
 }
 
@@ -272,14 +291,22 @@ func (g *Gate) ApproveStep(ctx context.Context, s tools.Surface, step tools.Step
 			step.Tool, step.Command, step.Why, step.Level, s, s.MaxLevel(), tools.ErrStepRefused)
 	}
 	t := tools.Tool{Name: step.Tool, Level: step.Level}
+	action, rule := g.policy.decision(s, t)
+	rec := &Audit{Tool: step.Tool, Level: step.Level.String(), Surface: string(s), Rule: rule, Call: Digest([]byte(step.Command)), Summary: StepSummary(step)}
+	defer g.record(rec)
 	refuse := func(why string) error {
+		if rec.Outcome == "" {
+			rec.Outcome, rec.Reason = OutcomeRefused, why
+		}
 		return fmt.Errorf("permission: %s did not run %q (%s): %s; do not retry it unchanged, ask the operator to allow %s-level steps or run the check in a container: %w",
 			step.Tool, step.Command, step.Why, why, step.Level, tools.ErrStepRefused)
 	}
-	switch g.policy.Decide(s, t) {
+	switch action {
 	case Allow:
+		rec.Outcome = OutcomeAllowed
 		return nil
 	case Deny:
+		rec.Outcome = OutcomeDenied
 		return refuse(fmt.Sprintf("the operator's policy forbids %s-level steps of %s on the %s surface", step.Level, step.Tool, s))
 	}
 	key := "step " + step.Tool + ": " + step.Command
@@ -287,6 +314,7 @@ func (g *Gate) ApproveStep(ctx context.Context, s tools.Surface, step tools.Step
 	ok := g.allowed[key]
 	g.mu.Unlock()
 	if ok {
+		rec.Outcome = OutcomeAllowedBefore
 		return nil
 	}
 	if g.port == nil {
@@ -301,10 +329,12 @@ func (g *Gate) ApproveStep(ctx context.Context, s tools.Surface, step tools.Step
 		Surface: string(s),
 		Summary: StepSummary(step),
 	})
+	rec.Card, rec.By = card.N, a.By
 	switch {
 	case errors.Is(err, questions.ErrNoSubscriber):
 		return refuse("no approver is connected to this run")
 	case err != nil && ctx.Err() != nil:
+		rec.Outcome, rec.Reason = OutcomeRefused, "the call ended while the card was open: "+ctx.Err().Error()
 		return fmt.Errorf("permission: %s stopped waiting for approval of %q: %w", step.Tool, step.Command, ctx.Err())
 	case errors.Is(err, context.DeadlineExceeded):
 		return refuse(fmt.Sprintf("permission card %d got no decision within %v", card.N, g.timeout.Round(time.Second)))
@@ -313,13 +343,16 @@ func (g *Gate) ApproveStep(ctx context.Context, s tools.Surface, step tools.Step
 	}
 	switch a.Decision {
 	case questions.Approve:
+		rec.Outcome = OutcomeApproved
 		return nil
 	case questions.AllowRun:
+		rec.Outcome = OutcomeAllowRun
 		g.mu.Lock()
 		g.allowed[key] = true
 		g.mu.Unlock()
 		return nil
 	}
+	rec.Outcome = OutcomeRejected
 	return refuse(fmt.Sprintf("the operator denied it (permission card %d)", card.N))
 }
 
