@@ -29,8 +29,10 @@ type metrics struct {
 	runsOpen    prometheus.Gauge
 	runsOpened  *prometheus.CounterVec
 	runsExpired prometheus.Counter
-	calls       *prometheus.CounterVec
-	latency     *prometheus.HistogramVec
+	// recordsDamaged counts the stored records found damaged at adoption.
+	recordsDamaged prometheus.Counter
+	calls          *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,6 +49,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "berth_runs_expired_total",
 			Help: "Runs closed by the controller after being idle for the idle expiry.",
 		}),
+		recordsDamaged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "berth_run_records_damaged_total",
+			Help: "Stored run records a restarted berth found damaged (failing their integrity check, or not decoding): not adopted, logged at error level and kept aside.",
+		}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "berth_tool_calls_total",
 			Help: "Tool calls by tool and outcome (ok, tool_error, denied, bad_input, unknown, sandbox_gone, too_many, error). Unknown tool names are counted as _unknown.",
@@ -60,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.runsOpen, m.runsOpened, m.runsExpired, m.calls, m.latency} {
+	for _, c := range []prometheus.Collector{m.runsOpen, m.runsOpened, m.runsExpired, m.recordsDamaged, m.calls, m.latency} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("controller: register metrics: %w", err)
 		}

@@ -131,14 +131,28 @@ func openDB(dir string, wait time.Duration) (*bolt.DB, Report, error) {
 		return nil, report, err
 	}
 	report.Fresh = info == nil || info.Size() == 0
-	db, runs, err := openChecked(path, wait)
+	var (
+		db   *bolt.DB
+		runs int
+	)
+	if info != nil && info.Size() == 0 && keyKept(dir) {
+		// bbolt would take an empty file for a new store and write one
+		// over it: the runs it held would be lost without a word.
+		err = &damage{fmt.Errorf("it is empty (0 bytes), though the directory's record key (%s) shows berth kept its runs in it: it was truncated", KeyFile)}
+	} else {
+		db, runs, err = openChecked(path, wait)
+	}
 	var dmg *damage
 	if errors.As(err, &dmg) {
 		report.Damage = dmg.err
 		if report.MovedTo, err = moveAside(path); err != nil {
 			return nil, report, fmt.Errorf("runstore: %s is unreadable (%v) and could not be moved aside: %w; move it away by hand and start berth again", path, dmg.err, err)
 		}
-		report.Salvaged, report.SalvageNote = salvage(report.MovedTo)
+		if info != nil && info.Size() == 0 {
+			report.SalvageNote = "no run could be read from it: it holds nothing"
+		} else {
+			report.Salvaged, report.SalvageNote = salvage(report.MovedTo)
+		}
 		report.Fresh = true
 		db, runs, err = openChecked(path, wait)
 	}
@@ -153,6 +167,13 @@ func openDB(dir string, wait time.Duration) (*bolt.DB, Report, error) {
 		}
 	}
 	return db, report, nil
+}
+
+// keyKept reports whether the state directory dir holds a record key
+// (KeyFile): every Open that got past its database file made one.
+func keyKept(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, KeyFile))
+	return err == nil
 }
 
 // openChecked opens the database file at path (creating it 0600) and
