@@ -553,14 +553,13 @@ func (c *Controller) damagedRecord(ctx context.Context, u runstore.Unreadable) (
 		kerr = c.cfg.Store.Delete(ctx, u.ID)
 	}
 	tenant, known := AllTenants, u.Known
-	if known != nil {
-		tenant = known.Tenant
-		if known.Resident == nil {
-			known = nil
-		}
-	}
 	left := fmt.Sprintf("what it left running in its sandbox ends by itself within the resident supervisor's grace (%v)", c.residentGrace())
-	if known != nil {
+	switch {
+	case known != nil && known.Resident == nil:
+		tenant, known = known.Tenant, nil
+		left = "it started no resident supervisor, so nothing of it was left running"
+	case known != nil:
+		tenant = known.Tenant
 		left = "berth ends what it left running in its sandbox " + known.Sandbox
 	}
 	err := refused(u.ID, fmt.Sprintf("its stored record is damaged: it %s; %s", what, left))
