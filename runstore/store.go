@@ -27,8 +27,9 @@ type Store interface {
 	Delete(ctx context.Context, id string) error
 	// List returns every record, by Opened then ID. Records that fail to
 	// decode, or whose MAC fails (ErrForged), are returned as Unreadable
-	// (with their id), never dropped and never fatal. Get fails on them
-	// with the same error.
+	// (with their id, and what a store that keeps an index still knows of
+	// them), never dropped and never fatal. Get fails on them with the
+	// same error.
 	List(ctx context.Context) ([]Record, []Unreadable, error)
 	// Close releases the store; later calls fail with ErrClosed.
 	Close() error
