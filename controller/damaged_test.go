@@ -49,7 +49,9 @@ func damageBytes(t *testing.T, dir, bucket, id string) {
 	}
 	var v []byte
 	db.View(func(tx *bolt.Tx) error {
-		v = bytes.Clone(tx.Bucket([]byte(bucket)).Get([]byte(id)))
+		if b := tx.Bucket([]byte(bucket)); b != nil {
+			v = bytes.Clone(b.Get([]byte(id)))
+		}
 		return nil
 	})
 	db.Close()
