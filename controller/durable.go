@@ -553,7 +553,7 @@ func (c *Controller) damagedRecord(ctx context.Context, u runstore.Unreadable) (
 		kerr = c.cfg.Store.Delete(ctx, u.ID)
 	}
 	tenant, known := AllTenants, u.Known
-	left := fmt.Sprintf("what it left running in its sandbox ends by itself within the resident supervisor's grace (%v)", c.residentGrace())
+	left := fmt.Sprintf("what it left running in its sandbox ends by itself once its resident supervisor has had no berth for the grace it was started with (%v on this berth)", c.residentGrace())
 	switch {
 	case known != nil && known.Resident == nil:
 		tenant, known = known.Tenant, nil
