@@ -217,3 +217,28 @@ func TestEmptyStoreWithKey(t *testing.T) {
 		t.Fatalf("reopened: %v", report)
 	}
 }
+
+// TestMissingStoreWithKey: a database file gone from a directory whose
+// record key shows berth kept runs there is reported, not taken for a
+// new store without a word; the next Open is clean.
+func TestMissingStoreWithKey(t *testing.T) {
+	dir := t.TempDir()
+	fill(t, dir, 1)
+	path := filepath.Join(dir, DBFile)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	d, report := open(t, dir)
+	if report.Damage == nil || !strings.Contains(report.Damage.Error(), "missing") || !report.Fresh || report.MovedTo != "" {
+		t.Fatalf("Open without the store's file: %#v; want damage saying it is missing", report)
+	}
+	for _, w := range []string{path, "missing", "empty store"} {
+		if !strings.Contains(report.String(), w) {
+			t.Errorf("report %q does not say %q", report, w)
+		}
+	}
+	d.Close()
+	if _, report = open(t, dir); report.Damage != nil {
+		t.Fatalf("reopened: %v", report)
+	}
+}

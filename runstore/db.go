@@ -33,7 +33,8 @@ type Report struct {
 	// Damage is why the database file could not be used; nil when it
 	// could.
 	Damage error
-	// MovedTo is where the unreadable database file was moved.
+	// MovedTo is where the unreadable database file was moved; "" when
+	// it was missing (Damage says so).
 	MovedTo string
 	// Salvaged are the records still readable from the moved file (best
 	// effort), by Opened then ID. They are NOT in the new store: put them
@@ -53,6 +54,8 @@ type Report struct {
 // String is a message for berth's log.
 func (r Report) String() string {
 	switch {
+	case r.Damage != nil && r.MovedTo == "":
+		return fmt.Sprintf("runstore: %s was unreadable (%v); started an empty store; %s", r.Path, r.Damage, r.SalvageNote)
 	case r.Damage != nil:
 		var b strings.Builder
 		fmt.Fprintf(&b, "runstore: %s was unreadable (%v); moved it to %s and started an empty store", r.Path, r.Damage, r.MovedTo)
@@ -135,6 +138,11 @@ func openDB(dir string, wait time.Duration) (*bolt.DB, Report, error) {
 		db   *bolt.DB
 		runs int
 	)
+	if info == nil && keyKept(dir) {
+		// Nothing to move aside, but not a new store either.
+		report.Damage = fmt.Errorf("it is missing, though the directory's record key (%s) shows berth kept its runs in it: it was removed or lost", KeyFile)
+		report.SalvageNote = "no run could be read: the file is gone"
+	}
 	if info != nil && info.Size() == 0 && keyKept(dir) {
 		// bbolt would take an empty file for a new store and write one
 		// over it: the runs it held would be lost without a word.

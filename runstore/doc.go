@@ -56,10 +56,12 @@
 // it went, and the records it could still read from it (first through
 // the file's own index, then by scanning its bytes), which are not put
 // in the new store. The moved file is kept (mode 0600) for whoever wants
-// to look at it; nothing removes it. A missing runs.db is an empty
-// store, and so is an empty one in a directory without a record key (a
-// first Open cut short); an empty runs.db beside records.key was
-// truncated, and is damage (bbolt would write a new store over it). A
+// to look at it; nothing removes it. A missing or empty runs.db in a
+// directory without a record key is a new store (or a first Open cut
+// short). Beside records.key, which every Open that got past runs.db
+// made, an empty runs.db was truncated, and is damage, moved aside like
+// any (bbolt would write a new store over it); a missing one is
+// reported as damage too, with nothing to move. A
 // runs.db written by a newer berth (a newer format) is refused, not
 // moved.
 //
