@@ -231,8 +231,11 @@ func TestAdoptContainerLabels(t *testing.T) {
 }
 
 // TestAdoptForgedRecord: a record changed in the store's file (its
-// tenant and sandbox) is not adopted and not acted on: its sandbox is
-// not opened, its claimed tenant learns nothing, an operator sees why.
+// tenant and sandbox) is not adopted and not acted on: the sandbox it
+// names now is not opened, and the tenant it names learns nothing. The
+// store's sealed index still names the run's own tenant, sandbox and
+// resident supervisor: that resident is ended, and that tenant and an
+// operator are told why. The record is kept aside, out of the store.
 func TestAdoptForgedRecord(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -272,18 +275,26 @@ func TestAdoptForgedRecord(t *testing.T) {
 	if len(rep.Adopted) != 0 || !strings.Contains(rep.Refused[r.ID()], "integrity") {
 		t.Fatalf("report %+v; want the forged run refused for its integrity check", rep)
 	}
-	if len(prov.opened) != opened || prov.res.adopted.Load() != 0 {
-		t.Errorf("berth opened %d sandboxes and reattached %d residents for a forged record; want none", len(prov.opened)-opened, prov.res.adopted.Load())
-	}
-	for _, tenant := range []string{"mallory", "acme"} {
-		if _, err := c2.Lookup(tenant, r.ID()); !errors.Is(err, ErrUnknownRun) {
-			t.Errorf("tenant %s looks the forged run up: %v; want ErrUnknownRun", tenant, err)
+	for _, sb := range prov.opened[opened:] {
+		if sb.ref != "docker://ctr1" {
+			t.Errorf("berth opened %s, named by the forged record", sb.ref)
 		}
 	}
-	if _, err := c2.Lookup(AllTenants, r.ID()); !errors.Is(err, ErrAdoptRefused) || !strings.Contains(err.Error(), "integrity") {
-		t.Errorf("an operator looks the forged run up: %v; want ErrAdoptRefused saying why", err)
+	if prov.res.closed.Load() != 1 {
+		t.Errorf("the run's own resident supervisor was closed %d times; want once", prov.res.closed.Load())
+	}
+	if _, err := c2.Lookup("mallory", r.ID()); !errors.Is(err, ErrUnknownRun) {
+		t.Errorf("tenant mallory, named by the forged record, looks the run up: %v; want ErrUnknownRun", err)
+	}
+	for _, tenant := range []string{"acme", AllTenants} {
+		if _, err := c2.Lookup(tenant, r.ID()); !errors.Is(err, ErrAdoptRefused) || !errors.Is(err, sandbox.ErrGone) || !strings.Contains(err.Error(), "integrity") {
+			t.Errorf("tenant %q looks the forged run up: %v; want ErrAdoptRefused and sandbox.ErrGone saying why", tenant, err)
+		}
 	}
 	if _, err := c2.cfg.Store.Get(ctx, r.ID()); !errors.Is(err, runstore.ErrNotFound) {
 		t.Errorf("the forged record is still in the store: %v", err)
+	}
+	if kept, _ := filepath.Glob(filepath.Join(dir, runstore.DamagedDir, r.ID()+".*")); len(kept) != 1 {
+		t.Errorf("the forged record was not kept aside in %s: %v", runstore.DamagedDir, kept)
 	}
 }

@@ -97,8 +97,11 @@ func (c *Controller) Adopt(ctx context.Context) (AdoptReport, error) {
 // the controller stops. Call it once, after New; serve as it runs.
 //
 // A record is a claim, not a fact: before anything of a run is opened,
-// today's policy is applied to it again (adoptable), and a record whose
-// integrity check fails is not acted on at all. Such runs are Refused.
+// today's policy is applied to it again (adoptable), and nothing a
+// damaged record says (one whose integrity check fails, or that does not
+// decode) is acted on: it is reported, kept aside, and only the resident
+// supervisor the store's sealed index names for it is ended
+// (damagedRecord). Such runs are Refused.
 func (c *Controller) BeginAdopt(ctx context.Context) (*Adoption, error) {
 	a := &Adoption{done: make(chan struct{}), rep: AdoptReport{Gone: map[string]string{}, Unavailable: map[string]string{},
 		Failed: map[string]string{}, Refused: map[string]string{}}}
@@ -110,13 +113,13 @@ func (c *Controller) BeginAdopt(ctx context.Context) (*Adoption, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller: read the run store: %w", err)
 	}
+	var leftovers []runstore.Record // of damaged records, to end
 	for _, u := range bad {
-		if errors.Is(u.Err, runstore.ErrForged) {
-			a.rep.Refused[u.ID] = c.refuseForged(ctx, u).Error()
-			continue
+		why, known := c.damagedRecord(ctx, u)
+		a.rep.Refused[u.ID] = why
+		if known != nil {
+			leftovers = append(leftovers, *known)
 		}
-		a.rep.Failed[u.ID] = "its stored record is unreadable: " + u.Err.Error()
-		c.cfg.Store.Delete(ctx, u.ID)
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -146,6 +149,9 @@ func (c *Controller) BeginAdopt(ctx context.Context) (*Adoption, error) {
 		for _, rec := range recs {
 			firsts.Add(1)
 			wg.Go(func() { c.adoptRun(actx, rec, sem, a, firsts.Done) })
+		}
+		for _, rec := range leftovers {
+			firsts.Go(func() { c.endLeftovers(actx, rec, sem) })
 		}
 		firsts.Wait()
 		close(a.done)

@@ -343,15 +343,18 @@ type AdoptReport struct {
 	// is adopted or found gone.
 	Unavailable map[string]string
 	// Failed are runs that could not be adopted for another reason (kept
-	// in the store for the next start), or whose stored record is
-	// unreadable (removed; a resident supervisor it named ends after its
-	// grace).
+	// in the store for the next start).
 	Failed map[string]string
 	// Refused are runs whose record today's policy refuses (Adopt), or
-	// whose record fails its integrity check (runstore.ErrForged): not
-	// adopted, removed from the store, and, for a record berth sealed,
-	// its resident supervisor ended; their ids answer sandbox_gone,
-	// saying why (a forged record's only to an operator).
+	// whose stored record is damaged: it fails its integrity check
+	// (runstore.ErrForged) or does not decode. None is adopted. A
+	// refused run is removed from the store and its resident supervisor
+	// ended; its id answers sandbox_gone saying why. A damaged record is
+	// kept aside (runstore.Dir.SetAside, in the state directory's
+	// damaged/), logged at error level, and the resident supervisor that
+	// the store's sealed index names for it is ended; its id answers its
+	// tenant, as the index names it, or else only an operator. With
+	// leases, a damaged record is left in the store and nothing is ended.
 	Refused map[string]string
 	// Problems are resources of adopted runs that could not be taken
 	// over (the run serves on; the next result of that tool says what was
@@ -512,20 +515,90 @@ func refused(id, why string) error {
 	return fmt.Errorf("controller: run %s was not adopted when berth restarted: %s; open a new run: %w (%w)", id, why, ErrAdoptRefused, sandbox.ErrGone)
 }
 
-// refuseForged reports a stored run whose record fails its integrity
-// check. Nothing the record says is acted on — not its sandbox (its
-// resident supervisor, if it has one, ends by itself after its grace),
-// and not its tenant: its id answers why to an operator only. Without
-// leases the record is removed; with them it is left, since a replica of
-// an older berth may serve it.
-func (c *Controller) refuseForged(ctx context.Context, u runstore.Unreadable) error {
-	err := refused(u.ID, u.Err.Error())
-	c.log.Error("run not adopted: its stored record fails its integrity check", "run", u.ID, "why", u.Err)
-	if c.cfg.Leases == nil {
-		c.rememberGone(u.ID, AllTenants, err)
-		c.cfg.Store.Delete(ctx, u.ID)
+// setAsider is a Store that keeps a damaged record aside
+// (runstore.Dir.SetAside) rather than deleting it.
+type setAsider interface {
+	SetAside(ctx context.Context, id string) (string, error)
+}
+
+// damagedRecord deals with a stored record that List could not return:
+// one that fails its integrity check (runstore.ErrForged: its bytes
+// changed on disk, by damage or by hand) or does not decode. Nothing the
+// record says is acted on. It is reported at error level and counted
+// (berth_run_records_damaged_total); without leases it is kept aside
+// (runstore.Dir.SetAside; a store that cannot keep it deletes it), and
+// its id answers sandbox_gone saying why: to its tenant when the store's
+// sealed index still names it (runstore.Unreadable.Known), else to an
+// operator only. It returns that answer's message, and the index's word
+// on the run when it names a resident supervisor, for endLeftovers. With
+// leases the record is left in the store, since a replica of another
+// berth version may read and serve it, and nothing is ended.
+func (c *Controller) damagedRecord(ctx context.Context, u runstore.Unreadable) (string, *runstore.Record) {
+	c.m.recordsDamaged.Inc()
+	what := "does not decode"
+	if errors.Is(u.Err, runstore.ErrForged) {
+		what = "fails its integrity check: its bytes changed outside berth, by damage on disk or by hand"
 	}
-	return err
+	if c.cfg.Leases != nil {
+		c.log.Error("run not adopted: its stored record "+what+"; it is left in the store for a replica that can read it", "run", u.ID, "why", u.Err)
+		return refused(u.ID, fmt.Sprintf("its stored record is damaged: it %s (%v)", what, u.Err)).Error(), nil
+	}
+	var (
+		where string
+		kerr  error
+	)
+	if s, ok := c.cfg.Store.(setAsider); ok {
+		where, kerr = s.SetAside(ctx, u.ID)
+	} else {
+		kerr = c.cfg.Store.Delete(ctx, u.ID)
+	}
+	tenant, known := AllTenants, u.Known
+	left := fmt.Sprintf("what it left running in its sandbox ends by itself once its resident supervisor has had no berth for the grace it was started with (%v on this berth)", c.residentGrace())
+	switch {
+	case known != nil && known.Resident == nil:
+		tenant, known = known.Tenant, nil
+		left = "it started no resident supervisor, so nothing of it was left running"
+	case known != nil:
+		tenant = known.Tenant
+		left = "berth ends what it left running in its sandbox " + known.Sandbox
+	}
+	err := refused(u.ID, fmt.Sprintf("its stored record is damaged: it %s; %s", what, left))
+	c.rememberGone(u.ID, tenant, err)
+	attrs := []any{"run", u.ID, "why", u.Err, "kept_at", where}
+	if known != nil {
+		attrs = append(attrs, "sandbox", known.Sandbox)
+	}
+	c.log.Error("run not adopted: its stored record is damaged; "+left, attrs...)
+	if kerr != nil {
+		c.log.Error("cannot keep the damaged record aside", "run", u.ID, "err", kerr)
+	}
+	return err.Error(), known
+}
+
+// residentGrace is Config.ResidentGrace, or its default.
+func (c *Controller) residentGrace() time.Duration {
+	if c.cfg.ResidentGrace > 0 {
+		return c.cfg.ResidentGrace
+	}
+	return sandbox.DefaultResidentGrace
+}
+
+// endLeftovers ends the resident supervisor of rec, a run whose record
+// was damaged (damagedRecord), with what runs under it; sem bounds it
+// with the adoptions. What it cannot end ends by itself after its grace.
+func (c *Controller) endLeftovers(ctx context.Context, rec runstore.Record, sem chan struct{}) {
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	err := c.retire(ctx, rec)
+	<-sem
+	if err != nil {
+		c.log.Error("cannot end the resident supervisor of the run whose record was damaged; it ends by itself after its grace", "run", rec.ID, "sandbox", rec.Sandbox, "grace", c.residentGrace(), "err", err)
+		return
+	}
+	c.log.Info("ended the resident supervisor of the run whose record was damaged, and what ran under it", "run", rec.ID, "sandbox", rec.Sandbox)
 }
 
 // cutShort is the error of an adoption whose context ended while it was

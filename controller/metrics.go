@@ -29,9 +29,11 @@ type metrics struct {
 	runsOpen    prometheus.Gauge
 	runsOpened  *prometheus.CounterVec
 	runsExpired prometheus.Counter
-	calls       *prometheus.CounterVec
-	latency     *prometheus.HistogramVec
-	decisions   *prometheus.CounterVec
+	// recordsDamaged counts the stored records found damaged at adoption.
+	recordsDamaged prometheus.Counter
+	calls          *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	decisions      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,6 +49,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		runsExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "berth_runs_expired_total",
 			Help: "Runs closed by the controller after being idle for the idle expiry.",
+		}),
+		recordsDamaged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "berth_run_records_damaged_total",
+			Help: "Stored run records a restarted berth found damaged (failing their integrity check, or not decoding): not adopted, logged at error level and kept aside.",
 		}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "berth_tool_calls_total",
@@ -65,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.runsOpen, m.runsOpened, m.runsExpired, m.calls, m.latency, m.decisions} {
+	for _, c := range []prometheus.Collector{m.runsOpen, m.runsOpened, m.runsExpired, m.recordsDamaged, m.calls, m.latency, m.decisions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("controller: register metrics: %w", err)
 		}

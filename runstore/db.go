@@ -33,7 +33,8 @@ type Report struct {
 	// Damage is why the database file could not be used; nil when it
 	// could.
 	Damage error
-	// MovedTo is where the unreadable database file was moved.
+	// MovedTo is where the unreadable database file was moved; "" when
+	// it was missing (Damage says so).
 	MovedTo string
 	// Salvaged are the records still readable from the moved file (best
 	// effort), by Opened then ID. They are NOT in the new store: put them
@@ -53,6 +54,8 @@ type Report struct {
 // String is a message for berth's log.
 func (r Report) String() string {
 	switch {
+	case r.Damage != nil && r.MovedTo == "":
+		return fmt.Sprintf("runstore: %s was unreadable (%v); started an empty store; %s", r.Path, r.Damage, r.SalvageNote)
 	case r.Damage != nil:
 		var b strings.Builder
 		fmt.Fprintf(&b, "runstore: %s was unreadable (%v); moved it to %s and started an empty store", r.Path, r.Damage, r.MovedTo)
@@ -131,14 +134,33 @@ func openDB(dir string, wait time.Duration) (*bolt.DB, Report, error) {
 		return nil, report, err
 	}
 	report.Fresh = info == nil || info.Size() == 0
-	db, runs, err := openChecked(path, wait)
+	var (
+		db   *bolt.DB
+		runs int
+	)
+	if info == nil && keyKept(dir) {
+		// Nothing to move aside, but not a new store either.
+		report.Damage = fmt.Errorf("it is missing, though the directory's record key (%s) shows berth kept its runs in it: it was removed or lost", KeyFile)
+		report.SalvageNote = "no run could be read: the file is gone"
+	}
+	if info != nil && info.Size() == 0 && keyKept(dir) {
+		// bbolt would take an empty file for a new store and write one
+		// over it: the runs it held would be lost without a word.
+		err = &damage{fmt.Errorf("it is empty (0 bytes), though the directory's record key (%s) shows berth kept its runs in it: it was truncated", KeyFile)}
+	} else {
+		db, runs, err = openChecked(path, wait)
+	}
 	var dmg *damage
 	if errors.As(err, &dmg) {
 		report.Damage = dmg.err
 		if report.MovedTo, err = moveAside(path); err != nil {
 			return nil, report, fmt.Errorf("runstore: %s is unreadable (%v) and could not be moved aside: %w; move it away by hand and start berth again", path, dmg.err, err)
 		}
-		report.Salvaged, report.SalvageNote = salvage(report.MovedTo)
+		if info != nil && info.Size() == 0 {
+			report.SalvageNote = "no run could be read from it: it holds nothing"
+		} else {
+			report.Salvaged, report.SalvageNote = salvage(report.MovedTo)
+		}
 		report.Fresh = true
 		db, runs, err = openChecked(path, wait)
 	}
@@ -153,6 +175,13 @@ func openDB(dir string, wait time.Duration) (*bolt.DB, Report, error) {
 		}
 	}
 	return db, report, nil
+}
+
+// keyKept reports whether the state directory dir holds a record key
+// (KeyFile): every Open that got past its database file made one.
+func keyKept(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, KeyFile))
+	return err == nil
 }
 
 // openChecked opens the database file at path (creating it 0600) and

@@ -90,6 +90,9 @@ const lockRetry = 50 * time.Millisecond
 func lockDir(dir string, wait time.Duration) (*os.File, error) {
 	path := filepath.Join(dir, LockFile)
 	f, err := openNoFollow(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("runstore: opening lock file %s: %w; berth's user must be able to read and write its state directory: run chmod 700 %s, or give berth a --state-dir of its own", path, err, dir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("runstore: opening lock file %s: %w", path, err)
 	}

@@ -9,7 +9,7 @@
 //
 // # The state directory
 //
-// It holds three files:
+// It holds these files:
 //
 //   - runs.db ([DBFile]), a bbolt database: one record per run, as JSON,
 //     keyed by run id, with its MAC, plus the store's format version.
@@ -18,6 +18,9 @@
 //     created on the first Open. Mode 0600.
 //   - berth.lock ([LockFile]), which the berth using the directory holds
 //     (flock) and in which it writes its pid, host and start time.
+//   - after damage, runs.db.corrupt-<time> (a damaged database file) and
+//     damaged/ ([DamagedDir], mode 0700), where [Dir.SetAside] keeps
+//     damaged records, one file (0600) each. Nothing removes them.
 //
 // Open creates the directory (mode 0700) when it is missing. It refuses
 // a directory that is writable by its group or others or owned by
@@ -53,11 +56,23 @@
 // it went, and the records it could still read from it (first through
 // the file's own index, then by scanning its bytes), which are not put
 // in the new store. The moved file is kept (mode 0600) for whoever wants
-// to look at it; nothing removes it. A missing or empty runs.db is an
-// empty store. A
+// to look at it; nothing removes it. A missing or empty runs.db in a
+// directory without a record key is a new store (or a first Open cut
+// short). Beside records.key, which every Open that got past runs.db
+// made, an empty runs.db was truncated, and is damage, moved aside like
+// any (bbolt would write a new store over it); a missing one is
+// reported as damage too, with nothing to move. A
 // runs.db written by a newer berth (a newer format) is refused, not
-// moved. A single record that does not decode is not damage: List
-// returns it as [Unreadable], with its id.
+// moved.
+//
+// A single damaged record (its MAC fails, or it does not decode) is not
+// damage of the store: List returns it as [Unreadable], with its id and,
+// when the run's index entry still verifies, [Unreadable].Known: the
+// run's tenant, sandbox and resident supervisor, enough to end what the
+// run left running (the index bucket keeps that entry for every run,
+// written by every Put and sealed apart from the record, under its own
+// MAC context). [Dir.SetAside] then moves the record, as stored, into
+// damaged/ and out of the store.
 //
 // # Integrity
 //

@@ -27,8 +27,9 @@ type Store interface {
 	Delete(ctx context.Context, id string) error
 	// List returns every record, by Opened then ID. Records that fail to
 	// decode, or whose MAC fails (ErrForged), are returned as Unreadable
-	// (with their id), never dropped and never fatal. Get fails on them
-	// with the same error.
+	// (with their id, and what a store that keeps an index still knows of
+	// them), never dropped and never fatal. Get fails on them with the
+	// same error.
 	List(ctx context.Context) ([]Record, []Unreadable, error)
 	// Close releases the store; later calls fail with ErrClosed.
 	Close() error
@@ -40,6 +41,12 @@ type Store interface {
 type Unreadable struct {
 	ID  string
 	Err error
+	// Known is what the run's sealed index entry still says of it — its
+	// ID, Tenant, Sandbox, Opened and Resident, nothing else — when that
+	// entry's own MAC matches; nil when there is none. It is enough to
+	// end what the run left running and to answer its tenant why the run
+	// is gone, never to adopt it.
+	Known *Record
 }
 
 var (
@@ -74,12 +81,15 @@ const (
 )
 
 // Bucket layout: runs maps id to the record's JSON; macs maps id to the
-// record's MAC (Seal); meta holds the store's format version.
+// record's MAC (Seal); index maps id to what ends the run's leftovers
+// when its record is damaged (indexEntry), sealed apart; meta holds the
+// store's format version.
 var (
-	runsBucket = []byte("runs")
-	macsBucket = []byte("macs")
-	metaBucket = []byte("meta")
-	formatKey  = []byte("format")
+	runsBucket  = []byte("runs")
+	macsBucket  = []byte("macs")
+	indexBucket = []byte("index")
+	metaBucket  = []byte("meta")
+	formatKey   = []byte("format")
 )
 
 // format is the version of the layout above this package writes and
@@ -149,6 +159,9 @@ func Open(dir string, opts Options) (*Dir, Report, error) {
 	key, created, err := loadKey(abs)
 	if err == nil {
 		report.Sealed, err = sealUnsealed(db, key, created)
+	}
+	if err == nil {
+		err = indexRecords(db, key)
 	}
 	if err != nil {
 		db.Close()
@@ -237,6 +250,9 @@ func (d *Dir) Put(ctx context.Context, r Record) error {
 		if err := tx.Bucket(runsBucket).Put([]byte(r.ID), data); err != nil {
 			return err
 		}
+		if err := tx.Bucket(indexBucket).Put([]byte(r.ID), sealedIndex(d.key, r)); err != nil {
+			return err
+		}
 		return tx.Bucket(macsBucket).Put([]byte(r.ID), Seal(d.key, r.ID, data))
 	})
 	if err != nil {
@@ -285,10 +301,7 @@ func (d *Dir) Delete(ctx context.Context, id string) error {
 	}
 	defer d.mu.RUnlock()
 	err := d.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(runsBucket).Delete([]byte(id)); err != nil {
-			return err
-		}
-		return tx.Bucket(macsBucket).Delete([]byte(id))
+		return deleteLocked(tx, id)
 	})
 	if err != nil {
 		return fmt.Errorf("runstore: deleting run %s from %s: %w", id, d.dir, err)
@@ -314,7 +327,7 @@ func (d *Dir) List(ctx context.Context) ([]Record, []Unreadable, error) {
 			}
 			r, err := d.open(tx, string(k), v)
 			if err != nil {
-				bad = append(bad, Unreadable{ID: string(k), Err: err})
+				bad = append(bad, Unreadable{ID: string(k), Err: err, Known: d.known(tx, string(k))})
 				return nil
 			}
 			records = append(records, r)
@@ -342,7 +355,21 @@ func (d *Dir) open(tx *bolt.Tx, id string, v []byte) (Record, error) {
 	if err := Verify(d.key, id, v, tx.Bucket(macsBucket).Get([]byte(id))); err != nil {
 		return Record{}, fmt.Errorf("%w (state directory %s)", err, d.dir)
 	}
-	return decode(id, v)
+	r, err := decode(id, v)
+	if err != nil {
+		return Record{}, fmt.Errorf("%w (state directory %s)", err, d.dir)
+	}
+	return r, nil
+}
+
+// deleteLocked removes run id's record, MAC and index entry in tx.
+func deleteLocked(tx *bolt.Tx, id string) error {
+	for _, b := range [][]byte{runsBucket, macsBucket, indexBucket} {
+		if err := tx.Bucket(b).Delete([]byte(id)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // decode decodes a stored record. v belongs to a bbolt transaction, so

@@ -108,7 +108,10 @@ directory adopts them, kernels with their variables. A call still in
 flight then answers 503 restarting (what it started goes on in the kept
 kernel; look at its result on the next berth) and event-stream followers
 get a restarting event. A resident supervisor
-no berth attaches to for --resident-grace ends what it kept. With
+no berth attaches to for --resident-grace ends what it kept. A damaged
+run record is logged at error level, kept aside in the state directory's
+damaged/, answered 410, and its resident supervisor ended; a damaged
+runs.db is moved aside and berth starts with an empty store. With
 --close-runs-on-exit, or --state-dir "", SIGINT or SIGTERM closes every run,
 which kills what the runs started, and exits.
 
@@ -247,7 +250,9 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		}
 		defer st.Close()
 		if rep.Damage != nil {
-			log.Warn("run store damaged: " + rep.String())
+			// Runs it held that could not be read are not adopted: their
+			// resident supervisors end what they kept after their grace.
+			log.Error("run store damaged: "+rep.String()+"; the runs it held that could not be read are lost, and their resident supervisors end what they kept after their grace (--resident-grace)", "moved_to", rep.MovedTo)
 		}
 		if len(rep.Sealed) > 0 {
 			// Once: the records of a berth before records carried a MAC.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"berth.dev/berth/tests/berthtest"
 	"berth.dev/berth/tools/debug/debugtest"
@@ -447,5 +450,122 @@ func TestDamagedStoreLeavesNoOrphan(t *testing.T) {
 	answersGone(t, c2, info.ID, "the run store was damaged", "damaged")
 	if matches, _ := filepath.Glob(db + ".corrupt-*"); len(matches) != 1 {
 		t.Errorf("the damaged file was not kept aside: %v", matches)
+	}
+}
+
+// damageRecord flips one byte of every copy of run id's stored record in
+// the store's file, in place, as a disk's damage does: bbolt's pages stay
+// whole, the record's bytes do not (its MAC no longer matches).
+func damageRecord(t *testing.T, state, id string) {
+	t.Helper()
+	path := filepath.Join(state, "runs.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 10 * time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v []byte
+	db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket([]byte("runs")); b != nil {
+			v = bytes.Clone(b.Get([]byte(id)))
+		}
+		return nil
+	})
+	db.Close()
+	if len(v) < 64 {
+		t.Fatalf("run %s has no record in %s", id, path)
+	}
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := 0; ; {
+		j := bytes.Index(file[i:], v)
+		if j < 0 {
+			break
+		}
+		file[i+j+len(v)/2] ^= 0x01
+		i += j + len(v)
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("run %s's record is not in %s as stored", id, path)
+	}
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDamagedRecordLeavesNoOrphan: berth dies and one byte of its run's
+// record is damaged in the store's file. The next berth does not lose
+// the run without a word: its log reports the record at error level with
+// the run's id, the record is kept aside in the state directory's
+// damaged/, the run answers 410 saying its record was damaged, and its
+// resident supervisor and kernel are ended at once (the store's sealed
+// index still names them), not after the resident's grace (ten minutes
+// by default).
+func TestDamagedRecordLeavesNoOrphan(t *testing.T) {
+	d := startDurable(t)
+	ctr, info := d.ctr, d.run
+	oneOfEach(t, ctr, "before berth was killed", 1)
+	d.server.Kill()
+	damageRecord(t, d.state, info.ID)
+
+	s2, c2 := durableBerth(t, d.state)
+	waitFor(t, 30*time.Second, "the resident supervisor and kernel of the run whose record was damaged to be ended", func() bool {
+		res, kern := berthProcs(t, ctr)
+		return len(res) == 0 && len(kern) == 0
+	}, func() string { return fmt.Sprint(ctr.procTable(t)) + "\n" + s2.Log() })
+	answersGone(t, c2, info.ID, "the run's record was damaged", "damaged")
+	reported := false
+	for _, line := range strings.Split(s2.Log(), "\n") {
+		reported = reported || strings.Contains(line, "level=ERROR") && strings.Contains(line, info.ID) && strings.Contains(line, "damaged")
+	}
+	if !reported {
+		t.Errorf("berth's log does not report the damaged record at error level with the run's id:\n%s", s2.Log())
+	}
+	if kept, _ := filepath.Glob(filepath.Join(d.state, "damaged", info.ID+".*")); len(kept) != 1 {
+		t.Errorf("the damaged record was not kept aside in damaged/: %v", kept)
+	}
+}
+
+// TestEmptyStoreReported: berth dies and its store's file is truncated
+// to nothing. The next berth says so at error level and keeps the empty
+// file aside rather than writing a new store over it, serves new runs,
+// and the lost run's resident supervisor, which nothing names any more,
+// ends its kernel after its grace (3s here).
+func TestEmptyStoreReported(t *testing.T) {
+	d := startDurable(t, "--resident-grace", "3s")
+	ctr := d.ctr
+	oneOfEach(t, ctr, "before berth was killed", 1)
+	d.server.Kill()
+	db := filepath.Join(d.state, "runs.db")
+	if err := os.Truncate(db, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	s2, c2 := durableBerth(t, d.state)
+	reported := false
+	for _, line := range strings.Split(s2.Log(), "\n") {
+		reported = reported || strings.Contains(line, "level=ERROR") && strings.Contains(line, "run store damaged") && strings.Contains(line, "empty (0 bytes)")
+	}
+	if !reported {
+		t.Errorf("berth's log does not report the emptied store at error level:\n%s", s2.Log())
+	}
+	if matches, _ := filepath.Glob(db + ".corrupt-*"); len(matches) != 1 {
+		t.Errorf("the emptied file was not kept aside: %v", matches)
+	}
+	waitFor(t, time.Minute, "the lost run's resident supervisor to end its kernel and itself after its grace", func() bool {
+		res, kern := berthProcs(t, ctr)
+		return len(res) == 0 && len(kern) == 0
+	}, func() string { return fmt.Sprint(ctr.procTable(t)) })
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	run, err := c2.OpenRun(ctx, durableSpec(ctr))
+	if err != nil {
+		t.Fatalf("a new run after the store was found empty: %v\n%s", err, s2.Log())
+	}
+	if got := evalText(t, c2, run.ID, "print(6 * 7)"); !strings.Contains(got, "42") {
+		t.Errorf("a cell of the new run printed %q", got)
 	}
 }
