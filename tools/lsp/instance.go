@@ -65,6 +65,11 @@ type generation struct {
 	cancel  context.CancelFunc
 	stderr  *proc.Tail
 	stopped string // why it was stopped on purpose; "" while wanted
+	// compDB is the compilation database the server started with
+	// (Server.CompileCommandsDir), set before ready closes;
+	// compDBSearched says the search ran and did not fail.
+	compDB         compDB
+	compDBSearched bool
 
 	// stamps are the size and mtime of the root's files as last seen, for
 	// telling the server about changes made behind its back; sub says
@@ -295,6 +300,14 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		pctx, cancel := context.WithCancel(s.runCtx)
 		absRoot := path.Join(s.root, in.key.root)
 		args := append([]string{g.binary}, in.spec.args(s.opts.Host)...)
+		if in.spec.CompileCommandsDir != "" {
+			// A failed search starts the server without a database; status
+			// and the verdict's note search again.
+			if d, err := findCompDB(pctx, s.ws, in.key.root); err == nil {
+				g.compDB, g.compDBSearched = d, true
+				args = append(args, in.spec.compDBArgs(d, s.root)...)
+			}
+		}
 		// On the host g.start.env pins every toolchain manager (GOTOOLCHAIN
 		// for gopls's go list, RUSTUP_TOOLCHAIN for a rustup proxy …).
 		env := g.start.env

@@ -376,11 +376,12 @@ func (q *query) likelyCause(ctx context.Context) string {
 		}
 		return false
 	}
+	if in.spec.CompileCommandsDir != "" {
+		// The database the server started with, found as the start
+		// found it (compdb.go).
+		return q.compDBCause(ctx)
+	}
 	switch in.spec.ID {
-	case "clangd":
-		if !has("compile_commands.json", "compile_flags.txt", "build/compile_commands.json", "out/compile_commands.json") {
-			return "; clangd has no compilation database (compile_commands.json) here, so it links only the files it has open"
-		}
 	case "typescript-language-server":
 		if !has("tsconfig.json", "jsconfig.json") {
 			return "; without a tsconfig.json or jsconfig.json tsserver's inferred project holds only the open files, so a CommonJS require is not followed to its callers"
