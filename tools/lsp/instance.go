@@ -62,6 +62,7 @@ type generation struct {
 	err     error         // why the start failed; set before ready closes
 	client  *lspc.Client
 	stream  *sandbox.PipeStream
+	ctx     context.Context // the process's lifetime; cancel ends it
 	cancel  context.CancelFunc
 	stderr  *proc.Tail
 	stopped string // why it was stopped on purpose; "" while wanted
@@ -323,7 +324,7 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		rootURI, _ := lspc.FileURI(absRoot)
 		client := lspc.NewClient(stream, lspc.ConnOptions{Settings: in.spec.Settings, RequestTimeout: s.opts.RequestTimeout})
 		in.mu.Lock()
-		g.client, g.stream, g.cancel = client, stream, cancel
+		g.client, g.stream, g.ctx, g.cancel = client, stream, pctx, cancel
 		in.mu.Unlock()
 		ictx, icancel := context.WithTimeout(s.runCtx, lspc.InitializeTimeout)
 		defer icancel()
@@ -361,7 +362,10 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 	in.mu.Unlock()
 	if err != nil || stopped {
 		g.kill()
+		return
 	}
+	// The first verdict then reads only the files that may hold its name.
+	s.warmLater(in, g)
 }
 
 // capabilities are the client capabilities the servers are started with:
