@@ -24,7 +24,10 @@ import (
 // says nothing. Before such an answer is given, berth counts the
 // identifier's whole-word occurrences in the files of the server's
 // languages under its root (the files the sync already tracks, so the list
-// is a lookup) and names the files the answer does not cover.
+// is a lookup) and names the files the answer does not cover. Each file's
+// identifiers are kept as a filter, built in the background when the
+// server becomes ready (warmLater), so that a check reads only the files
+// that may hold its name.
 
 const (
 	// VerdictBudget bounds the text scan behind one verdict; a scan cut
