@@ -136,16 +136,6 @@ func calls(incoming bool) answer {
 		if len(items) == 0 {
 			return tools.Textf("%s: %s knows no function or method here; point at one's name, in its declaration or a call", at.t.head(strings.ReplaceAll(at.action, "_", " ")), q.in.spec.ID), nil
 		}
-		if incoming && !q.in.spec.Exact && q.c.Supports("textDocument/definition") {
-			// The function's definition names it once without calling
-			// it: for the verdict, that file's occurrence is the function
-			// itself (the item is often its declaration in a header).
-			if locs, err := q.c.Locations(ctx, "textDocument/definition", at.uri, at.pos); err == nil {
-				for _, l := range locs {
-					at.also = append(at.also, l.URI)
-				}
-			}
-		}
 		var all []site
 		for i := range items {
 			at.also = append(at.also, items[i].URI)

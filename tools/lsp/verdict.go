@@ -352,6 +352,21 @@ func (s *Supervisor) verdict(ctx context.Context, q *query, at spot, covered, se
 			uncovered[name] = n
 		}
 	}
+	if at.action == "incoming_calls" && len(uncovered) > 0 && q.c != nil && q.c.Supports("textDocument/definition") {
+		// The function's definition names it once without calling it,
+		// and the prepared item is often its declaration in a header:
+		// the definition's file holds the function itself.
+		if locs, err := q.c.Locations(ctx, "textDocument/definition", at.uri, at.pos); err == nil {
+			for _, l := range locs {
+				if name, ok := s.nameOfURI(l.URI); ok && !self[name] && uncovered[name] > 0 {
+					self[name] = true
+					if uncovered[name]--; uncovered[name] == 0 {
+						delete(uncovered, name)
+					}
+				}
+			}
+		}
+	}
 	headerOnly := false
 	if at.action == "definition" && defInWorkspace {
 		// A definition was found where the text also has the name: the
