@@ -8,7 +8,8 @@ import (
 
 // TestLSPClangdInContainer runs clangd inside berth-test-go through exec
 // streams: on a project with a compile_commands.json (its -Iinclude
-// -DVOLUME=3 applied), on 300 sources whose first references waits for
+// -DVOLUME=3 applied), the same with it in out/ (found and passed with
+// --compile-commands-dir), on 300 sources whose first references waits for
 // the background index, and on a loose .c file with clangd's fallback
 // flags.
 func TestLSPClangdInContainer(t *testing.T) {
@@ -23,6 +24,12 @@ func TestLSPClangdInContainer(t *testing.T) {
 			t.Fatalf("close run: %s", r)
 		}
 		noLeftovers(t, ctr, "clangd")
+	})
+	t.Run("compile_commands in out", func(t *testing.T) {
+		ctr := startContainer(t, image)
+		a := newAPI(t)
+		run, _ := a.open(ctr.conv)
+		lsptest.CheckLang(t, lspEnv(a, run, ctr), lsptest.ClangdOut(workspace))
 	})
 	t.Run("index", func(t *testing.T) {
 		ctr := startContainer(t, image)

@@ -21,6 +21,14 @@ func TestClangdOnHost(t *testing.T) {
 	lsptest.CheckLang(t, h.env(), lsptest.Clangd(h.dir))
 }
 
+// TestClangdCompileCommandsInOut: the same project with its
+// compile_commands.json in out/.
+func TestClangdCompileCommandsInOut(t *testing.T) {
+	need(t, "clangd")
+	h := newHostRun(t, lsp.Options{})
+	lsptest.CheckLang(t, h.env(), lsptest.ClangdOut(h.dir))
+}
+
 // TestClangdWithoutCompileCommands: a loose .c file, no marker anywhere.
 func TestClangdWithoutCompileCommands(t *testing.T) {
 	need(t, "clangd")

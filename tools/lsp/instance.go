@@ -62,9 +62,15 @@ type generation struct {
 	err     error         // why the start failed; set before ready closes
 	client  *lspc.Client
 	stream  *sandbox.PipeStream
+	ctx     context.Context // the process's lifetime; cancel ends it
 	cancel  context.CancelFunc
 	stderr  *proc.Tail
 	stopped string // why it was stopped on purpose; "" while wanted
+	// compDB is the compilation database the server started with
+	// (Server.CompileCommandsDir), set before ready closes;
+	// compDBSearched says the search ran and did not fail.
+	compDB         compDB
+	compDBSearched bool
 
 	// stamps are the size and mtime of the root's files as last seen, for
 	// telling the server about changes made behind its back; sub says
@@ -295,6 +301,14 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		pctx, cancel := context.WithCancel(s.runCtx)
 		absRoot := path.Join(s.root, in.key.root)
 		args := append([]string{g.binary}, in.spec.args(s.opts.Host)...)
+		if in.spec.CompileCommandsDir != "" {
+			// A failed search starts the server without a database; status
+			// and the verdict's note search again.
+			if d, err := findCompDB(pctx, s.ws, in.key.root); err == nil {
+				g.compDB, g.compDBSearched = d, true
+				args = append(args, in.spec.compDBArgs(d, s.root)...)
+			}
+		}
 		// On the host g.start.env pins every toolchain manager (GOTOOLCHAIN
 		// for gopls's go list, RUSTUP_TOOLCHAIN for a rustup proxy …).
 		env := g.start.env
@@ -310,7 +324,7 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		rootURI, _ := lspc.FileURI(absRoot)
 		client := lspc.NewClient(stream, lspc.ConnOptions{Settings: in.spec.Settings, RequestTimeout: s.opts.RequestTimeout})
 		in.mu.Lock()
-		g.client, g.stream, g.cancel = client, stream, cancel
+		g.client, g.stream, g.ctx, g.cancel = client, stream, pctx, cancel
 		in.mu.Unlock()
 		ictx, icancel := context.WithTimeout(s.runCtx, lspc.InitializeTimeout)
 		defer icancel()
@@ -348,7 +362,10 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 	in.mu.Unlock()
 	if err != nil || stopped {
 		g.kill()
+		return
 	}
+	// The first verdict then reads only the files that may hold its name.
+	s.warmLater(in, g)
 }
 
 // capabilities are the client capabilities the servers are started with:

@@ -105,6 +105,12 @@ type Server struct {
 	// project): before a references or incoming_calls answer, the files
 	// where the name occurs are opened (verdict.go, openOccurrences).
 	LinksOpenFiles bool
+	// CompileCommandsDir, when set, is the flag that names the directory
+	// of a compilation database ("--compile-commands-dir="): before the
+	// server starts, berth looks for its root's database (compdb.go) and
+	// passes the flag with its directory when the server would not look
+	// there by itself; status names the database.
+	CompileCommandsDir string
 	// ByName says the server links references by name inference (pylsp's
 	// jedi): a references answer says that it may list uses of other
 	// symbols of the same name.
@@ -198,9 +204,12 @@ func DefaultServers() []Server {
 		// for it. --query-driver is never passed, so clangd runs no
 		// compiler a compile_commands.json names; on the host a workspace
 		// .clangd is not read either (it could add flags or name a remote
-		// index to connect to).
+		// index to connect to). A database in out/, build-debug/ … is
+		// passed with --compile-commands-dir (compdb.go): the same data
+		// clangd reads from the root's compile_commands.json.
 		{ID: "clangd", Languages: c, Markers: []string{"compile_commands.json", "CMakeLists.txt", ".clangd"}, MarkerOptional: true, Binaries: []string{"clangd", "clangd-*"},
-			Args: []string{"--background-index", "--log=error", "--pch-storage=memory"}, HostArgs: []string{"--enable-config=false"}, BackgroundIndex: true, LinksOpenFiles: true},
+			Args: []string{"--background-index", "--log=error", "--pch-storage=memory"}, HostArgs: []string{"--enable-config=false"}, BackgroundIndex: true, LinksOpenFiles: true,
+			CompileCommandsDir: "--compile-commands-dir="},
 		{ID: "bash-language-server", Languages: map[string]string{".sh": "shellscript", ".bash": "shellscript"}, MarkerOptional: true, Binaries: []string{"bash-language-server"}, Args: []string{"start"}, Local: []string{"node_modules/.bin"}, AnalyzeOnOpen: true,
 			// shellcheck, when installed, is its linter; without it the
 			// server reports nothing.

@@ -45,6 +45,10 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		Restarts int    `json:"restarts"`
 		LastErr  string `json:"last_error,omitempty"`
 		Indexing string `json:"indexing,omitempty"`
+		// CompDB is the compilation database of a server that reads one
+		// (Server.CompileCommandsDir): the one it started with, else the
+		// one it would start with.
+		CompDB string `json:"compilation_database,omitempty"`
 	}
 	var rows []row
 	covered := map[key]bool{}
@@ -104,6 +108,11 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		}
 		if c.Missing != "" && r.State == "not running" {
 			r.State = "unavailable"
+		}
+		if c.Server.CompileCommandsDir != "" && c.Root != "" && c.Binary != "" {
+			if d, ok := s.compDBFor(ctx, c.Root, insts[c.key()]); ok {
+				r.CompDB = d.describe(c.Server.CompileCommandsDir)
+			}
 		}
 		rows = append(rows, r)
 	}
@@ -176,6 +185,9 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		}
 		if r.Indexing != "" {
 			fmt.Fprintf(&b, "; indexing: %s", r.Indexing)
+		}
+		if r.CompDB != "" {
+			fmt.Fprintf(&b, "; compilation database: %s", r.CompDB)
 		}
 		if r.Missing != "" {
 			fmt.Fprintf(&b, "; %s", r.Missing)

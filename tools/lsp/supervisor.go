@@ -168,6 +168,16 @@ type Supervisor struct {
 	pinned       map[string]*proc.Pin
 	pathManagers []string
 
+	// warmMu guards the word warmer's queue (warmLater): warming says
+	// its goroutine runs, warmClosed that Close stopped it.
+	warmMu     sync.Mutex
+	warmQ      []warmJob
+	warming    bool
+	warmClosed bool
+	warmCtx    context.Context
+	warmStop   context.CancelFunc
+	warmers    sync.WaitGroup
+
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
 	prewarms   sync.WaitGroup // the prewarms' goroutines
@@ -203,6 +213,7 @@ func New(sb sandbox.Sandbox, ws sandbox.FS, runCtx context.Context, opts Options
 		kept:    map[key]bool{},
 		watch:   watch.New(ws, skipDirs),
 	}
+	s.warmCtx, s.warmStop = context.WithCancel(runCtx)
 	if opts.IdleTimeout > 0 {
 		ctx, cancel := context.WithCancel(runCtx)
 		s.stopReaper, s.reaperDone = cancel, make(chan struct{})
@@ -223,6 +234,7 @@ func (s *Supervisor) Close() error {
 	s.insts = map[key]*instance{}
 	s.mu.Unlock()
 	s.stopPrewarm()
+	s.stopWarm()
 	if s.stopReaper != nil {
 		s.stopReaper()
 		<-s.reaperDone

@@ -84,7 +84,7 @@ type verdictOf struct {
 // tally counts answers: complete, incomplete but said so, incomplete with
 // nothing said (the defect), and calls that failed saying why (a server
 // that did not answer in time).
-type tally struct{ complete, said, silent, failed int }
+type tally struct{ complete, said, silent, failed, noted int }
 
 // ask asks action about q through e and judges the answer against q's
 // truth, paging through the whole list.
@@ -115,6 +115,9 @@ func askTruth(t *testing.T, h *hostRun, action string, q question, tl *tally) {
 			break
 		}
 		start += len(v.Locations)
+	}
+	if note != "" {
+		tl.noted++
 	}
 	var missing []string
 	for _, f := range q.Files {
@@ -325,6 +328,34 @@ func cQuestions(t *testing.T, root string, max int) []question {
 // to 20 of the functions its headers declare, through clangd. A scan of
 // the code that leaves out comments and literals is the truth.
 func TestTruthC(t *testing.T) {
+	h := newCCorpus(t, false)
+	truthC(t, h, false)
+}
+
+// TestTruthCWithCompileCommands: the same corpus with its include/
+// directory and a compile_commands.json in out/ (an entry with -I
+// include -I src for each source file), where clangd does not look by
+// itself. berth finds it and passes --compile-commands-dir, so clangd's
+// background index covers every file: every references and
+// incoming_calls answer is complete, and none carries a note.
+func TestTruthCWithCompileCommands(t *testing.T) {
+	h := newCCorpus(t, true)
+	r := h.env().Call(t, "lsp", map[string]any{"action": "status", "file": "src/parser.c"})
+	if !strings.Contains(r.Text, "compilation database: out/compile_commands.json (passed as --compile-commands-dir=out)") {
+		t.Errorf("status does not name out/compile_commands.json as passed to clangd:\n%s", r.Text)
+	}
+	truthC(t, h, true)
+	r = h.env().Call(t, "lsp", map[string]any{"action": "status", "file": "src/parser.c"})
+	if !strings.Contains(r.Text, "clangd: running") || !strings.Contains(r.Text, "compilation database: out/compile_commands.json (passed as --compile-commands-dir=out)") {
+		t.Errorf("status of the running clangd does not name out/compile_commands.json:\n%s", r.Text)
+	}
+}
+
+// newCCorpus copies tree-sitter's C runtime into a host run's workspace:
+// src/ without lib.c (which includes every other source file) and the
+// wasm code; with compDB also include/ and out/compile_commands.json.
+func newCCorpus(t *testing.T, compDB bool) *hostRun {
+	t.Helper()
 	need(t, "clangd")
 	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
 	if err != nil {
@@ -338,6 +369,34 @@ func TestTruthC(t *testing.T) {
 	copyTree(t, filepath.Join(src, "src"), filepath.Join(h.dir, "src"), func(rel string) bool {
 		return (strings.HasSuffix(rel, ".c") || strings.HasSuffix(rel, ".h")) && !strings.HasPrefix(rel, "wasm") && rel != "lib.c"
 	})
+	if !compDB {
+		return h
+	}
+	copyTree(t, filepath.Join(src, "include"), filepath.Join(h.dir, "include"), func(rel string) bool { return strings.HasSuffix(rel, ".h") })
+	files, _ := filepath.Glob(filepath.Join(h.dir, "src", "*.c"))
+	type entry struct {
+		Directory string   `json:"directory"`
+		File      string   `json:"file"`
+		Arguments []string `json:"arguments"`
+	}
+	var db []entry
+	for _, f := range files {
+		rel, _ := filepath.Rel(h.dir, f)
+		db = append(db, entry{Directory: h.dir, File: rel, Arguments: []string{"cc", "-std=c11", "-Iinclude", "-Isrc", "-c", rel}})
+	}
+	b, _ := json.MarshalIndent(db, "", "  ")
+	if err := os.MkdirAll(filepath.Join(h.dir, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.dir, "out", "compile_commands.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// truthC asks clangd the corpus's questions; complete says every
+// references and incoming_calls answer must be complete, with no note.
+func truthC(t *testing.T, h *hostRun, complete bool) {
 	qs := cQuestions(t, filepath.Join(h.dir, "src"), 20)
 	var tl tally
 	for _, q := range qs {
@@ -366,6 +425,14 @@ func TestTruthC(t *testing.T) {
 	t.Logf("clangd incoming_calls on tree-sitter's runtime: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", cl.complete, cl.said, cl.silent, cl.failed)
 	if cl.complete+cl.said+cl.silent < 10 {
 		t.Errorf("only %d incoming_calls questions: the truth's parse is broken", cl.complete+cl.said+cl.silent)
+	}
+	if complete {
+		if tl.complete != len(qs) || tl.noted > 0 {
+			t.Errorf("with a compilation database, %d of %d references answers complete, %d with a note; want all complete and none noted", tl.complete, len(qs), tl.noted)
+		}
+		if n := cl.complete + cl.said + cl.silent + cl.failed; cl.complete != n || cl.noted > 0 {
+			t.Errorf("with a compilation database, %d of %d incoming_calls answers complete, %d with a note; want all complete and none noted", cl.complete, n, cl.noted)
+		}
 	}
 
 	// definition, asked at a call in another source file: the truth is the

@@ -5,12 +5,15 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"berth.dev/berth/sandbox"
 )
 
 // The completeness verdict. A language server's cross-file answer is a
@@ -21,7 +24,10 @@ import (
 // says nothing. Before such an answer is given, berth counts the
 // identifier's whole-word occurrences in the files of the server's
 // languages under its root (the files the sync already tracks, so the list
-// is a lookup) and names the files the answer does not cover.
+// is a lookup) and names the files the answer does not cover. Each file's
+// identifiers are kept as a filter, built in the background when the
+// server becomes ready (warmLater), so that a check reads only the files
+// that may hold its name.
 
 const (
 	// VerdictBudget bounds the text scan behind one verdict; a scan cut
@@ -197,24 +203,132 @@ func (q *query) textOccurrences(ctx context.Context, ident string) occurrences {
 			out.unread = len(cands) - i
 			break
 		}
-		g.words.mu.Lock()
-		st := e.st
-		g.words.mu.Unlock()
-		data, err := in.s.ws.ReadFile(ctx, e.name)
-		if err != nil {
+		n, ok := g.words.read(ctx, in.s.ws, e, w)
+		if !ok {
 			continue // gone or unreadable since the sync saw it
 		}
-		f, n := scanWords(data, w, dollarIdents[path.Ext(e.name)])
-		f.st = st
-		g.words.mu.Lock()
-		e.f = f
-		g.words.mu.Unlock()
 		out.scanned++
 		if n > 0 {
 			out.files[e.name] = n
 		}
 	}
 	return out
+}
+
+// read reads e's file, keeps its identifier filter at the stamp the sync
+// saw before the read, and returns ident's whole-word occurrences in it;
+// ok is false when the file could not be read.
+func (w *wordIndex) read(ctx context.Context, ws sandbox.FS, e *wordEntry, ident []byte) (n int, ok bool) {
+	w.mu.Lock()
+	st := e.st
+	w.mu.Unlock()
+	data, err := ws.ReadFile(ctx, e.name)
+	if err != nil {
+		return 0, false
+	}
+	f, n := scanWords(data, ident, dollarIdents[path.Ext(e.name)])
+	f.st = st
+	w.mu.Lock()
+	e.f = f
+	w.mu.Unlock()
+	return n, true
+}
+
+// warmWords reads, in name order, the files of g's languages that have no
+// current identifier filter, so that the first verdict on g reads only
+// the files that may hold its name instead of every file (0.6–1.2 s on
+// MaxWatchedFiles files). It yields the processor after each file, stops
+// when ctx ends, and returns how many files it read.
+func (g *generation) warmWords(ctx context.Context, ws sandbox.FS, langs map[string]string) int {
+	var todo []*wordEntry
+	g.syncMu.Lock()
+	g.words.mu.Lock()
+	g.words.refreshLocked(g, langs)
+	for _, e := range g.words.list {
+		if e.f == nil || e.f.st != e.st {
+			todo = append(todo, e)
+		}
+	}
+	g.words.mu.Unlock()
+	g.syncMu.Unlock()
+	slices.SortFunc(todo, func(a, b *wordEntry) int { return strings.Compare(a.name, b.name) })
+	read := 0
+	for _, e := range todo {
+		if ctx.Err() != nil {
+			break
+		}
+		g.words.mu.Lock()
+		current := e.f != nil && e.f.st == e.st // a verdict read it meanwhile
+		g.words.mu.Unlock()
+		if current {
+			continue
+		}
+		if _, ok := g.words.read(ctx, ws, e, nil); ok {
+			read++
+		}
+		runtime.Gosched()
+	}
+	return read
+}
+
+// warmJob is a ready generation whose word index is to be warmed.
+type warmJob struct {
+	in *instance
+	g  *generation
+}
+
+// warmLater queues g, a generation of in that just became ready, for the
+// supervisor's word warmer, unless in's answers are not checked
+// (Server.Exact) or the supervisor closed. The warmer is one goroutine,
+// started when the queue fills and ended when it empties; Close stops it
+// and waits for it.
+func (s *Supervisor) warmLater(in *instance, g *generation) {
+	if in.spec.Exact {
+		return
+	}
+	s.warmMu.Lock()
+	defer s.warmMu.Unlock()
+	if s.warmClosed {
+		return
+	}
+	s.warmQ = append(s.warmQ, warmJob{in, g})
+	if s.warming {
+		return
+	}
+	s.warming = true
+	s.warmers.Add(1)
+	go s.warmLoop()
+}
+
+// warmLoop warms the queued generations one at a time, each until its
+// process ends or the supervisor closes.
+func (s *Supervisor) warmLoop() {
+	defer s.warmers.Done()
+	for {
+		s.warmMu.Lock()
+		if len(s.warmQ) == 0 || s.warmClosed {
+			s.warmQ, s.warming = nil, false
+			s.warmMu.Unlock()
+			return
+		}
+		j := s.warmQ[0]
+		s.warmQ = s.warmQ[1:]
+		s.warmMu.Unlock()
+		ctx, cancel := context.WithCancel(s.warmCtx)
+		stop := context.AfterFunc(j.g.ctx, cancel)
+		j.g.warmWords(ctx, s.ws, j.in.spec.Languages)
+		stop()
+		cancel()
+	}
+}
+
+// stopWarm ends the word warmer and waits for it.
+func (s *Supervisor) stopWarm() {
+	s.warmMu.Lock()
+	s.warmClosed = true
+	s.warmMu.Unlock()
+	s.warmStop()
+	s.warmers.Wait()
 }
 
 // verdict checks a cross-file answer against the text: covered are the
@@ -236,6 +350,21 @@ func (s *Supervisor) verdict(ctx context.Context, q *query, at spot, covered, se
 		}
 		if !covered[name] && n > 0 {
 			uncovered[name] = n
+		}
+	}
+	if at.action == "incoming_calls" && len(uncovered) > 0 && q.c != nil && q.c.Supports("textDocument/definition") {
+		// The function's definition names it once without calling it,
+		// and the prepared item is often its declaration in a header:
+		// the definition's file holds the function itself.
+		if locs, err := q.c.Locations(ctx, "textDocument/definition", at.uri, at.pos); err == nil {
+			for _, l := range locs {
+				if name, ok := s.nameOfURI(l.URI); ok && !self[name] && uncovered[name] > 0 {
+					self[name] = true
+					if uncovered[name]--; uncovered[name] == 0 {
+						delete(uncovered, name)
+					}
+				}
+			}
 		}
 	}
 	headerOnly := false
@@ -376,11 +505,12 @@ func (q *query) likelyCause(ctx context.Context) string {
 		}
 		return false
 	}
+	if in.spec.CompileCommandsDir != "" {
+		// The database the server started with, found as the start
+		// found it (compdb.go).
+		return q.compDBCause(ctx)
+	}
 	switch in.spec.ID {
-	case "clangd":
-		if !has("compile_commands.json", "compile_flags.txt", "build/compile_commands.json", "out/compile_commands.json") {
-			return "; clangd has no compilation database (compile_commands.json) here, so it links only the files it has open"
-		}
 	case "typescript-language-server":
 		if !has("tsconfig.json", "jsconfig.json") {
 			return "; without a tsconfig.json or jsconfig.json tsserver's inferred project holds only the open files, so a CommonJS require is not followed to its callers"

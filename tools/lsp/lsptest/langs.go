@@ -348,6 +348,24 @@ func Clangd(root string) LangCase {
 	}
 }
 
+// ClangdOut is Clangd with its compile_commands.json in out/, where
+// clangd does not look by itself: berth finds it and passes
+// --compile-commands-dir, so -Iinclude and -DVOLUME=3 still apply, and
+// status names it.
+func ClangdOut(root string) LangCase {
+	c := Clangd(root)
+	files := map[string]string{}
+	for name, text := range c.Files {
+		if name == "compile_commands.json" {
+			name = "out/compile_commands.json"
+		}
+		files[name] = text
+	}
+	c.Files = files
+	c.Asks = append(c.Asks, Ask{Action: "status", File: "src/main.c", Wants: []string{"clangd: running", "compilation database: out/compile_commands.json (passed as --compile-commands-dir=out)"}})
+	return c
+}
+
 // CheckCLoose checks clangd on a loose .c file with no compile_commands.json
 // anywhere: it compiles it with its fallback flags, from the workspace
 // root, and diagnoses a write.
