@@ -149,3 +149,9 @@ func init() {
 		}
 	}
 }
+
+// RuntimeABI is the range of grammar ABI versions the linked tree-sitter
+// runtime loads.
+func RuntimeABI() (min, max int) {
+	return sitter.MIN_COMPATIBLE_LANGUAGE_VERSION, sitter.LANGUAGE_VERSION
+}

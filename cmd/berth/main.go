@@ -33,9 +33,10 @@ import (
 	"berth.dev/berth/tools/lsp"
 )
 
-// version is set with -ldflags "-X main.version=v1.2.3"; otherwise the
-// module's build info is used.
-var version = ""
+// version and revision are set by a release build (release/build:
+// -ldflags "-X main.version=v1.2.3 -X main.revision=COMMIT"), whose tree
+// has no VCS information; otherwise the module's build info is used.
+var version, revision = "", ""
 
 // exitError carries an exit code and a message already printed (or to
 // print) on stderr.

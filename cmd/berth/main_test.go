@@ -206,6 +206,11 @@ func TestVersion(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "berth ") {
 		t.Fatalf("version: %d %q", code, out)
 	}
+	for _, want := range []string{"\ncommit ", "\ngo           go1.", "\ntree-sitter  go-tree-sitter v0.", "grammar ABI "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("version lacks %q:\n%s", want, out)
+		}
+	}
 }
 
 func TestServeRefusals(t *testing.T) {

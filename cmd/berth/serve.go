@@ -309,7 +309,7 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		close(adopted)
 	}
 	defer func() { <-adopted }()
-	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer},
+	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString()},
 		context.WithoutCancel(ctx))
 	describeCredentials(stderr, log, creds, mode)
 	fmt.Fprintf(stderr, "berth: serving on http://%s\n", ln.Addr())

@@ -150,6 +150,8 @@ type Options struct {
 	// Leases), forwards the requests of runs other replicas serve, signed
 	// with the replicas' shared key; nil forwards nothing.
 	Peer *Peer
+	// Version is berth's version, the MCP endpoints' serverInfo.version.
+	Version string
 }
 
 type server struct {
@@ -813,7 +815,7 @@ func (s *server) runMCP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("surface") == "" {
 		surface = ""
 	}
-	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log, Tenant: principalOf(r).Tenant})
+	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log, Tenant: principalOf(r).Tenant, Version: s.opts.Version})
 }
 
 // splitList splits a comma-separated query value; empty is none.
@@ -848,5 +850,5 @@ func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
 		_, err := s.c.Lookup(tenant, id)
 		return err
 	}
-	s.mcp.ServeOpen(w, r, open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant})
+	s.mcp.ServeOpen(w, r, open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant, Version: s.opts.Version})
 }

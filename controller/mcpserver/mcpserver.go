@@ -117,7 +117,7 @@ func newServer(run *controller.Run, opts Options) (*mcp.Server, *handler) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Version == "" {
-		opts.Version = "dev"
+		opts.Version = "devel"
 	}
 	h := &handler{run: run, opts: opts}
 	srv := mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: opts.Version}, &mcp.ServerOptions{
