@@ -35,6 +35,13 @@ func newAskRig(t *testing.T, cfg controller.Config) *askRig {
 // newAskRigWith is newAskRig with the server's options.
 func newAskRigWith(t *testing.T, cfg controller.Config, opts httpapi.Options) *askRig {
 	t.Helper()
+	return newAskRigServer(t, cfg, opts, nil)
+}
+
+// newAskRigServer is newAskRigWith whose test server is set up by
+// configure (when not nil) before it starts.
+func newAskRigServer(t *testing.T, cfg controller.Config, opts httpapi.Options, configure func(*http.Server)) *askRig {
+	t.Helper()
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PATH=") {
@@ -53,7 +60,11 @@ func newAskRigWith(t *testing.T, cfg controller.Config, opts httpapi.Options) *a
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(validated(t, httpapi.New(c, opts)))
+	srv := httptest.NewUnstartedServer(validated(t, httpapi.New(c, opts)))
+	if configure != nil {
+		configure(srv.Config)
+	}
+	srv.Start()
 	t.Cleanup(func() { c.Close(); srv.Close() })
 	return &askRig{rig: &rig{t: t, srv: srv, c: c}, dir: t.TempDir()}
 }
