@@ -17,6 +17,7 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/httpapi"
+	"berth.dev/berth/tools/ask"
 	"berth.dev/berth/tools/permission"
 )
 
@@ -361,5 +362,31 @@ func TestEvalOutlivesDroppedClient(t *testing.T) {
 	}
 	if n := count("n_cancel"); n != "1" {
 		t.Errorf("after the cancel, n_cancel = %s", n)
+	}
+}
+
+// TestAskUserOutlivesItsCaller: a question whose caller goes away stays
+// open (its answer is kept for the caller's retry); cancelling the call
+// closes the card as cancelled.
+func TestAskUserOutlivesItsCaller(t *testing.T) {
+	cw := newConnWatch()
+	rg := newAskRigServer(t, controller.Config{Tools: []controller.Binder{controller.AskToolsWith(ask.Options{Timeout: time.Hour})}}, httpapi.Options{Token: token}, cw.configure)
+	id := rg.openHost()
+	ev := rg.subscribe(id, "")
+	body := `{"args":{"question":"Ship it?","options":[{"label":"yes"},{"label":"no"}]}}`
+	path := "/v1/runs/" + id + "/tools/ask_user"
+	dropCall(t, rg.srv.URL, path, token, body, http.Header{httpapi.IdempotencyKeyHeader: {"ask-1"}}, cw, func() { ev.next("card.opened") })
+	if r := rg.do("GET", "/v1/runs/"+id+"/cards", token, ""); !strings.Contains(string(r.body), "Ship it?") {
+		t.Fatalf("the card after its caller went: %s, want it open", r.body)
+	}
+	a := rg.do("POST", path, token, body, httpapi.IdempotencyKeyHeader, "ask-1", "Prefer", "respond-async")
+	if a.status != http.StatusAccepted {
+		t.Fatalf("retry under respond-async: %d %s", a.status, a.body)
+	}
+	if d := rg.do("DELETE", a.header.Get("Location"), token, ""); d.status != 200 || d.json(t)["status"] != httpapi.CallCancelled {
+		t.Errorf("DELETE the call: %d %s", d.status, d.body)
+	}
+	if c := ev.next("card.closed"); c.data["outcome"] != "cancelled" {
+		t.Errorf("closed after cancel: %+v", c.data)
 	}
 }
