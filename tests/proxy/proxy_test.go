@@ -167,6 +167,12 @@ func newRig(t *testing.T) *rig {
 		t.Fatalf("%v\n%s", err, bs.Log())
 	}
 	rg.run = info.ID
+	// The kernel starts before the test, straight to berth (a cold start
+	// may itself outlast nginx's timeout): the cells below find it up.
+	direct := &berthtest.Client{URL: bs.URL, Token: tok}
+	if _, err := direct.Call(ctx, rg.run, "eval", map[string]string{"code": "print('warm')", "description": "start the kernel before the test"}); err != nil {
+		t.Fatalf("%v\n%s", err, bs.Log())
+	}
 	return rg
 }
 
