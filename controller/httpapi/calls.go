@@ -305,14 +305,15 @@ func (s *server) startCall(r *http.Request, run *controller.Run, name string, su
 		}
 		c.digest = d
 	}
-	got, existing, err := s.calls.claim(c)
-	if err != nil || existing {
-		return got, existing, err
-	}
 	// The call's own bound: the deadline of a sync call's answer. The run's
-	// close cancels it too (Run.Call).
+	// close cancels it too (Run.Call). Set before the call can be found.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.limits.CallWriteTimeout)
 	c.cancel = cancel
+	got, existing, err := s.calls.claim(c)
+	if err != nil || existing {
+		cancel()
+		return got, existing, err
+	}
 	// What s.fail logs of the request, not the request itself: the call
 	// outlives its handler.
 	logReq := &http.Request{Method: r.Method, URL: &url.URL{Path: r.URL.Path}}

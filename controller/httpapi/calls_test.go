@@ -143,8 +143,11 @@ func TestDroppedClientCallGoesOn(t *testing.T) {
 	if r.status != http.StatusAccepted || status != httpapi.CallRunning || loc != "/v1/runs/"+id+"/calls/"+call || r.json(t)["call"] != call {
 		t.Fatalf("retry under respond-async: %d %v %s, want 202 running with the call's Location", r.status, r.header, r.body)
 	}
-	if g := rg.do("GET", loc, token, ""); g.status != http.StatusAccepted || g.json(t)["status"] != httpapi.CallRunning {
-		t.Fatalf("GET %s: %d %s, want 202 running", loc, g.status, g.body)
+	if g := rg.do("GET", loc, token, ""); g.status != http.StatusAccepted || g.json(t)["status"] != httpapi.CallRunning || g.header.Get("Retry-After") == "" {
+		t.Fatalf("GET %s: %d %v %s, want 202 running with Retry-After", loc, g.status, g.header, g.body)
+	}
+	if g := rg.do("GET", loc+"?wait=soon", token, ""); g.status != http.StatusBadRequest || g.errorCode(t) != "bad_request" {
+		t.Errorf("GET ?wait=soon: %d %s, want 400", g.status, g.body)
 	}
 
 	d := rg.do("DELETE", loc, token, "")
@@ -193,6 +196,9 @@ func TestCallIdempotencyAndTenants(t *testing.T) {
 	}
 	if r := rg.do("POST", path, tokA, `{"args":{"path":"y.go"}}`, httpapi.IdempotencyKeyHeader, "k1"); r.status != http.StatusUnprocessableEntity || r.errorCode(t) != "idempotency_mismatch" || !strings.Contains(string(r.body), call) {
 		t.Errorf("the key with other arguments: %d %s, want 422 idempotency_mismatch naming the call", r.status, r.body)
+	}
+	if r := rg.do("POST", path, tokA, `{"args":{"path":"x.go"}}`, httpapi.IdempotencyKeyHeader, strings.Repeat("k", httpapi.MaxIdempotencyKey+1)); r.status != http.StatusBadRequest {
+		t.Errorf("a key longer than MaxIdempotencyKey: %d %s, want 400", r.status, r.body)
 	}
 	if r := rg.do("POST", path, tokA, `{"args":{"path":"x.go"}}`); r.header.Get(httpapi.CallIDHeader) == call {
 		t.Errorf("a call without a key is call %s again", call)
