@@ -204,11 +204,23 @@ func (s *callStore) finish(c *call, a *answer, err error) {
 	default:
 		c.status = CallFailed
 	}
+	// An answer that says "retry after Retry-After" (429, 503) lets go of
+	// the key: the retry it asks for runs anew. The call stays found by id.
+	if k := (idemKey{c.tenant, c.run, c.tool, c.key}); c.key != "" && retryable(a.status) && s.byKey[k] == c {
+		delete(s.byKey, k)
+	}
 	c.ans, c.ended = a, time.Now()
 	s.ended = append(s.ended, c)
 	s.kept[c.tenant]++
 	close(c.done)
 	s.sweepLocked(c.ended)
+}
+
+// retryable reports whether an answer of status asks the client to retry
+// (too_many, and the 503s that say so): its call is not what a retry
+// with the same key should get again.
+func retryable(status int) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
 }
 
 // get returns the call id of run, or nil when there is none (never was,

@@ -396,3 +396,28 @@ func TestAskUserOutlivesItsCaller(t *testing.T) {
 		t.Errorf("closed after cancel: %+v", c.data)
 	}
 }
+
+// TestRetryableAnswerFreesTheKey: a call refused with 429 (retry after
+// Retry-After) does not hold its key: the retry it asks for runs.
+func TestRetryableAnswerFreesTheKey(t *testing.T) {
+	rg := newRigWith(t, controller.Config{MaxCallsPerTenant: 1}, httpapi.Options{Token: token})
+	id := rg.open(`{"sandbox":"host"}`)
+	b := rg.do("POST", "/v1/runs/"+id+"/tools/block", token, `{}`, "Prefer", "respond-async")
+	if b.status != http.StatusAccepted {
+		t.Fatalf("block: %d %s", b.status, b.body)
+	}
+	<-blockStarted
+	path := "/v1/runs/" + id + "/tools/read"
+	r := rg.do("POST", path, token, `{"args":{"path":"x.go"}}`, httpapi.IdempotencyKeyHeader, "k-429")
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+		t.Fatalf("a call past the tenant's cap: %d %v %s, want 429 with Retry-After", r.status, r.header, r.body)
+	}
+	if d := rg.do("DELETE", b.header.Get("Location"), token, ""); d.status != 200 {
+		t.Fatalf("DELETE block: %d %s", d.status, d.body)
+	}
+	<-ctxSeen
+	r = rg.do("POST", path, token, `{"args":{"path":"x.go"}}`, httpapi.IdempotencyKeyHeader, "k-429")
+	if r.status != 200 || !strings.Contains(string(r.body), "contents of x.go") {
+		t.Errorf("the retry after 429 with the same key: %d %s, want the tool's result", r.status, r.body)
+	}
+}

@@ -59,6 +59,8 @@
 // run, tool and key: it answers the first call's answer (waiting for it,
 // or 202 with its id under respond-async) and never runs the tool again;
 // the same key with other arguments is 422 idempotency_mismatch. A call
+// that answered 429 or 503 (retry after Retry-After) lets go of its key:
+// the retry runs anew. A call
 // of another run or tenant is 404 unknown_call, as is an ended call after
 // CallKeep or past MaxKeptCalls; there is no listing. An ended call
 // answers a poll exactly as the sync call would have (200 the result, or
