@@ -1,7 +1,7 @@
 // Package httpapi serves a [controller.Controller] over HTTP: the /v1 routes
 // listed below (also in README.md, "HTTP API"), /healthz and /metrics. It
-// holds no tool logic; every call goes through [controller.Run.Call] with
-// the request's context.
+// holds no tool logic; every call goes through [controller.Run.Call],
+// detached from its request (see Calls below).
 //
 // Routes (all JSON), with the scopes that may use them (H harness, O
 // operator, M metrics; see [Scope]):
