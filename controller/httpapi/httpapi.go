@@ -60,11 +60,13 @@
 // or 202 with its id under respond-async) and never runs the tool again;
 // the same key with other arguments is 422 idempotency_mismatch. A call
 // that answered 429 or 503 (retry after Retry-After) lets go of its key:
-// the retry runs anew. A call
-// of another run or tenant is 404 unknown_call, as is an ended call after
-// CallKeep or past MaxKeptCalls; there is no listing. An ended call
-// answers a poll exactly as the sync call would have (200 the result, or
-// its error); one cancelled by DELETE answers 409 call_cancelled.
+// the retry runs anew. A call of another run or tenant is 404
+// unknown_call, as is an ended call after CallKeep or past MaxKeptCalls;
+// there is no listing. An ended call answers a poll exactly as the sync
+// call would have (200 the result, or its error); one cancelled by DELETE
+// answers 409 call_cancelled. Calls live in this server's memory: a
+// restarted berth, or another replica that took the run over, does not
+// know them.
 //
 // A tool result with isError is still 200: it is data for the model. Call
 // errors are 4xx/5xx with {"error":{"code","message"}}:
