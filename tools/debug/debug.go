@@ -219,6 +219,10 @@ type session struct {
 	timer    *time.Timer
 	stopping bool // stop has begun: no timer is set any more
 	detached bool // berth let go of the session: its adapter runs on under the resident
+	// died is how the program ended outside the debugger, as the
+	// sandbox's /proc told ([Supervisor.checkProgram]); nil while it
+	// lives, or when the adapter reported the end itself.
+	died *death
 	// snap is the last stop report, for status: it answers from it
 	// without asking the adapter while the program is still in that stop.
 	snap *snapshot
@@ -329,10 +333,14 @@ func (ss *session) stop(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, stopTimeout)
 		defer cancel()
 		err := ss.ds.Close(ctx, ss.command == "launch")
-		if errors.Is(err, dap.ErrClosed) || errors.Is(err, dap.ErrAdapterExited) {
+		died := ss.programDied() != nil
+		if errors.Is(err, dap.ErrClosed) || errors.Is(err, dap.ErrAdapterExited) || died {
+			// A program killed outside the debugger cannot be detached
+			// from (dlv refuses): its adapter is killed below, and the
+			// program's zombie, orphaned, is reaped with it.
 			err = nil
 		}
-		if ss.exited != nil && err == nil {
+		if ss.exited != nil && err == nil && !died {
 			// An adapter that exits by itself after disconnect (dlv does)
 			// is reaped by the agent; give it a moment before killing.
 			t := time.NewTimer(graceExit)

@@ -218,6 +218,11 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 		return nil, tools.Fail("the run is closing, so no debug session can be used; open a new run")
 	}
 	cur, notes := s.current()
+	if cur != nil && s.checkProgram(ctx, cur) {
+		// The program was killed outside the debugger: its session is
+		// closed now, not at terminate, and the operation reports the end.
+		cur = nil
+	}
 	var rep reply
 	if o.live && cur == nil {
 		err = s.noSession(o.name)
