@@ -55,7 +55,8 @@ type adapterSpec struct {
 	markerOptional bool
 	// blindToDeath: the adapter does not notice its program killed from
 	// outside while stopped (delve waits for the program it traces only
-	// while running it), so each call looks at the program's /proc entry
+	// while running it): when the sandbox's /proc says the program is
+	// dead, its word is taken without waiting for the adapter's
 	// ([Supervisor.checkProgram]).
 	blindToDeath bool
 }

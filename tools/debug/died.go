@@ -6,18 +6,21 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"berth.dev/berth/dap"
 )
 
 // A program killed from outside the debugger (kill -9 of its pid) while
 // it is stopped is not noticed by every adapter: delve's native backend
 // waits for the program it traces only while it runs it, so the killed
 // program stays a zombie under dlv, and dlv goes on answering threads and
-// status from the stop it remembers. For such adapters (adapterSpec.
-// blindToDeath) every call first looks at the program's entry in the
-// sandbox's /proc, by the pid of the adapter's process event; a program
-// that is gone or a zombie ends the session as its own end does
-// ([Supervisor.finish]): the call reports how it ended, and killing the
-// adapter orphans the zombie to the sandbox's reaper.
+// status from the stop it remembers; debugpy reports the end, but only a
+// moment later, and a call made in between answers from the old stop. So
+// every call first looks at the program's entry in the sandbox's /proc,
+// by the pid of the adapter's process event; a program that is gone or a
+// zombie ends the session as its own end does ([Supervisor.finish]): the
+// call reports how it ended, and killing the adapter orphans the zombie
+// to the sandbox's reaper.
 
 // probeTimeout bounds the look at the program's /proc entry.
 const probeTimeout = 10 * time.Second
@@ -38,16 +41,14 @@ func (ss *session) programDied() *death {
 	return ss.died
 }
 
-// checkProgram looks, for an adapter blind to its program's death, at
-// the program's /proc entry in the sandbox; a program that is gone or a
-// zombie closes the session as its end ([Supervisor.finish]), and
-// checkProgram returns true. A look that fails (no sh in the sandbox, the
-// sandbox not answering) changes nothing: the session goes on as the
-// adapter reports it.
+// checkProgram looks at the program's /proc entry in the sandbox; a
+// program that is gone or a zombie closes the session as its end
+// ([Supervisor.finish]), and checkProgram returns true. An adapter that
+// reports its program's end gets endGrace to do so, with its exit code;
+// for one blind to it (delve) the sandbox's word is taken at once. A look
+// that fails (no sh in the sandbox, the sandbox not answering) changes
+// nothing: the session goes on as the adapter reports it.
 func (s *Supervisor) checkProgram(ctx context.Context, ss *session) bool {
-	if a, _ := specFor(ss.adapter); !a.blindToDeath {
-		return false
-	}
 	st := ss.ds.State()
 	if st.Ended() || st.Process == nil || st.Process.SystemProcessId <= 0 {
 		return false
@@ -55,6 +56,15 @@ func (s *Supervisor) checkProgram(ctx context.Context, ss *session) bool {
 	d, dead := s.probe(ctx, st.Process.SystemProcessId)
 	if !dead {
 		return false
+	}
+	if a, _ := specFor(ss.adapter); !a.blindToDeath {
+		wctx, cancel := context.WithTimeout(ctx, endGrace)
+		st, err := ss.ds.WaitFor(wctx, dap.State.Ended)
+		cancel()
+		if err == nil && st.Ended() {
+			s.finish(ss)
+			return true
+		}
 	}
 	ss.mu.Lock()
 	if ss.died == nil {
