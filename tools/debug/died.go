@@ -43,12 +43,19 @@ func (ss *session) programDied() *death {
 
 // checkProgram looks at the program's /proc entry in the sandbox; a
 // program that is gone or a zombie closes the session as its end
-// ([Supervisor.finish]), and checkProgram returns true. An adapter that
-// reports its program's end gets endGrace to do so, with its exit code;
-// for one blind to it (delve) the sandbox's word is taken at once. A look
-// that fails (no sh in the sandbox, the sandbox not answering) changes
-// nothing: the session goes on as the adapter reports it.
+// ([Supervisor.finish]). An adapter that reports its program's end gets
+// endGrace to do so, with its exit code; for one blind to it (delve) the
+// sandbox's word is taken at once. It returns true when the session is
+// over: the program's end, or the adapter gone with it, which
+// [Supervisor.current] reports. A look that fails (no sh in the sandbox,
+// the sandbox not answering) changes nothing: the session goes on as the
+// adapter reports it. A program attached by port is not looked at unless
+// its adapter is blind: its death ends the DAP server it serves.
 func (s *Supervisor) checkProgram(ctx context.Context, ss *session) bool {
+	a, _ := specFor(ss.adapter)
+	if ss.command != "launch" && !a.blindToDeath {
+		return false
+	}
 	st := ss.ds.State()
 	if st.Ended() || st.Process == nil || st.Process.SystemProcessId <= 0 {
 		return false
@@ -57,7 +64,7 @@ func (s *Supervisor) checkProgram(ctx context.Context, ss *session) bool {
 	if !dead {
 		return false
 	}
-	if a, _ := specFor(ss.adapter); !a.blindToDeath {
+	if !a.blindToDeath {
 		wctx, cancel := context.WithTimeout(ctx, endGrace)
 		st, err := ss.ds.WaitFor(wctx, dap.State.Ended)
 		cancel()
@@ -65,6 +72,9 @@ func (s *Supervisor) checkProgram(ctx context.Context, ss *session) bool {
 			s.finish(ss)
 			return true
 		}
+	}
+	if ss.gone() != "" {
+		return true // the adapter died, and its program with it
 	}
 	ss.mu.Lock()
 	if ss.died == nil {

@@ -219,9 +219,11 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 	}
 	cur, notes := s.current()
 	if cur != nil && s.checkProgram(ctx, cur) {
-		// The program was killed outside the debugger: its session is
-		// closed now, not at terminate, and the operation reports the end.
-		cur = nil
+		// The program is dead: its session is closed now, not at
+		// terminate, and the operation reports the end (or the adapter's).
+		var more []string
+		cur, more = s.current()
+		notes = append(notes, more...)
 	}
 	var rep reply
 	if o.live && cur == nil {
