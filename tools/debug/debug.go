@@ -9,7 +9,9 @@
 // (DBG-4). Adapters speaking stdio run through [sandbox.Pipe]; delve, which
 // only listens on TCP, listens on a loopback port inside the sandbox that is
 // reached with [sandbox.Sandbox.Dial], never from outside. A session ends
-// with terminate, its TTL, the run's close, or the end of its program;
+// with terminate, its TTL, the run's close, or the end of its program
+// (also a program killed from outside, which the next call notices:
+// [Supervisor.checkProgram]);
 // ending it disconnects and kills the adapter's process group, which takes
 // the debuggee with it. Every DAP request has a deadline
 // ([Options.RequestTimeout]): an adapter that does not answer is named in

@@ -86,7 +86,7 @@ var ops = []op{
 	{name: "adapters", args: []string{"[program]"}, run: (*Supervisor).adapters,
 		doc: fmt.Sprintf("which debug adapters (%s) are usable here, for the program when given, and exactly why not.", adapterIDs())},
 	{name: "status", run: (*Supervisor).status,
-		doc: "whether a session runs and where it stopped, or how its program ended (its exit code and the end of its output: a program's end closes its session)."},
+		doc: "whether a session runs and where it stopped, or how its program ended (its exit code or the signal that killed it, and the end of its output: a program's end closes its session, also one killed from outside the debugger)."},
 	{name: "breakpoints", args: []string{"file", "lines[]"}, run: (*Supervisor).breakpoints,
 		doc: `set the file's breakpoints (empty lines clears them; no file lists them all); may be called before launch. A line is a number or {"line":12,"condition":"i > 3","hit_condition":"2","log_message":"i is {i}"}.`},
 	{name: "launch", args: []string{"program", "[module]", "args[]", "[cwd]", "[env]", "[adapter]", "[stop_on_entry]", "[test]", "[test_run]", "[file]", "[lines[]]"}, run: (*Supervisor).launch,
