@@ -1016,6 +1016,31 @@ func TestKilledProgramHost(t *testing.T) {
 	}
 }
 
+// TestKilledRunningGoHost: a Go program killed (kill -9) while delve runs
+// it is reaped by delve, which reports the exit code -9: the next call
+// says the program was killed by signal 9 (SIGKILL).
+func TestKilledRunningGoHost(t *testing.T) {
+	needDelve(t)
+	f := newFixture(t, map[string]string{"go.mod": "module example.com/loop\n\ngo 1.22\n",
+		"main.go": "package main\n\nimport \"time\"\n\nfunc main() {\n\tfor {\n\t\ttime.Sleep(10 * time.Millisecond)\n\t}\n}\n"},
+		Options{Wait: 3 * time.Second})
+	f.Ok(t, map[string]any{"op": "launch", "program": "."}, "still running after 3s")
+	p := f.session().ds.State().Process
+	if p == nil || !alive(p.SystemProcessId) {
+		t.Fatalf("no live program pid from delve's process event: %+v", p)
+	}
+	if err := syscall.Kill(p.SystemProcessId, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var st debugtest.Status
+	debugtest.Decode(t, f.Ok(t, map[string]any{"op": "status"}, "no debug session: the program was killed by signal 9 (SIGKILL).", "session 1 (delve, .) is closed"), &st)
+	if st.State != "exited" || st.Signal != "SIGKILL" || st.ExitCode != nil {
+		t.Errorf("status after the kill = %+v, want exited by SIGKILL with no exit code", st)
+	}
+	f.Gone(t)
+	f.Reaped(t)
+}
+
 // ---- lldb on the host, when lldb-dap or lldb-vscode(-N) is on PATH ----
 
 const cProgram = `#include <stdio.h>

@@ -45,12 +45,12 @@ func (ss *session) programDied() *death {
 // program that is gone or a zombie closes the session as its end
 // ([Supervisor.finish]). An adapter that reports its program's end gets
 // endGrace to do so, with its exit code; for one blind to it (delve) the
-// sandbox's word is taken at once. It returns true when the session is
-// over: the program's end, or the adapter gone with it, which
-// [Supervisor.current] reports. A look that fails (no sh in the sandbox,
-// the sandbox not answering) changes nothing: the session goes on as the
-// adapter reports it. A program attached by port is not looked at unless
-// its adapter is blind: its death ends the DAP server it serves.
+// status of a zombie left at a stop is taken at once. It returns true
+// when the session is over: the program's end, or the adapter gone with
+// it, which [Supervisor.current] reports. A look that fails (no sh in the
+// sandbox, the sandbox not answering) changes nothing: the session goes
+// on as the adapter reports it. A program attached by port is not looked
+// at unless its adapter is blind: its death ends the DAP server it serves.
 func (s *Supervisor) checkProgram(ctx context.Context, ss *session) bool {
 	a, _ := specFor(ss.adapter)
 	if ss.command != "launch" && !a.blindToDeath {
@@ -64,7 +64,10 @@ func (s *Supervisor) checkProgram(ctx context.Context, ss *session) bool {
 	if !dead {
 		return false
 	}
-	if !a.blindToDeath {
+	if !a.blindToDeath || !d.known || st.Stopped == nil {
+		// A program delve was running when it died is reaped by delve,
+		// which reports its end: only the status of a zombie left at a
+		// stop is taken at once.
 		wctx, cancel := context.WithTimeout(ctx, endGrace)
 		st, err := ss.ds.WaitFor(wctx, dap.State.Ended)
 		cancel()
