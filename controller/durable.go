@@ -105,14 +105,29 @@ func (e *Env) Adopted(key string) []byte {
 // take over goes to Controller.Adopt's report. It does nothing for a new
 // run, or one whose resident was not adopted.
 func (e *Env) adoptResident(ctx context.Context, key string, adopt func(context.Context, sandbox.Resident, []byte) error) {
+	e.adopt(ctx, key, false, adopt)
+}
+
+// adoptState is adoptResident for a resource with state to take over
+// whether or not the run has a resident supervisor: adopt is also called
+// with a nil resident, for a run that never started one. The debug tool
+// is one: its breakpoints, and the note that a session which could not
+// outlive berth (delve's, which runs outside the resident) was lost.
+func (e *Env) adoptState(ctx context.Context, key string, adopt func(context.Context, sandbox.Resident, []byte) error) {
+	e.adopt(ctx, key, true, adopt)
+}
+
+func (e *Env) adopt(ctx context.Context, key string, withoutResident bool, adopt func(context.Context, sandbox.Resident, []byte) error) {
 	b := e.Adopted(key)
 	if b == nil || e.durable == nil {
 		return
 	}
-	if res := e.durable.held(); res != nil {
-		if err := adopt(ctx, res, b); err != nil {
-			e.Problem(fmt.Sprintf("run %s: %s: %v", e.RunID, key, err))
-		}
+	res := e.durable.held()
+	if res == nil && !withoutResident {
+		return
+	}
+	if err := adopt(ctx, res, b); err != nil {
+		e.Problem(fmt.Sprintf("run %s: %s: %v", e.RunID, key, err))
 	}
 }
 

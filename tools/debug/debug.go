@@ -9,7 +9,9 @@
 // (DBG-4). Adapters speaking stdio run through [sandbox.Pipe]; delve, which
 // only listens on TCP, listens on a loopback port inside the sandbox that is
 // reached with [sandbox.Sandbox.Dial], never from outside. A session ends
-// with terminate, its TTL, the run's close, or the end of its program;
+// with terminate, its TTL, the run's close, or the end of its program
+// (also a program killed from outside, which the next call notices:
+// [Supervisor.checkProgram]);
 // ending it disconnects and kills the adapter's process group, which takes
 // the debuggee with it. Every DAP request has a deadline
 // ([Options.RequestTimeout]): an adapter that does not answer is named in
@@ -219,6 +221,10 @@ type session struct {
 	timer    *time.Timer
 	stopping bool // stop has begun: no timer is set any more
 	detached bool // berth let go of the session: its adapter runs on under the resident
+	// died is how the program ended outside the debugger, as the
+	// sandbox's /proc told ([Supervisor.checkProgram]); nil while it
+	// lives, or when the adapter reported the end itself.
+	died *death
 	// snap is the last stop report, for status: it answers from it
 	// without asking the adapter while the program is still in that stop.
 	snap *snapshot
@@ -329,10 +335,14 @@ func (ss *session) stop(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, stopTimeout)
 		defer cancel()
 		err := ss.ds.Close(ctx, ss.command == "launch")
-		if errors.Is(err, dap.ErrClosed) || errors.Is(err, dap.ErrAdapterExited) {
+		died := ss.programDied() != nil
+		if errors.Is(err, dap.ErrClosed) || errors.Is(err, dap.ErrAdapterExited) || died {
+			// A program killed outside the debugger cannot be detached
+			// from (dlv refuses): its adapter is killed below, and the
+			// program's zombie, orphaned, is reaped with it.
 			err = nil
 		}
-		if ss.exited != nil && err == nil {
+		if ss.exited != nil && err == nil && !died {
 			// An adapter that exits by itself after disconnect (dlv does)
 			// is reaped by the agent; give it a moment before killing.
 			t := time.NewTimer(graceExit)

@@ -941,6 +941,106 @@ func TestDebugpyExitHost(t *testing.T) {
 	debugtest.CheckExit(t, f.Env, "exit.py", "exit.py", debugtest.PyExitLine, "debugpy", debugtest.PyExitStop)
 }
 
+// TestKilledProgramHost kills the program of a session stopped at a
+// breakpoint from outside (kill -9 of its pid), under delve and under
+// debugpy: the next call says how it ended, not the old stop, and no
+// zombie of it is left, with no terminate (debugtest.CheckKilled). delve
+// itself does not notice: the session reads the program's /proc entry.
+func TestKilledProgramHost(t *testing.T) {
+	tests := []struct {
+		adapter, program, file string
+		files                  map[string]string
+		line                   int
+		how                    string
+		need                   func(t *testing.T)
+		end                    func(t *testing.T, st debugtest.Status)
+	}{
+		{adapter: "delve", program: ".", file: "main.go", line: 12, need: needDelve,
+			files: map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n", "main.go": debugtest.GoProgram},
+			how:   "was killed by signal 9 (SIGKILL) outside the debugger",
+			end: func(t *testing.T, st debugtest.Status) {
+				if st.Signal != "SIGKILL" || st.ExitCode != nil {
+					t.Errorf("the end = %+v, want signal SIGKILL and no exit code", st)
+				}
+			}},
+		{adapter: "debugpy", program: "main.py", file: "main.py", line: 7, need: needDebugpy,
+			files: map[string]string{"requirements.txt": "", ".venv/bin/python": "symlink:" + debianPython, "main.py": debugtest.PyProgram},
+			how:   "exited (code 247, which is how debugpy reports a program killed by signal 9 (SIGKILL))",
+			end: func(t *testing.T, st debugtest.Status) {
+				if st.ExitCode == nil || *st.ExitCode != 247 {
+					t.Errorf("the end = %+v, want exit code 247, as debugpy reports it", st)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.adapter, func(t *testing.T) {
+			tt.need(t)
+			f := newFixture(t, tt.files, Options{Wait: 2 * time.Minute})
+			var program int
+			f.KillProgram = func(t *testing.T) {
+				t.Helper()
+				// The pid the adapter's process event gave: the program's
+				// own, whatever else runs on this machine.
+				if p := f.session().ds.State().Process; p != nil {
+					program = p.SystemProcessId
+				}
+				if program <= 0 || !alive(program) {
+					t.Fatalf("no live program pid from the adapter's process event (%d)", program)
+				}
+				if err := syscall.Kill(program, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				for deadline := time.Now().Add(time.Minute); alive(program); time.Sleep(20 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("the killed program (pid %d) is still alive", program)
+					}
+				}
+			}
+			reaped := f.Reaped
+			f.Reaped = func(t *testing.T) {
+				t.Helper()
+				reaped(t)
+				for deadline := time.Now().Add(lingerWait); ; time.Sleep(20 * time.Millisecond) {
+					st, ok := readStat(program)
+					if !ok {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("the killed program (pid %d) is left: state %s, parent %d", program, st.state, st.ppid)
+						break
+					}
+				}
+			}
+			tt.end(t, debugtest.CheckKilled(t, f.Env, tt.program, tt.file, tt.line, tt.adapter, tt.how))
+		})
+	}
+}
+
+// TestKilledRunningGoHost: a Go program killed (kill -9) while delve runs
+// it is reaped by delve, which reports the exit code -9: the next call
+// says the program was killed by signal 9 (SIGKILL).
+func TestKilledRunningGoHost(t *testing.T) {
+	needDelve(t)
+	f := newFixture(t, map[string]string{"go.mod": "module example.com/loop\n\ngo 1.22\n",
+		"main.go": "package main\n\nimport \"time\"\n\nfunc main() {\n\tfor {\n\t\ttime.Sleep(10 * time.Millisecond)\n\t}\n}\n"},
+		Options{Wait: 3 * time.Second})
+	f.Ok(t, map[string]any{"op": "launch", "program": "."}, "still running after 3s")
+	p := f.session().ds.State().Process
+	if p == nil || !alive(p.SystemProcessId) {
+		t.Fatalf("no live program pid from delve's process event: %+v", p)
+	}
+	if err := syscall.Kill(p.SystemProcessId, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var st debugtest.Status
+	debugtest.Decode(t, f.Ok(t, map[string]any{"op": "status"}, "no debug session: the program was killed by signal 9 (SIGKILL).", "session 1 (delve, .) is closed"), &st)
+	if st.State != "exited" || st.Signal != "SIGKILL" || st.ExitCode != nil {
+		t.Errorf("status after the kill = %+v, want exited by SIGKILL with no exit code", st)
+	}
+	f.Gone(t)
+	f.Reaped(t)
+}
+
 // ---- lldb on the host, when lldb-dap or lldb-vscode(-N) is on PATH ----
 
 const cProgram = `#include <stdio.h>
