@@ -416,7 +416,7 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 	s.nextID++
 	ss := &session{id: s.nextID, adapter: av.Adapter, server: serverName(av), host: s.opts.Host, command: command, program: program, root: av.Root,
 		started: time.Now(), ds: ds, cancel: ap.cancel, exited: ap.exited, status: ap.status, pid: ap.pid, stderr: ap.stderr, release: release,
-		resident: ap.resident, rs: ap.rs}
+		resident: ap.resident, rs: ap.rs, res: ap.res}
 	s.last = nil // a new session: the previous ending is old news
 	if dir := scratchDir(args); dir != "" {
 		ss.scratch, ss.sb = dir, s.sb
