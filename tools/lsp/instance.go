@@ -65,6 +65,10 @@ type generation struct {
 	cancel  context.CancelFunc
 	stderr  *proc.Tail
 	stopped string // why it was stopped on purpose; "" while wanted
+	// typeshed is what the start made of the workspace's packages named
+	// like standard modules (typeshed.go); nil when there were none. Set
+	// before ready closes.
+	typeshed *typeshedState
 
 	// stamps are the size and mtime of the root's files as last seen, for
 	// telling the server about changes made behind its back; sub says
@@ -302,13 +306,29 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		if g.start.init != nil {
 			init = g.start.init
 		}
-		stream, err := sandbox.Pipe(pctx, s.sb, &sandbox.Cmd{Args: args, Env: env, Dir: absRoot, Stderr: g.stderr, WaitDelay: waitDelay})
+		// A private typeshed, when the root has packages named like
+		// standard modules, goes when the server ends, whoever ends it.
+		settings := in.spec.Settings
+		var remove []string
+		if ts := in.makeTypeshed(pctx, g.binary); ts != nil {
+			in.mu.Lock()
+			g.typeshed = ts
+			in.mu.Unlock()
+			if ts.dir != "" {
+				settings, _ = withOption(settings, in.spec.TypeshedSetting, []any{ts.dir}).(map[string]any)
+				remove = []string{ts.dir}
+			}
+		}
+		stream, err := sandbox.Pipe(pctx, s.sb, &sandbox.Cmd{Args: args, Env: env, Dir: absRoot, Stderr: g.stderr, WaitDelay: waitDelay, Remove: remove})
 		if err != nil {
 			cancel()
+			for _, d := range remove {
+				removeSandboxDir(s.runCtx, s.sb, d)
+			}
 			return fmt.Errorf("starting %s in %s failed: %w", strings.Join(args, " "), absRoot, err)
 		}
 		rootURI, _ := lspc.FileURI(absRoot)
-		client := lspc.NewClient(stream, lspc.ConnOptions{Settings: in.spec.Settings, RequestTimeout: s.opts.RequestTimeout})
+		client := lspc.NewClient(stream, lspc.ConnOptions{Settings: settings, RequestTimeout: s.opts.RequestTimeout})
 		in.mu.Lock()
 		g.client, g.stream, g.cancel = client, stream, cancel
 		in.mu.Unlock()
@@ -321,8 +341,8 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 			}
 			return errors.New(msg)
 		}
-		if in.spec.Settings != nil {
-			if err := client.Notify(ictx, "workspace/didChangeConfiguration", map[string]any{"settings": in.spec.Settings}); err != nil {
+		if settings != nil {
+			if err := client.Notify(ictx, "workspace/didChangeConfiguration", map[string]any{"settings": settings}); err != nil {
 				return fmt.Errorf("configuring %s failed: %w", g.binary, err)
 			}
 		}

@@ -386,7 +386,7 @@ func (q *query) likelyCause(ctx context.Context) string {
 			return "; without a tsconfig.json or jsconfig.json tsserver's inferred project holds only the open files, so a CommonJS require is not followed to its callers"
 		}
 	case "pyright":
-		return "; pyright may have resolved the import to its bundled stub of a standard or installed module that shadows a workspace package of the same name"
+		return q.stubCause(ctx)
 	case "pylsp":
 		return "; pylsp (jedi) links names by inference, and misses uses it cannot infer"
 	}
