@@ -15,18 +15,6 @@ import (
 	"berth.dev/berth/tools/lsp/lsptest"
 )
 
-// StdlibNameProject is a project whose own package is named like a
-// standard module (email), and whose own types.py is named like one whose
-// stub pyright keeps.
-var stdlibNameProject = map[string]string{
-	"pyproject.toml":    "[project]\nname = \"mail\"\nversion = \"0\"\n",
-	"email/__init__.py": "",
-	"email/utils.py":    "def _has_surrogates(s):\n    return False\n",
-	"main.py":           "from email.utils import _has_surrogates\n\nprint(_has_surrogates(\"x\"))\n",
-	"types.py":          "def helper():\n    return 1\n",
-	"other.py":          "from types import helper\n\nprint(helper())\n",
-}
-
 // typeshedDirs lists berth's private typeshed directories on the host.
 func typeshedDirs(t *testing.T) []string {
 	t.Helper()
@@ -49,7 +37,7 @@ func TestPyrightWorkspacePackageNamedLikeStdlib(t *testing.T) {
 	before := typeshedDirs(t)
 	h, _ := npmRun(t, "pyright-langserver")
 	e := h.env()
-	e.PutAll(t, stdlibNameProject)
+	e.PutAll(t, lsptest.StdlibNameProject)
 
 	r := e.Call(t, "lsp", map[string]any{"action": "definition", "file": "main.py", "line": 3, "symbol": "_has_surrogates"})
 	var v verdictOf
@@ -128,7 +116,7 @@ func TestPyrightWorkspacePackageNamedLikeStdlib(t *testing.T) {
 		return nil
 	})
 	for _, f := range files {
-		if _, ours := stdlibNameProject[f]; !ours && !strings.Contains(f, "__pycache__") {
+		if _, ours := lsptest.StdlibNameProject[f]; !ours && !strings.Contains(f, "__pycache__") {
 			t.Errorf("%s appeared in the workspace", f)
 		}
 	}
