@@ -32,7 +32,8 @@ func typeshedDirs(t *testing.T) []string {
 // private typeshed lies outside the workspace, leaves out email alone, and
 // is gone once the run closes. The workspace's types.py keeps pyright's
 // stub (the stubs of builtins import types), and the note of an answer
-// about it says so.
+// about it says so; so does one about a package made after the server
+// started, until a reload.
 func TestPyrightWorkspacePackageNamedLikeStdlib(t *testing.T) {
 	before := typeshedDirs(t)
 	h, _ := npmRun(t, "pyright-langserver")
@@ -121,18 +122,46 @@ func TestPyrightWorkspacePackageNamedLikeStdlib(t *testing.T) {
 		}
 	}
 
+	// A package named like a standard module made after the server
+	// started still resolves to the stub, and the note says so and how to
+	// change it; after a reload it resolves to the workspace's.
+	e.PutAll(t, map[string]string{
+		"logging/__init__.py": "def log_it():\n    return 1\n",
+		"uselog.py":           "from logging import log_it\n\nprint(log_it())\n",
+	})
+	r = e.Call(t, "lsp", map[string]any{"action": "definition", "file": "uselog.py", "line": 3, "symbol": "log_it"})
+	if !strings.Contains(r.Text, "logging (added after the server started: call lsp with action reload") {
+		t.Errorf("definition of log_it from a logging package made after the start, want a note naming it:\n%s", r.Text)
+	}
+	if r := e.Call(t, "lsp", map[string]any{"action": "reload", "file": "uselog.py"}); r.IsError {
+		t.Fatalf("reload: %s", r.Text)
+	}
+	r = e.Call(t, "lsp", map[string]any{"action": "definition", "file": "uselog.py", "line": 3, "symbol": "log_it"})
+	v = verdictOf{}
+	json.Unmarshal(r.Structured, &v)
+	if r.IsError || len(v.Locations) == 0 || v.Locations[0].File != "logging/__init__.py" || strings.Contains(r.Text, "note:") {
+		t.Errorf("definition of log_it after the reload, want logging/__init__.py and no note:\n%s", r.Text)
+	}
+	for _, d := range typeshedDirs(t) {
+		if !slices.Contains(before, d) && !slices.Contains(made, d) {
+			made = append(made, d)
+		}
+	}
+
 	if err := h.sup.Close(); err != nil {
 		t.Fatal(err)
 	}
 	// The server's supervisor in the sandbox removes it once the server
 	// exited, which the close waited for; the removal may follow the
 	// exit's report by a moment.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the private typeshed %s outlived the server by 30s", d)
+	for _, d := range made {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the private typeshed %s outlived its server by 30s", d)
+			}
 		}
 	}
 }
