@@ -16,7 +16,8 @@ import (
 // The completeness verdict. A language server's cross-file answer is a
 // claim: a server that links only the files it has open (clangd without a
 // compilation database, tsserver's inferred project), resolves a module to
-// a stub that shadows the workspace's own (pyright), or infers names
+// a stub that shadows the workspace's own (pyright, where berth could not
+// give it a typeshed without that stub: typeshed.go), or infers names
 // (pylsp) answers "1 location" where a text search finds fourteen, and
 // says nothing. Before such an answer is given, berth counts the
 // identifier's whole-word occurrences in the files of the server's
