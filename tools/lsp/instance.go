@@ -144,6 +144,7 @@ type serverState struct {
 	restarts int
 	lastErr  string
 	progress []lspc.ProgressState // what a running server reports it is doing
+	typeshed *typeshedState       // of a ready generation (typeshed.go)
 }
 
 // state returns what the instance is doing now.
@@ -158,7 +159,7 @@ func (in *instance) state() serverState {
 	st.started, st.stopped, st.pid, st.binary = true, g.stopped, g.pid(), g.binary
 	select {
 	case <-g.ready:
-		st.ready, st.startErr, st.up = true, g.err, g.started
+		st.ready, st.startErr, st.up, st.typeshed = true, g.err, g.started, g.typeshed
 		if st.alive {
 			st.progress = g.client.Progress()
 		}

@@ -45,6 +45,7 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		Restarts int    `json:"restarts"`
 		LastErr  string `json:"last_error,omitempty"`
 		Indexing string `json:"indexing,omitempty"`
+		Stdlib   string `json:"stdlib,omitempty"`
 	}
 	var rows []row
 	covered := map[key]bool{}
@@ -89,6 +90,7 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 				ps = append(ps, x)
 			}
 			r.Indexing = strings.Join(ps, "; ")
+			r.Stdlib = st.typeshed.String()
 		}
 	}
 	for _, c := range choices {
@@ -176,6 +178,9 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		}
 		if r.Indexing != "" {
 			fmt.Fprintf(&b, "; indexing: %s", r.Indexing)
+		}
+		if r.Stdlib != "" {
+			fmt.Fprintf(&b, "; %s", r.Stdlib)
 		}
 		if r.Missing != "" {
 			fmt.Fprintf(&b, "; %s", r.Missing)

@@ -84,6 +84,26 @@ type typeshedState struct {
 	why string
 }
 
+// String says, for status, which of the workspace's packages named like
+// standard modules the server resolves to the workspace's code and which
+// to its bundled stub; "" for a nil state.
+func (ts *typeshedState) String() string {
+	if ts == nil {
+		return ""
+	}
+	var parts []string
+	if len(ts.modules) > 0 {
+		parts = append(parts, fmt.Sprintf("the workspace's %s resolved to its own code (a typeshed without their stubs: %s)", strings.Join(ts.modules, ", "), ts.dir))
+	}
+	if ts.why != "" {
+		parts = append(parts, "no typeshed of its own: "+ts.why)
+	}
+	if len(ts.kept) > 0 {
+		parts = append(parts, fmt.Sprintf("the workspace's %s resolved to the bundled stubs, which the stubs of builtins and typing need", strings.Join(ts.kept, ", ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
 // stdlibShadows returns the names of the top-level packages (a directory
 // holding __init__.py or __init__.pyi) and modules (name.py, name.pyi) at
 // the instance's root and in its src/ that are standard modules of

@@ -57,6 +57,11 @@ func TestPyrightWorkspacePackageNamedLikeStdlib(t *testing.T) {
 		t.Fatalf("references of _has_surrogates, want main.py and no note:\n%s", r.Text)
 	}
 
+	st := e.Call(t, "lsp", map[string]any{"action": "status", "file": "main.py"})
+	if !strings.Contains(st.Text, "the workspace's email resolved to its own code") || !strings.Contains(st.Text, "the workspace's types resolved to the bundled stubs") {
+		t.Errorf("status does not say which packages named like standard modules resolve where:\n%s", st.Text)
+	}
+
 	// types keeps its stub: helper's definition is not found in the
 	// workspace, and the note names types as the stub kept.
 	r = e.Call(t, "lsp", map[string]any{"action": "definition", "file": "other.py", "line": 3, "symbol": "helper"})
