@@ -145,6 +145,18 @@ func (in *instance) stdlibShadows(ctx context.Context) []string {
 	return out
 }
 
+// inModule reports whether the workspace file name is module m's, at the
+// instance's root or in its src/: m.py, m.pyi, or a file under m/.
+func (in *instance) inModule(name, m string) bool {
+	for _, dir := range []string{in.key.root, path.Join(in.key.root, "src")} {
+		p := path.Join(dir, m)
+		if name == p+".py" || name == p+".pyi" || strings.HasPrefix(name, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // typeshedScript makes a private typeshed for the server program $1
 // without the stubs of the standard modules named after it. It finds the
 // bundled typeshed beside the program's real file ($1 followed through
@@ -251,11 +263,12 @@ func removeSandboxDir(ctx context.Context, sb sandbox.Sandbox, dir string) {
 
 // stubCause says which of the workspace's own packages at q's root, named
 // like standard modules, pyright may have resolved to its bundled stub:
-// those whose stubs its start kept (typeshedKept), those it could not
-// leave out, and those added since it started. It returns "" when there
-// are none, and the general label for a server berth gives no typeshed of
-// its own.
-func (q *query) stubCause(ctx context.Context) string {
+// of those that hold one of files (the file asked about and those the
+// answer left out), the ones whose stubs its start kept (typeshedKept),
+// could not leave out, or were added since it started. It returns "" when
+// there are none, and the general label for a server berth gives no
+// typeshed of its own.
+func (q *query) stubCause(ctx context.Context, files []string) string {
 	const general = "; pyright may have resolved the import to its bundled stub of a standard or installed module that shadows a workspace package of the same name"
 	if q.in.spec.Typeshed == "" {
 		return general
@@ -263,6 +276,9 @@ func (q *query) stubCause(ctx context.Context) string {
 	ts := q.g.typeshed
 	var kept, failed, late []string
 	for _, m := range q.in.stdlibShadows(ctx) {
+		if !slices.ContainsFunc(files, func(f string) bool { return q.in.inModule(f, m) }) {
+			continue
+		}
 		switch {
 		case ts != nil && slices.Contains(ts.modules, m):
 		case ts != nil && slices.Contains(ts.kept, m):
