@@ -76,6 +76,10 @@ type generation struct {
 	// compDBSearched says the search ran and did not fail.
 	compDB         compDB
 	compDBSearched bool
+	// typeshed is what the start made of the workspace's packages named
+	// like standard modules (typeshed.go); nil when there were none. Set
+	// before ready closes.
+	typeshed *typeshedState
 
 	// stamps are the size and mtime of the root's files as last seen, for
 	// telling the server about changes made behind its back; sub says
@@ -151,6 +155,7 @@ type serverState struct {
 	restarts int
 	lastErr  string
 	progress []lspc.ProgressState // what a running server reports it is doing
+	typeshed *typeshedState       // of a ready generation (typeshed.go)
 }
 
 // state returns what the instance is doing now.
@@ -165,7 +170,7 @@ func (in *instance) state() serverState {
 	st.started, st.stopped, st.pid, st.binary = true, g.stopped, g.pid(), g.binary
 	select {
 	case <-g.ready:
-		st.ready, st.startErr, st.up = true, g.err, g.started
+		st.ready, st.startErr, st.up, st.typeshed = true, g.err, g.started, g.typeshed
 		if st.alive {
 			st.progress = g.client.Progress()
 		}
@@ -343,13 +348,29 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		if g.start.init != nil {
 			init = g.start.init
 		}
-		stream, err := sandbox.Pipe(pctx, s.sb, &sandbox.Cmd{Args: args, Env: env, Dir: absRoot, Stderr: g.stderr, WaitDelay: waitDelay})
+		// A private typeshed, when the root has packages named like
+		// standard modules, goes when the server ends, whoever ends it.
+		settings := in.spec.Settings
+		var remove []string
+		if ts := in.makeTypeshed(pctx, g.binary); ts != nil {
+			in.mu.Lock()
+			g.typeshed = ts
+			in.mu.Unlock()
+			if ts.dir != "" {
+				settings, _ = withOption(settings, in.spec.TypeshedSetting, []any{ts.dir}).(map[string]any)
+				remove = []string{ts.dir}
+			}
+		}
+		stream, err := sandbox.Pipe(pctx, s.sb, &sandbox.Cmd{Args: args, Env: env, Dir: absRoot, Stderr: g.stderr, WaitDelay: waitDelay, Remove: remove})
 		if err != nil {
 			cancel()
+			for _, d := range remove {
+				removeSandboxDir(s.runCtx, s.sb, d)
+			}
 			return fmt.Errorf("starting %s in %s failed: %w", strings.Join(args, " "), absRoot, err)
 		}
 		rootURI, _ := lspc.FileURI(absRoot)
-		client := lspc.NewClient(stream, lspc.ConnOptions{Settings: in.spec.Settings, RequestTimeout: s.opts.RequestTimeout})
+		client := lspc.NewClient(stream, lspc.ConnOptions{Settings: settings, RequestTimeout: s.opts.RequestTimeout})
 		in.mu.Lock()
 		g.client, g.stream, g.ctx, g.cancel = client, stream, pctx, cancel
 		in.mu.Unlock()
@@ -362,8 +383,8 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 			}
 			return errors.New(msg)
 		}
-		if in.spec.Settings != nil {
-			if err := client.Notify(ictx, "workspace/didChangeConfiguration", map[string]any{"settings": in.spec.Settings}); err != nil {
+		if settings != nil {
+			if err := client.Notify(ictx, "workspace/didChangeConfiguration", map[string]any{"settings": settings}); err != nil {
 				return fmt.Errorf("configuring %s failed: %w", g.binary, err)
 			}
 		}
