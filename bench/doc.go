@@ -1,6 +1,8 @@
 // Package bench measures berth against anchors run side by side, as ratios
 // (never as timed assertions). It has no code of its own; each comparison is
-// a Test…Report run by bench/run (or with BERTH_BENCH=1):
+// a Test…Report run by bench/run (or with BERTH_BENCH=1); the figures they
+// gave, each with the command that reproduces it, are in
+// docs/performance.md. The reports:
 //
 //   - TestReport: structural search (tools/structural, `berth ast-grep`)
 //     against the ast-grep CLI on the same files, patterns and match counts;

@@ -85,7 +85,7 @@ func newServe(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
 		Short: "Serve the HTTP API (/v1, /healthz, /metrics) and the operator console (/console/)",
-		Long: `serve answers the HTTP API of README.md ("HTTP API"). Requests under /v1 and /metrics need
+		Long: `serve answers the HTTP API of docs/http.md ("HTTP API"). Requests under /v1 and /metrics need
 "Authorization: Bearer <token>". --tokens-file names the credentials, one
 a line: "<sha256-hex-of-token> <tenant> <scope>[,<scope>…]" (make the hash
 with: printf %s "$tok" | sha256sum); the scopes are harness (open runs,

@@ -1,32 +1,14 @@
-// Package httpapi serves a [controller.Controller] over HTTP: the /v1 routes
-// listed below (also in README.md, "HTTP API"), /healthz and /metrics. It
-// holds no tool logic; every call goes through [controller.Run.Call],
-// detached from its request (see Calls below).
+// Package httpapi serves a [controller.Controller] over HTTP: the /v1
+// routes, the operator console (controller/console), /healthz, /readyz,
+// /metrics and the OpenAPI document. It holds no tool logic; every call
+// goes through [controller.Run.Call], detached from its request (see Calls
+// below).
 //
-// Routes (all JSON), with the scopes that may use them (H harness, O
-// operator, M metrics; see [Scope]):
-//
-//	POST   /v1/runs                    H   open a run of the caller's tenant → 201 RunInfo
-//	GET    /v1/runs                    HO  list the tenant's open runs → {"runs":[RunInfo…]}
-//	GET    /v1/runs/{id}               HO  one run → RunInfo
-//	GET    /v1/runs/{id}/tools?surface=S HO → {"tools":[{name,description,level,inputSchema}]}
-//	POST   /v1/runs/{id}/tools/{name}  H   {"args":{…},"surface":"default"} → 200 tool result; with Prefer: respond-async → 202 CallStatus (see Calls)
-//	GET    /v1/runs/{id}/calls/{call}?wait=20s HO a call: 202 CallStatus while it runs, then the answer the sync call had
-//	DELETE /v1/runs/{id}/calls/{call}  H   cancel a call (a cell is interrupted) → 200 CallStatus, its final status
-//	DELETE /v1/runs/{id}               H   close the run → 204
-//	GET    /v1/runs/{id}/events        HO  the run's event stream (SSE), resumable with Last-Event-ID
-//	GET    /v1/runs/{id}/cards         HO  open cards → {"cards":[Card…]}
-//	POST   /v1/runs/{id}/cards/{n}     HO  answer card n → 200 {"n","outcome"}; a permission card: O only
-//	GET    /v1/runs/{id}/resources     HO  live resources → {"resources":[{kind,name,state,detail}…]}
-//	GET    /v1/runs/{id}/workers       HO  vibe workers → {"workers":[WorkerInfo…]}
-//	*      /v1/runs/{id}/mcp?surface=S H   the run as an MCP server (Streamable HTTP; controller/mcpserver)
-//	*      /v1/mcp?conversation_id=…&workspace=…&sandbox=…&mode=…&prewarm=… H   an MCP session that opens a run for its lifetime
-//	POST   /v1/runs/{id}/workers/{w}   H   a platform's report on worker w
-//	GET    /console/                       the operator console (controller/console); / redirects to it
-//	GET    /healthz                        200 "ok", never authenticated (liveness; served on a spare connection when every other is taken)
-//	GET    /readyz                         200 "ready" (saying how many stored runs are still being adopted), 503 once shutdown began; never authenticated (readiness)
-//	GET    /metrics                    M   Prometheus text format
-//	GET    /v1/openapi.json                the OpenAPI 3.1 document of these routes (openapi.json), never authenticated
+// The route table, with the scopes that may use each route (harness,
+// operator, metrics; see [Scope]), is written once, in docs/http.md ("HTTP
+// API"); openapi.json describes every route and body, the tests of this
+// package keep it equal to the mux, and tests/docs_test.go keeps the prose
+// table equal to openapi.json.
 //
 // Every request is authenticated before its route or body is read. A run
 // belongs to the tenant whose credential opened it: every route answers
