@@ -277,6 +277,54 @@ func lingering(s string) []string {
 	return p
 }
 
+// scratches are the scratch directories this test process's sessions
+// made (testScratch).
+var scratches struct {
+	sync.Mutex
+	dirs []string
+}
+
+func init() {
+	testScratch = func(dir string) {
+		scratches.Lock()
+		defer scratches.Unlock()
+		scratches.dirs = append(scratches.dirs, dir)
+	}
+}
+
+// ourScratches returns the scratch directories this process's sessions
+// made that still exist.
+func ourScratches() []string {
+	scratches.Lock()
+	defer scratches.Unlock()
+	var left []string
+	for _, d := range scratches.dirs {
+		if _, err := os.Stat(d); err == nil {
+			left = append(left, d)
+		}
+	}
+	return left
+}
+
+// ourDebuggees lists the running programs delve built for this process's
+// sessions (a __debug_bin in one of their scratch directories); another
+// test process's on the machine are not counted.
+func ourDebuggees() []string {
+	scratches.Lock()
+	dirs := slices.Clone(scratches.dirs)
+	scratches.Unlock()
+	var out []string
+	for _, p := range processesWith("__debug_bin") {
+		for _, d := range dirs {
+			if strings.Contains(p, d+"/") {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
 func processesWith(s string) []string {
 	var out []string
 	ents, _ := os.ReadDir("/proc")
@@ -875,23 +923,15 @@ func TestDelveHost(t *testing.T) {
 		t.Skipf("no go on PATH: dlv's debug mode builds the program")
 	}
 	f := newFixture(t, map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n", "main.go": debugtest.GoProgram}, Options{Wait: 2 * time.Minute})
-	scratchBefore, _ := filepath.Glob("/tmp/berth-debug-*")
 	gone := f.Gone
 	f.Gone = func(t *testing.T) {
 		t.Helper()
 		gone(t)
 		// The directory dlv built into goes with the session.
-		now, _ := filepath.Glob("/tmp/berth-debug-*")
-		var left []string
-		for _, d := range now {
-			if !slices.Contains(scratchBefore, d) {
-				left = append(left, d)
-			}
-		}
-		if len(left) > 0 {
+		if left := ourScratches(); len(left) > 0 {
 			t.Errorf("the session's build directories are left: %v", left)
 		}
-		if p := processesWith("__debug_bin"); len(p) > 0 {
+		if p := ourDebuggees(); len(p) > 0 {
 			t.Errorf("debuggee left after terminate: %v", p)
 		}
 		if _, err := os.Stat(filepath.Join(f.dir, "__debug_bin")); err == nil {
@@ -910,7 +950,7 @@ func TestDelveHost(t *testing.T) {
 		if pid := f.session().pid; !alive(pid) {
 			t.Fatalf("adapter pid %d is not alive", pid)
 		}
-		if len(processesWith("__debug_bin")) == 0 {
+		if len(ourDebuggees()) == 0 {
 			t.Errorf("no debuggee (__debug_bin) runs")
 		}
 	}
@@ -1188,7 +1228,7 @@ func TestStuckAdapter(t *testing.T) {
 			if p := lingering(f.dir); len(p) > 0 {
 				t.Errorf("processes left after terminate: %v", p)
 			}
-			if p := processesWith("__debug_bin"); len(p) > 0 {
+			if p := ourDebuggees(); len(p) > 0 {
 				t.Errorf("debuggee left after terminate: %v", p)
 			}
 			f.Reaped(t)
