@@ -49,7 +49,7 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		// (Server.CompileCommandsDir): the one it started with, else the
 		// one it would start with.
 		CompDB string `json:"compilation_database,omitempty"`
-		Stdlib   string `json:"stdlib,omitempty"`
+		Stdlib string `json:"stdlib,omitempty"`
 	}
 	var rows []row
 	covered := map[key]bool{}
