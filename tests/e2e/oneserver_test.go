@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,12 +184,8 @@ func TestDialRelayKilledOneAdapter(t *testing.T) {
 		if len(relays) == 0 {
 			t.Fatal("no berth-shim dial relay in the container")
 		}
-		pids := make([]string, len(relays))
-		for j, p := range relays {
-			pids[j] = strconv.Itoa(p.pid)
-		}
 		t.Logf("round %d: killing %v", i, relays)
-		ctr.sh(t, "kill -9 "+strings.Join(pids, " ")+" 2>/dev/null; true")
+		killAll(t, ctr, relays)
 		oneAdapterAfter(t, ctr, debug, "the dial relays were killed")
 	}
 }
