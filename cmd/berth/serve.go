@@ -95,7 +95,7 @@ and metrics. A run belongs to the tenant that opened it; another tenant's
 run answers 404 on every route.
 
 --token-file or else $BERTH_TOKEN is the one-tenant shorthand: tenant
-"default", with every scope in --mode local and harness+metrics in --mode
+"default", with every scope in --permissions local and harness+metrics in --permissions
 hosted, where the operator's token comes from --operator-token-file or
 else $BERTH_OPERATOR_TOKEN (tenant *). Without any token berth listens
 only on a loopback address (and then checks that the Host header is a
@@ -115,10 +115,10 @@ runs.db is moved aside and berth starts with an empty store. With
 --close-runs-on-exit, or --state-dir "", SIGINT or SIGTERM closes every run,
 which kills what the runs started, and exits.
 
---mode hosted (the default) makes write and exec tools ask the operator
+--permissions hosted (the default) makes write and exec tools ask the operator
 first: a permission card on GET /v1/runs/{id}/events, answered with POST
 /v1/runs/{id}/cards/{n} by an operator credential; with nobody connected
-they are refused. --mode local runs every tool without asking.
+they are refused. --permissions local runs every tool without asking.
 
 The operator console at http://ADDR/console/ lists the open runs, their live
 resources and pending cards, and answers them; it asks for the operator token.`,
@@ -188,7 +188,11 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 	cmd.Flags().StringVar(&f.replicas.replica, "replica", "", "--store kube: this replica's name in the leases, unique among the replicas (default: $"+envPodName+", else the host name)")
 	cmd.Flags().StringVar(&f.replicas.advertise, "advertise", "", "--store kube: the URL the other replicas reach this one at (default: http://$"+envPodIP+":PORT)")
 	cmd.Flags().StringVar(&f.replicas.peerKeyFile, "peer-key-file", "", "--store kube: file holding the key (32+ bytes) every replica shares, which signs requests forwarded between them")
-	cmd.Flags().StringVar(&g.serveMode, "mode", string(permission.ModeHosted), "permission mode: hosted (write and exec tools ask the operator through a permission card) or local (every tool runs)")
+	cmd.Flags().StringVar(&g.serveMode, "permissions", string(permission.ModeHosted), "permission mode: hosted (write and exec tools ask the operator through a permission card) or local (every tool runs)")
+	// The same setting under its old name, kept for a release: --mode
+	// means the surface elsewhere.
+	cmd.Flags().StringVar(&g.serveMode, "mode", string(permission.ModeHosted), "permission mode (deprecated: use --permissions)")
+	cmd.Flags().MarkDeprecated("mode", "use --permissions (the same values); --mode will be removed in the next release")
 	return cmd
 }
 
@@ -213,7 +217,7 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		m, err := permission.ParseMode(g.serveMode)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("berth: --mode: %w", err)
+			return fmt.Errorf("berth: --permissions: %w", err)
 		}
 		mode = m
 	}
