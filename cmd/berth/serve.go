@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,6 +77,11 @@ type serveConfig struct {
 	// store is --store: storeDir (stateDir) or storeKube (replicas).
 	store    string
 	replicas replicaFlags
+	// reload reads the credentials' sources again (the token files and
+	// the tokens file) for a reload; reloadFiles are the files it reads,
+	// watched for changes. Nil: nothing to reload.
+	reload      func() (token, operator string, creds []httpapi.Credential, err error)
+	reloadFiles []string
 }
 
 // serveOption sets part of a serveConfig.
@@ -129,19 +136,23 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 					return err
 				}
 			}
-			token, err := loadToken(f.tokenFile, os.Getenv(EnvToken))
+			load := func() (token, operator string, creds []httpapi.Credential, err error) {
+				if token, err = loadToken(f.tokenFile, os.Getenv(EnvToken)); err != nil {
+					return "", "", nil, err
+				}
+				if operator, err = loadToken(f.operatorTokenFile, os.Getenv(EnvOperatorToken)); err != nil {
+					return "", "", nil, fmt.Errorf("%w (--operator-token-file)", err)
+				}
+				if f.tokensFile != "" {
+					if creds, err = loadTokensFile(f.tokensFile); err != nil {
+						return "", "", nil, err
+					}
+				}
+				return token, operator, creds, nil
+			}
+			token, operator, creds, err := load()
 			if err != nil {
 				return err
-			}
-			operator, err := loadToken(f.operatorTokenFile, os.Getenv(EnvOperatorToken))
-			if err != nil {
-				return fmt.Errorf("%w (--operator-token-file)", err)
-			}
-			var creds []httpapi.Credential
-			if f.tokensFile != "" {
-				if creds, err = loadTokensFile(f.tokensFile); err != nil {
-					return err
-				}
 			}
 			if token == "" && operator == "" && len(creds) == 0 && g.hostUser != "" {
 				// Without a token every local process holds every scope, the
@@ -166,6 +177,12 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 				}
 				c.stateDir, c.closeOnExit = f.stateDir, f.closeOnExit
 				c.store, c.replicas = f.store, f.replicas
+				for _, file := range []string{f.tokenFile, f.tokensFile, f.operatorTokenFile} {
+					if file != "" {
+						c.reloadFiles = append(c.reloadFiles, file)
+					}
+				}
+				c.reload = load
 			})
 		},
 	}
@@ -313,7 +330,12 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		close(adopted)
 	}
 	defer func() { <-adopted }()
-	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString()},
+	credSet := httpapi.NewCredentialSet(creds)
+	if cfg.reload != nil && len(creds) > 0 {
+		stop := watchCredentials(ctx, log, cfg, mode, credSet)
+		defer stop()
+	}
+	srv := httpapi.NewServer(c, httpapi.Options{CredentialSet: credSet, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString()},
 		context.WithoutCancel(ctx))
 	describeCredentials(stderr, log, creds, mode)
 	fmt.Fprintf(stderr, "berth: serving on http://%s\n", ln.Addr())
@@ -517,4 +539,73 @@ func loopbackAddr(addr string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// credentialsPoll is how often berth serve looks whether a credential
+// file changed.
+const credentialsPoll = 2 * time.Second
+
+// watchCredentials reloads the credentials into set when a credential
+// file changes or berth gets SIGHUP, without closing any run: rotating a
+// token is one file write. A reload that fails, that would leave no
+// credential, or that changes which tenants may open runs (which decides
+// the tenant labels placement requires) is refused and logged, and the
+// credentials in use stay. It returns the function that stops watching.
+func watchCredentials(ctx context.Context, log *slog.Logger, cfg serveConfig, mode permission.Mode, set *httpapi.CredentialSet) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	stamp := func() string {
+		var b strings.Builder
+		for _, f := range cfg.reloadFiles {
+			if fi, err := os.Stat(f); err == nil {
+				fmt.Fprintf(&b, "%s %d %d %v;", f, fi.Size(), fi.ModTime().UnixNano(), fi.Sys())
+			}
+		}
+		return b.String()
+	}
+	tenants := harnessTenants(set.List())
+	reload := func(why string) {
+		tok, op, creds, err := cfg.reload()
+		if err == nil {
+			c := cfg
+			c.creds, c.operator = creds, op
+			creds, err = credentials(c, tok, mode)
+		}
+		switch {
+		case err != nil:
+			log.Error("credentials not reloaded: the ones in use stay", "why", why, "err", err)
+		case len(creds) == 0:
+			log.Error("credentials not reloaded: the files name none, and berth does not stop authenticating while it runs; the ones in use stay", "why", why)
+		case !slices.Equal(harnessTenants(creds), tenants):
+			log.Error("credentials not reloaded: they change which tenants may open runs, which takes a restart (placement's tenant labels depend on it); the ones in use stay",
+				"why", why, "tenants", tenants, "new_tenants", harnessTenants(creds))
+		default:
+			set.Set(creds)
+			log.Info("credentials reloaded", "why", why, "credentials", len(creds))
+		}
+	}
+	done := make(chan struct{})
+	go func() { // ends with ctx: owned by the returned stop
+		defer close(done)
+		defer signal.Stop(hup)
+		last := stamp()
+		tick := time.NewTicker(credentialsPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				last = stamp()
+				reload("SIGHUP")
+			case <-tick.C:
+				if s := stamp(); s != last {
+					last = s
+					reload("a credential file changed")
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }

@@ -106,6 +106,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -139,6 +140,10 @@ type Options struct {
 	// nor Credentials there is no authentication (every request is
 	// DefaultTenant with every scope); then LoopbackOnly should be set.
 	Token string
+	// CredentialSet, when set, holds the credentials instead of
+	// Credentials and Token, and may be replaced while the server runs (a
+	// tokens file rewritten: rotation without a restart).
+	CredentialSet *CredentialSet
 	// LoopbackOnly refuses requests whose Host header is not a loopback
 	// name or address (DNS-rebinding defence when serving without a token).
 	LoopbackOnly bool
@@ -162,7 +167,7 @@ type server struct {
 	c      *controller.Controller
 	opts   Options
 	limits Limits
-	creds  []Credential
+	creds  *CredentialSet
 	log    *slog.Logger
 	mcp    *mcpserver.HTTP
 	peers  *http.Transport // forwarding to other replicas (Options.Peer)
@@ -183,9 +188,13 @@ func New(c *controller.Controller, opts Options) http.Handler {
 func build(c *controller.Controller, opts Options) (http.Handler, func()) {
 	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger, peers: newPeerTransport(), calls: newCallStore()}
 	s.streams = streams{max: s.limits.MaxStreamsPerTenant, open: map[string]int{}}
-	s.creds = append(s.creds, opts.Credentials...)
-	if opts.Token != "" {
-		s.creds = append(s.creds, TokenCredential(opts.Token, DefaultTenant, Scopes...))
+	s.creds = opts.CredentialSet
+	if s.creds == nil {
+		creds := slices.Clone(opts.Credentials)
+		if opts.Token != "" {
+			creds = append(creds, TokenCredential(opts.Token, DefaultTenant, Scopes...))
+		}
+		s.creds = NewCredentialSet(creds)
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
