@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -56,6 +58,9 @@ type serveFlags struct {
 	residentGrace     time.Duration
 	store             string
 	replicas          replicaFlags
+	metricsAddr       string
+	tlsCertFile       string
+	tlsKeyFile        string
 }
 
 // serveConfig is what berth serve is configured with beyond the
@@ -75,6 +80,11 @@ type serveConfig struct {
 	// store is --store: storeDir (stateDir) or storeKube (replicas).
 	store    string
 	replicas replicaFlags
+	// metrics, when set, is the listener of --metrics-addr: GET /metrics
+	// without a token, nothing else.
+	metrics net.Listener
+	// certs, when set, serve the API over TLS (--tls-cert-file).
+	certs *certReloader
 }
 
 // serveOption sets part of a serveConfig.
@@ -84,7 +94,7 @@ func newServe(g *globalFlags) *cobra.Command {
 	f := &serveFlags{}
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
-		Short: "Serve the HTTP API (/v1, /healthz, /metrics) and the operator console (/console/)",
+		Short: "Serve the HTTP API (/v1, /livez, /readyz, /metrics) and the operator console (/console/)",
 		Long: `serve answers the HTTP API of README.md ("HTTP API"). Requests under /v1 and /metrics need
 "Authorization: Bearer <token>". --tokens-file names the credentials, one
 a line: "<sha256-hex-of-token> <tenant> <scope>[,<scope>…]" (make the hash
@@ -152,8 +162,29 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 				return fmt.Errorf("berth: refusing to listen on %s without a token: set %s, --token-file or --tokens-file, or listen on 127.0.0.1", f.addr, EnvToken)
 			}
 			log := g.loggerAt(cmd.ErrOrStderr(), slog.LevelInfo)
+			var certs *certReloader
+			if (f.tlsCertFile == "") != (f.tlsKeyFile == "") {
+				return errors.New("berth: --tls-cert-file and --tls-key-file go together: pass both (the certificate and its private key), or neither")
+			}
+			if f.tlsCertFile != "" {
+				if f.store == storeKube {
+					return errors.New("berth: --tls-cert-file with --store kube: the replicas forward requests to each other over plain HTTP (--advertise), which a TLS listener refuses; serve TLS with one replica, or terminate it in front of berth (a mesh or an ingress)")
+				}
+				if certs, err = newCertReloader(f.tlsCertFile, f.tlsKeyFile); err != nil {
+					return err
+				}
+			}
+			var metricsLn net.Listener
+			if f.metricsAddr != "" {
+				if metricsLn, err = net.Listen("tcp", f.metricsAddr); err != nil {
+					return fmt.Errorf("berth: --metrics-addr: listen on %s: %w", f.metricsAddr, err)
+				}
+			}
 			ln, err := net.Listen("tcp", f.addr)
 			if err != nil {
+				if metricsLn != nil {
+					metricsLn.Close()
+				}
 				return fmt.Errorf("berth: listen on %s: %w", f.addr, err)
 			}
 			return serve(cmd.Context(), g, ln, token, g.stderrFor(cmd.ErrOrStderr(), log), log, func(c *serveConfig) {
@@ -166,6 +197,7 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 				}
 				c.stateDir, c.closeOnExit = f.stateDir, f.closeOnExit
 				c.store, c.replicas = f.store, f.replicas
+				c.metrics, c.certs = metricsLn, certs
 			})
 		},
 	}
@@ -188,6 +220,9 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 	cmd.Flags().StringVar(&f.replicas.replica, "replica", "", "--store kube: this replica's name in the leases, unique among the replicas (default: $"+envPodName+", else the host name)")
 	cmd.Flags().StringVar(&f.replicas.advertise, "advertise", "", "--store kube: the URL the other replicas reach this one at (default: http://$"+envPodIP+":PORT)")
 	cmd.Flags().StringVar(&f.replicas.peerKeyFile, "peer-key-file", "", "--store kube: file holding the key (32+ bytes) every replica shares, which signs requests forwarded between them")
+	cmd.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "also serve GET /metrics, WITHOUT a bearer token and nothing else, on this address (e.g. :9090), for a scraper; the --addr listener's /metrics keeps needing the metrics scope")
+	cmd.Flags().StringVar(&f.tlsCertFile, "tls-cert-file", "", "serve the API over TLS with this PEM certificate (chain); re-read when it changes, so a rotated certificate is served without a restart")
+	cmd.Flags().StringVar(&f.tlsKeyFile, "tls-key-file", "", "the PEM private key of --tls-cert-file")
 	cmd.Flags().StringVar(&g.serveMode, "mode", string(permission.ModeHosted), "permission mode: hosted (write and exec tools ask the operator through a permission card) or local (every tool runs)")
 	return cmd
 }
@@ -200,6 +235,9 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	var cfg serveConfig
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.metrics != nil {
+		defer cfg.metrics.Close() // also when serve fails before serving it
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -309,18 +347,46 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		close(adopted)
 	}
 	defer func() { <-adopted }()
-	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString()},
+	ready := slices.Clone(b.ready)
+	switch {
+	case store != nil:
+		ready = append([]httpapi.ReadyCheck{{Name: "run store", Check: dirReady(store)}}, ready...)
+	case rp != nil:
+		ready = append([]httpapi.ReadyCheck{{Name: "run store", Check: storeReady(rp.store)}}, ready...)
+	}
+	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString(), Ready: ready},
 		context.WithoutCancel(ctx))
 	describeCredentials(stderr, log, creds, mode)
-	fmt.Fprintf(stderr, "berth: serving on http://%s\n", ln.Addr())
+	lis, scheme := httpapi.ListenLimits(ln, cfg.limits), "http"
+	if cfg.certs != nil {
+		srv.TLSConfig = cfg.certs.tlsConfig()
+		lis, scheme = tls.NewListener(lis, srv.TLSConfig), "https"
+	}
+	fmt.Fprintf(stderr, "berth: serving on %s://%s\n", scheme, ln.Addr())
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(httpapi.ListenLimits(ln, cfg.limits)) }()
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(lis) }()
+	var msrv *http.Server
+	if cfg.metrics != nil {
+		msrv = &http.Server{Handler: httpapi.MetricsHandler(reg), ReadHeaderTimeout: httpapi.DefaultReadHeaderTimeout,
+			ReadTimeout: httpapi.DefaultReadTimeout, IdleTimeout: httpapi.DefaultIdleTimeout, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes}
+		fmt.Fprintf(stderr, "berth: metrics on http://%s/metrics (no token)\n", cfg.metrics.Addr())
+		go func() { errc <- msrv.Serve(httpapi.Listen(cfg.metrics, metricsMaxConns)) }()
+	}
 	select {
 	case err := <-errc:
 		c.Close()
+		srv.Close()
+		if msrv != nil {
+			msrv.Close()
+		}
 		return fmt.Errorf("berth: serve: %w", err)
 	case <-ctx.Done():
+	}
+	if msrv != nil {
+		// Metrics stop first: nothing about the runs is served there.
+		msrv.Close()
+		<-errc
 	}
 
 	end := c.Close
@@ -344,6 +410,35 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		srv.Close()
 	}
 	return errors.Join(cerr, serr)
+}
+
+// metricsMaxConns caps the connections of the --metrics-addr listener:
+// scrapers are few.
+const metricsMaxConns = 16
+
+// dirReady is /readyz's check of a --state-dir store: the directory is
+// still there and a record can be read (a lookup of a run that does not
+// exist).
+func dirReady(st *runstore.Dir) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if _, err := os.Stat(st.Path()); err != nil {
+			return fmt.Errorf("the state directory is gone (%w): runs can no longer be kept; check the volume of --state-dir", err)
+		}
+		return storeReady(st)(ctx)
+	}
+}
+
+// storeReady is /readyz's check of a run store: reading a record that
+// does not exist answers ErrNotFound when the store is reachable.
+func storeReady(st interface {
+	Get(context.Context, string) (runstore.Record, error)
+}) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if _, err := st.Get(ctx, "readyz-probe"); err != nil && !errors.Is(err, runstore.ErrNotFound) {
+			return err
+		}
+		return nil
+	}
 }
 
 // EnvStateDir names the environment variable that overrides the default

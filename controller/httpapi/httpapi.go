@@ -23,8 +23,9 @@
 //	*      /v1/mcp?conversation_id=…&workspace=…&sandbox=…&mode=…&prewarm=… H   an MCP session that opens a run for its lifetime
 //	POST   /v1/runs/{id}/workers/{w}   H   a platform's report on worker w
 //	GET    /console/                       the operator console (controller/console); / redirects to it
-//	GET    /healthz                        200 "ok", never authenticated (liveness; served on a spare connection when every other is taken)
-//	GET    /readyz                         200 "ready" (saying how many stored runs are still being adopted), 503 once shutdown began; never authenticated (readiness)
+//	GET    /livez                          200 "ok", never authenticated (liveness: the process serves HTTP; served on a spare connection when every other is taken)
+//	GET    /healthz                        the same as /livez (the older name)
+//	GET    /readyz                         200 "ready" (saying how many stored runs are still being adopted); 503 with the reason once shutdown began or while an Options.Ready check fails (run store, container engines); never authenticated (readiness)
 //	GET    /metrics                    M   Prometheus text format
 //	GET    /v1/openapi.json                the OpenAPI 3.1 document of these routes (openapi.json), never authenticated
 //
@@ -174,6 +175,9 @@ type Options struct {
 	Peer *Peer
 	// Version is berth's version, the MCP endpoints' serverInfo.version.
 	Version string
+	// Ready are the conditions /readyz checks beyond the server's own
+	// shutdown (the run store, the container engines); see [ReadyCheck].
+	Ready []ReadyCheck
 }
 
 type server struct {
@@ -189,6 +193,8 @@ type server struct {
 	streams streams
 	// draining is set when the server's shutdown begins (/readyz).
 	draining atomic.Bool
+	// ready runs Options.Ready for /readyz.
+	ready *readiness
 }
 
 // New returns the HTTP handler for c.
@@ -199,7 +205,7 @@ func New(c *controller.Controller, opts Options) http.Handler {
 
 // build returns the handler and the function that ends its MCP sessions.
 func build(c *controller.Controller, opts Options) (http.Handler, func()) {
-	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger, peers: newPeerTransport(), calls: newCallStore()}
+	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger, peers: newPeerTransport(), calls: newCallStore(), ready: newReadiness(opts.Ready)}
 	s.streams = streams{max: s.limits.MaxStreamsPerTenant, open: map[string]int{}}
 	s.creds = append(s.creds, opts.Credentials...)
 	if opts.Token != "" {
@@ -227,6 +233,7 @@ func build(c *controller.Controller, opts Options) (http.Handler, func()) {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI) // public: see OpenAPIPath
+	mux.HandleFunc("GET /livez", healthz)
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("/v1/", s.authn(methodJSON(v1)))
