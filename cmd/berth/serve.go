@@ -22,6 +22,7 @@ import (
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/httpapi"
 	"berth.dev/berth/controller/mcpserver"
+	"berth.dev/berth/kubeauth"
 	"berth.dev/berth/runstore"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools/permission"
@@ -61,6 +62,8 @@ type serveFlags struct {
 	metricsAddr       string
 	tlsCertFile       string
 	tlsKeyFile        string
+	saFile            string
+	saAudience        string
 }
 
 // serveConfig is what berth serve is configured with beyond the
@@ -85,6 +88,9 @@ type serveConfig struct {
 	metrics net.Listener
 	// certs, when set, serve the API over TLS (--tls-cert-file).
 	certs *certReloader
+	// accounts, when set, authenticate service-account tokens
+	// (--service-accounts-file).
+	accounts *serviceAccounts
 }
 
 // serveOption sets part of a serveConfig.
@@ -153,12 +159,18 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 					return err
 				}
 			}
-			if token == "" && operator == "" && len(creds) == 0 && g.hostUser != "" {
+			var accounts *serviceAccounts
+			if f.saFile != "" {
+				if accounts, err = loadServiceAccounts(f.saFile, f.saAudience); err != nil {
+					return err
+				}
+			}
+			if token == "" && operator == "" && len(creds) == 0 && accounts == nil && g.hostUser != "" {
 				// Without a token every local process holds every scope, the
 				// host user's cells among them: one could approve its own call.
 				return fmt.Errorf("berth: --host-user runs tools' processes on this machine, and without a token any of them could call berth and answer its own permission cards: set %s and %s (or --tokens-file)", EnvToken, EnvOperatorToken)
 			}
-			if token == "" && operator == "" && len(creds) == 0 && !loopbackAddr(f.addr) {
+			if token == "" && operator == "" && len(creds) == 0 && accounts == nil && !loopbackAddr(f.addr) {
 				return fmt.Errorf("berth: refusing to listen on %s without a token: set %s, --token-file or --tokens-file, or listen on 127.0.0.1", f.addr, EnvToken)
 			}
 			log := g.loggerAt(cmd.ErrOrStderr(), slog.LevelInfo)
@@ -197,7 +209,7 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 				}
 				c.stateDir, c.closeOnExit = f.stateDir, f.closeOnExit
 				c.store, c.replicas = f.store, f.replicas
-				c.metrics, c.certs = metricsLn, certs
+				c.metrics, c.certs, c.accounts = metricsLn, certs, accounts
 			})
 		},
 	}
@@ -223,6 +235,8 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 	cmd.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "also serve GET /metrics, WITHOUT a bearer token and nothing else, on this address (e.g. :9090), for a scraper; the --addr listener's /metrics keeps needing the metrics scope")
 	cmd.Flags().StringVar(&f.tlsCertFile, "tls-cert-file", "", "serve the API over TLS with this PEM certificate (chain); re-read when it changes, so a rotated certificate is served without a restart")
 	cmd.Flags().StringVar(&f.tlsKeyFile, "tls-key-file", "", "the PEM private key of --tls-cert-file")
+	cmd.Flags().StringVar(&f.saFile, "service-accounts-file", "", "accept projected Kubernetes service-account tokens, verified by TokenReview, of the service accounts this file maps, a line each: <namespace>/<serviceaccount> <tenant> <scope>[,<scope>…]")
+	cmd.Flags().StringVar(&f.saAudience, "service-account-audience", kubeauth.DefaultAudience, "the audience a service-account token must be projected for (--service-accounts-file)")
 	cmd.Flags().StringVar(&g.serveMode, "mode", string(permission.ModeHosted), "permission mode: hosted (write and exec tools ask the operator through a permission card) or local (every tool runs)")
 	return cmd
 }
@@ -262,11 +276,14 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	}
 	// A stored run of a tenant these credentials do not name is not
 	// adopted.
-	tune := []func(*controller.Config){func(c *controller.Config) { c.KnownTenants = knownTenants(creds) }}
+	// Every credential that names a tenant: the tokens, and the mapped
+	// service accounts (which have no token of their own here).
+	named := append(slices.Clone(creds), cfg.accounts.credentials()...)
+	tune := []func(*controller.Config){func(c *controller.Config) { c.KnownTenants = knownTenants(named) }}
 	if cfg.tune != nil {
 		tune = append(tune, cfg.tune)
 	}
-	if tenants := harnessTenants(creds); len(tenants) > 1 {
+	if tenants := harnessTenants(named); len(tenants) > 1 {
 		tune = append(tune, func(c *controller.Config) { c.RequireTenantLabel = true })
 		describeTenantLabels(log, g, tenants)
 	}
@@ -354,9 +371,9 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	case rp != nil:
 		ready = append([]httpapi.ReadyCheck{{Name: "run store", Check: storeReady(rp.store)}}, ready...)
 	}
-	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString(), Ready: ready},
+	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, Authenticator: cfg.accounts.authenticator(), LoopbackOnly: len(named) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString(), Ready: ready},
 		context.WithoutCancel(ctx))
-	describeCredentials(stderr, log, creds, mode)
+	describeCredentials(stderr, log, named, mode)
 	lis, scheme := httpapi.ListenLimits(ln, cfg.limits), "http"
 	if cfg.certs != nil {
 		srv.TLSConfig = cfg.certs.tlsConfig()
@@ -557,8 +574,12 @@ func describeCredentials(stderr io.Writer, log *slog.Logger, creds []httpapi.Cre
 	var list []string
 	operator := false
 	for _, c := range creds {
-		list = append(list, c.String())
 		operator = operator || c.Has(httpapi.ScopeOperator)
+		if c.Subject != "" {
+			list = append(list, c.Subject+" (token verified by TokenReview) "+c.String())
+			continue
+		}
+		list = append(list, c.String())
 	}
 	fmt.Fprintf(stderr, "berth: credentials: %s\n", strings.Join(list, "; "))
 	if mode == permission.ModeHosted && !operator {

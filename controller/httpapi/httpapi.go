@@ -100,6 +100,7 @@
 //	499 cancelled          the call's context was cancelled otherwise (logged only; a client that goes away sees nothing, and its call goes on)
 //	500 internal           anything else
 //	503 shutting_down      the controller is closing
+//	503 auth_unavailable   the bearer token matches no configured token and the Authenticator (TokenReview) could not verify it now: retry after Retry-After
 //	503 busy               every connection slot is taken and SpareWaiters requests wait for one already: retry after Retry-After
 //	503 sandbox_unavailable the run's container is paused or its engine does not answer (sandbox.ErrUnavailable), also when berth restarted meanwhile: the run is kept, retry after Retry-After
 //	503 restarting         berth is shutting down and hands the run over to the next berth on its state directory (controller.ErrRestarting): the run and its kernels are kept; a call in flight is not answered by this berth (what it started goes on), retry after Retry-After
@@ -175,6 +176,9 @@ type Options struct {
 	Peer *Peer
 	// Version is berth's version, the MCP endpoints' serverInfo.version.
 	Version string
+	// Authenticator, when set, verifies the bearer tokens that match no
+	// credential of Credentials (Kubernetes service-account tokens).
+	Authenticator Authenticator
 	// Ready are the conditions /readyz checks beyond the server's own
 	// shutdown (the run store, the container engines); see [ReadyCheck].
 	Ready []ReadyCheck
