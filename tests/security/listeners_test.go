@@ -275,3 +275,44 @@ func TestTLSRotation(t *testing.T) {
 		t.Errorf("GET /livez over TLS: %d %q", status, body)
 	}
 }
+
+// TestServiceAccountsWithoutAPIServer: with --service-accounts-file and
+// no static token, berth is not open: no token is 401, a token that is no
+// service-account token is 401 naming the audience, and one it cannot
+// have reviewed (the API server does not answer) is 503 auth_unavailable,
+// never let in. The reviews themselves are tests/kube's
+// TestServiceAccountAuth, against a real API server.
+func TestServiceAccountsWithoutAPIServer(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := writeFile(t, dir, "kubeconfig", `apiVersion: v1
+kind: Config
+clusters:
+- name: nowhere
+  cluster:
+    server: https://127.0.0.1:1
+    insecure-skip-tls-verify: true
+users:
+- name: nobody
+  user:
+    token: nothing
+contexts:
+- name: nowhere
+  context: {cluster: nowhere, user: nobody}
+current-context: nowhere
+`, 0o600)
+	accounts := writeFile(t, dir, "service-accounts", "agents/harness team-a harness\n", 0o600)
+	s := startServe(t, serveOpts{args: []string{"--addr", "0.0.0.0:0", "--kube", "off", "--service-accounts-file", accounts},
+		env: []string{"KUBECONFIG=" + kubeconfig, "BERTH_TOKEN=", "KUBERNETES_SERVICE_HOST="}})
+	if !strings.Contains(s.log(), "system:serviceaccount:agents:harness (token verified by TokenReview) tenant team-a: harness") {
+		t.Errorf("berth does not say at start which service accounts it accepts:\n%s", s.log())
+	}
+	if r := s.do("GET", "/v1/runs", "", ""); r.status != http.StatusUnauthorized {
+		t.Errorf("no token: %s; want 401", r)
+	}
+	if r := s.do("GET", "/v1/runs", "static-guess", ""); r.status != http.StatusUnauthorized || !strings.Contains(string(r.body), `audience \"berth\"`) {
+		t.Errorf("a token that is no JWT: %s; want 401 naming the audience", r)
+	}
+	if r := s.do("GET", "/v1/runs", "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln", ""); r.status != http.StatusServiceUnavailable || r.code() != "auth_unavailable" {
+		t.Errorf("a JWT with the API server down: %s; want 503 auth_unavailable", r)
+	}
+}
