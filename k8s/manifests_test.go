@@ -80,6 +80,8 @@ var berthFlags = []struct {
 	{"metrics-addr", stringFlag},
 	{"tls-cert-file", stringFlag},
 	{"tls-key-file", stringFlag},
+	{"service-accounts-file", stringFlag},
+	{"service-account-audience", stringFlag},
 }
 
 type flagKind int
