@@ -66,6 +66,9 @@ func newBackends(g *globalFlags) (*backends, error) {
 		opts = append(opts, docker.WithLabelKey(g.labelKey))
 		if p, err := docker.New(opts...); err != nil {
 			b.providers = append(b.providers, unavailable{scheme: docker.Scheme, err: err})
+			if g.dockerHost != "" {
+				b.readyEngine("docker ("+g.dockerHost+")", unavailable{scheme: docker.Scheme, err: err})
+			}
 		} else {
 			b.providers = append(b.providers, p)
 			b.closers = append(b.closers, p.Close)
@@ -81,6 +84,9 @@ func newBackends(g *globalFlags) (*backends, error) {
 	}
 	if err != nil {
 		b.providers = append(b.providers, unavailable{scheme: containerd.Scheme, err: err})
+		if g.containerdAddress != "" {
+			b.readyEngine("containerd ("+g.containerdAddress+")", unavailable{scheme: containerd.Scheme, err: err})
+		}
 	} else if ctrd != nil {
 		b.providers = append(b.providers, ctrd)
 		b.closers = append(b.closers, ctrd.Close)
@@ -207,6 +213,10 @@ func (u unavailable) Open(ctx context.Context, ref string) (sandbox.Sandbox, err
 func (u unavailable) Locate(ctx context.Context, owner sandbox.Owner) (string, error) {
 	return "", u.error()
 }
+
+// Ping fails: the provider could not be set up at start, and berth does
+// not set it up again (readiness says so until berth restarts).
+func (u unavailable) Ping(context.Context) error { return u.error() }
 
 func (u unavailable) error() error {
 	return fmt.Errorf("berth: %s sandboxes are unavailable: %v; this berth set its %s provider up at start, so restart berth once the engine answers: %w: %w",
