@@ -29,7 +29,11 @@
 //	GET    /metrics                    M   Prometheus text format
 //	GET    /v1/openapi.json                the OpenAPI 3.1 document of these routes (openapi.json), never authenticated
 //
-// Every request is authenticated before its route or body is read. A run
+// Every request is authenticated before its route or body is read: its
+// bearer token against Credentials, and a token none matches by
+// Options.Authenticator when set (a Kubernetes service-account token,
+// kubeauth). [MetricsHandler] serves /metrics alone without a token, on a
+// listener of its own (berth serve --metrics-addr). A run
 // belongs to the tenant whose credential opened it: every route answers
 // another tenant's run exactly as a missing one (404 unknown_run), and an
 // operator credential of tenant AllTenants sees every run.
