@@ -376,8 +376,11 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	describeCredentials(stderr, log, named, mode)
 	lis, scheme := httpapi.ListenLimits(ln, cfg.limits), "http"
 	if cfg.certs != nil {
-		srv.TLSConfig = cfg.certs.tlsConfig()
-		lis, scheme = tls.NewListener(lis, srv.TLSConfig), "https"
+		// The listener does TLS; srv.TLSConfig stays unset, so that Serve
+		// does not add HTTP/2 to it (the connection caps count HTTP/1.1
+		// requests), and no TLSNextProto is served.
+		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+		lis, scheme = tls.NewListener(lis, cfg.certs.tlsConfig()), "https"
 	}
 	fmt.Fprintf(stderr, "berth: serving on %s://%s\n", scheme, ln.Addr())
 

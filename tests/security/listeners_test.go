@@ -271,8 +271,18 @@ func TestTLSRotation(t *testing.T) {
 	if s.Pid() != pid {
 		t.Errorf("berth restarted (pid %d, was %d)", s.Pid(), pid)
 	}
-	if status, body := get(t, &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}, s.url+"/livez", ""); status != http.StatusOK || body != "ok" {
-		t.Errorf("GET /livez over TLS: %d %q", status, body)
+	// A client that offers HTTP/2 gets HTTP/1.1: berth's connection caps
+	// count one request at a time per connection.
+	h2 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
+	defer h2.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: h2}).Get(s.url + "/livez")
+	if err != nil {
+		t.Fatalf("GET /livez over TLS: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "ok" || resp.ProtoMajor != 1 {
+		t.Errorf("GET /livez over TLS offering h2: %d %q over %s; want 200 ok over HTTP/1.1", resp.StatusCode, b, resp.Proto)
 	}
 }
 
