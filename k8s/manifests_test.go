@@ -77,6 +77,11 @@ var berthFlags = []struct {
 	{"replica", stringFlag},
 	{"advertise", stringFlag},
 	{"peer-key-file", stringFlag},
+	{"metrics-addr", stringFlag},
+	{"tls-cert-file", stringFlag},
+	{"tls-key-file", stringFlag},
+	{"service-accounts-file", stringFlag},
+	{"service-account-audience", stringFlag},
 }
 
 type flagKind int
@@ -95,8 +100,14 @@ const (
 	operatorTokenKey = "operator-token"
 	image            = "berth:dev"
 	harnessLabel     = "berth.dev/harness"
-	peerSecret       = "berth-peer"
-	peerKey          = "key"
+	// harnessNamespace is the harness namespace the NetworkPolicy names
+	// as shipped (docs/kubernetes.md says how to add one).
+	harnessNamespace = "berth-harness"
+	// namespaceNameLabel is the label the API server sets on every
+	// namespace to its name.
+	namespaceNameLabel = "kubernetes.io/metadata.name"
+	peerSecret         = "berth-peer"
+	peerKey            = "key"
 	// minReplicas: with one replica a restart leaves nobody to take its runs.
 	minReplicas = 2
 	// minGrace: on SIGTERM a replica detaches its runs, stores them and
@@ -378,12 +389,23 @@ func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 // httpPort returns the container's port named http.
 func httpPort(t *testing.T, c corev1.Container) corev1.ContainerPort {
 	t.Helper()
+	return namedPort(t, c, "http")
+}
+
+// metricsPort returns the container's port named metrics.
+func metricsPort(t *testing.T, c corev1.Container) corev1.ContainerPort {
+	t.Helper()
+	return namedPort(t, c, "metrics")
+}
+
+func namedPort(t *testing.T, c corev1.Container, name string) corev1.ContainerPort {
+	t.Helper()
 	for _, p := range c.Ports {
-		if p.Name == "http" {
+		if p.Name == name {
 			return p
 		}
 	}
-	t.Fatalf("container %s has no port named http: %+v", c.Name, c.Ports)
+	t.Fatalf("container %s has no port named %s: %+v", c.Name, name, c.Ports)
 	return corev1.ContainerPort{}
 }
 
@@ -424,14 +446,56 @@ func inImage(p string) string {
 	return p
 }
 
-// isHarness: the peer admits exactly pods labelled berth.dev/harness=true.
+// isHarness: the peer admits exactly pods labelled berth.dev/harness=true
+// of namespaces named by kubernetes.io/metadata.name, harnessNamespace
+// among them: not every namespace, nor one merely labelled by whoever can
+// label it.
 func isHarness(peer networkingv1.NetworkPolicyPeer) bool {
-	if peer.IPBlock != nil || peer.PodSelector == nil {
+	if peer.IPBlock != nil || peer.PodSelector == nil || peer.NamespaceSelector == nil {
 		return false
 	}
 	sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
-	return err == nil && sel.Matches(labels.Set{harnessLabel: "true"}) &&
-		!sel.Matches(labels.Set{}) && !sel.Matches(labels.Set{harnessLabel: "false"})
+	if err != nil || !sel.Matches(labels.Set{harnessLabel: "true"}) ||
+		sel.Matches(labels.Set{}) || sel.Matches(labels.Set{harnessLabel: "false"}) {
+		return false
+	}
+	return namesNamespaces(peer.NamespaceSelector)
+}
+
+// namesNamespaces: the selector admits harnessNamespace, and a namespace
+// only by its name (every requirement is on kubernetes.io/metadata.name),
+// so neither an unlisted namespace nor one that copies other labels.
+func namesNamespaces(ls *metav1.LabelSelector) bool {
+	sel, err := metav1.LabelSelectorAsSelector(ls)
+	if err != nil || sel.Empty() {
+		return false
+	}
+	reqs, _ := sel.Requirements()
+	for _, r := range reqs {
+		if r.Key() != namespaceNameLabel {
+			return false
+		}
+	}
+	return sel.Matches(labels.Set{namespaceNameLabel: harnessNamespace}) &&
+		!sel.Matches(labels.Set{namespaceNameLabel: "default"}) &&
+		!sel.Matches(labels.Set{namespaceNameLabel: "some-other-namespace"})
+}
+
+// isAnyPod: the peer admits every pod of every namespace, and no address
+// outside the cluster.
+func isAnyPod(peer networkingv1.NetworkPolicyPeer) bool {
+	if peer.IPBlock != nil || peer.NamespaceSelector == nil {
+		return false
+	}
+	ns, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
+	if err != nil || !ns.Empty() {
+		return false
+	}
+	if peer.PodSelector == nil {
+		return true
+	}
+	pods, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+	return err == nil && pods.Empty()
 }
 
 // isOwnPods: the peer admits exactly berth's own pods (the workload's
@@ -445,6 +509,7 @@ func checkCommon(t *testing.T, m *manifests, w workload, o overlay) {
 	c := w.container(t)
 	args := serveArgs(t, c)
 	port := httpPort(t, c)
+	mport := metricsPort(t, c)
 
 	t.Run("no cluster-wide RBAC", func(t *testing.T) {
 		for _, o := range m.objs {
@@ -528,6 +593,21 @@ func checkCommon(t *testing.T, m *manifests, w workload, o overlay) {
 		if port.Protocol != corev1.ProtocolTCP {
 			t.Errorf("port http protocol %q, want TCP", port.Protocol)
 		}
+		// The metrics listener: its own port, on the pod IP, that the
+		// container port named metrics declares.
+		h, mp, err := net.SplitHostPort(args["metrics-addr"])
+		if err != nil {
+			t.Fatalf("--metrics-addr %q: %v; want the metrics listener on the pod, e.g. :9090", args["metrics-addr"], err)
+		}
+		if h != "" && h != "0.0.0.0" {
+			t.Errorf("--metrics-addr %q: a scraper reaches the pod IP, not %q", args["metrics-addr"], h)
+		}
+		if mp != strconv.Itoa(int(mport.ContainerPort)) || mport.ContainerPort == port.ContainerPort {
+			t.Errorf("--metrics-addr %q, container port metrics %d (http %d): they must agree, apart from the API's port", args["metrics-addr"], mport.ContainerPort, port.ContainerPort)
+		}
+		if mport.Protocol != corev1.ProtocolTCP {
+			t.Errorf("port metrics protocol %q, want TCP", mport.Protocol)
+		}
 		for _, e := range c.Env {
 			if e.Name == "BERTH_TOKEN" {
 				t.Errorf("the token must come from the Secret file, not $BERTH_TOKEN")
@@ -602,7 +682,7 @@ func checkCommon(t *testing.T, m *manifests, w workload, o overlay) {
 
 	t.Run("probes", func(t *testing.T) {
 		for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-			want := map[string]string{"liveness": "/healthz", "readiness": "/readyz"}[name]
+			want := map[string]string{"liveness": "/livez", "readiness": "/readyz"}[name]
 			if p == nil || p.HTTPGet == nil {
 				t.Errorf("%s probe: want an httpGet on %s, got %+v", name, want, p)
 				continue
@@ -622,7 +702,7 @@ func checkCommon(t *testing.T, m *manifests, w workload, o overlay) {
 	t.Run("scrape annotations", func(t *testing.T) {
 		want := map[string]string{
 			"prometheus.io/scrape": "true",
-			"prometheus.io/port":   strconv.Itoa(int(port.ContainerPort)),
+			"prometheus.io/port":   strconv.Itoa(int(mport.ContainerPort)),
 			"prometheus.io/path":   "/metrics",
 		}
 		for k, v := range want {
@@ -632,12 +712,14 @@ func checkCommon(t *testing.T, m *manifests, w workload, o overlay) {
 		}
 	})
 
-	// Harness pods may call berth, and nothing else may; with shared runs
-	// berth's own pods may too (a replica forwards a request to the one that
-	// serves the run), from berth's namespace only.
+	// Harness pods of the named harness namespaces may call berth's API,
+	// and nothing else may; with shared runs berth's own pods may too (a
+	// replica forwards a request to the one that serves the run), from
+	// berth's namespace only. Any pod may scrape the metrics port, and
+	// that rule opens nothing else.
 	t.Run("network policy", func(t *testing.T) {
 		var selecting int
-		var harness, peers bool
+		var harness, peers, scrape bool
 		for _, np := range objects[*networkingv1.NetworkPolicy](m) {
 			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 			if err != nil {
@@ -654,6 +736,17 @@ func checkCommon(t *testing.T, m *manifests, w workload, o overlay) {
 				if len(rule.From) == 0 {
 					t.Errorf("NetworkPolicy %s rule %d has no `from`: it would admit every pod", np.Name, ri)
 				}
+				if len(rule.Ports) == 1 && rule.Ports[0].Port != nil && resolvePort(c, *rule.Ports[0].Port) == mport.ContainerPort &&
+					(rule.Ports[0].Protocol == nil || *rule.Ports[0].Protocol == corev1.ProtocolTCP) {
+					// The metrics rule: from pods (any), to the metrics port only.
+					for i, peer := range rule.From {
+						if !isAnyPod(peer) && !isHarness(peer) {
+							t.Errorf("NetworkPolicy %s rule %d from[%d] %+v on the metrics port: want pods of any namespace (namespaceSelector: {}), no ipBlock", np.Name, ri, i, peer)
+						}
+						scrape = scrape || isAnyPod(peer)
+					}
+					continue
+				}
 				for i, peer := range rule.From {
 					switch {
 					case isHarness(peer):
@@ -661,7 +754,7 @@ func checkCommon(t *testing.T, m *manifests, w workload, o overlay) {
 					case o.shared && isOwnPods(peer, w):
 						peers = true
 					default:
-						t.Errorf("NetworkPolicy %s rule %d from[%d] %+v: want only pods labelled %s=true, or (replicas) berth's own pods by its selector in its namespace", np.Name, ri, i, peer, harnessLabel)
+						t.Errorf("NetworkPolicy %s rule %d from[%d] %+v: want only pods labelled %s=true of namespaces named by %s (%s among them), or (replicas) berth's own pods by its selector in its namespace", np.Name, ri, i, peer, harnessLabel, namespaceNameLabel, harnessNamespace)
 					}
 				}
 				if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || resolvePort(c, *rule.Ports[0].Port) != port.ContainerPort ||
@@ -678,6 +771,9 @@ func checkCommon(t *testing.T, m *manifests, w workload, o overlay) {
 		}
 		if o.shared && !peers {
 			t.Error("no NetworkPolicy admits berth's own pods: a replica could not forward a request to the one serving the run")
+		}
+		if !scrape {
+			t.Errorf("no NetworkPolicy admits any pod to the metrics port %d: Prometheus could not scrape", mport.ContainerPort)
 		}
 	})
 
@@ -754,11 +850,30 @@ func checkAPI(t *testing.T, m *manifests, w workload) {
 		}
 		roles := objects[*rbacv1.Role](m)
 		bindings := objects[*rbacv1.RoleBinding](m)
-		// One Role per sandbox namespace, and the run store's in berth's.
-		if len(roles) != len(namespaces)+1 || len(bindings) != len(namespaces)+1 {
-			t.Errorf("want one Role and one RoleBinding per sandbox namespace %q and one in %s, got %d and %d", namespaces, w.meta.Namespace, len(roles), len(bindings))
+		// One Role per sandbox namespace, and the run store's in berth's
+		// only when berth uses the store (least privilege: a single
+		// replica keeps its runs in memory and never touches a Secret or
+		// a Lease).
+		store := args["store"] == "kube"
+		want := len(namespaces)
+		if store {
+			want++
 		}
-		for _, ns := range append(namespaces, w.meta.Namespace) {
+		if len(roles) != want || len(bindings) != want {
+			t.Errorf("want one Role and one RoleBinding per sandbox namespace %q (and with --store=kube one in %s), got %d and %d", namespaces, w.meta.Namespace, len(roles), len(bindings))
+		}
+		if !store {
+			for _, r := range roles {
+				if r.Namespace == w.meta.Namespace {
+					t.Errorf("Role %s/%s in berth's own namespace without --store=kube: berth uses no Secrets or Leases there; drop k8s/rbac/store from this overlay", r.Namespace, r.Name)
+				}
+			}
+		}
+		checked := namespaces
+		if store {
+			checked = append(checked, w.meta.Namespace)
+		}
+		for _, ns := range checked {
 			want, what := kube.Rules(), "kube.Rules()"
 			if ns == w.meta.Namespace {
 				want, what = kubestore.Rules(), "kubestore.Rules()"
@@ -845,20 +960,27 @@ func checkAPI(t *testing.T, m *manifests, w workload) {
 	})
 
 	t.Run("service", func(t *testing.T) {
-		var found bool
+		var found, metrics bool
 		for _, s := range objects[*corev1.Service](m) {
 			if s.Namespace != w.meta.Namespace || len(s.Spec.Selector) == 0 || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(w.pod.Labels)) {
 				continue
 			}
 			found = true
 			for _, p := range s.Spec.Ports {
-				if got := resolvePort(c, p.TargetPort); got != httpPort(t, c).ContainerPort {
-					t.Errorf("Service %s port %d targets %s (%d), not berth's port", s.Name, p.Port, p.TargetPort.String(), got)
+				want := httpPort(t, c).ContainerPort
+				if p.Name == "metrics" {
+					want, metrics = metricsPort(t, c).ContainerPort, true
+				}
+				if got := resolvePort(c, p.TargetPort); got != want {
+					t.Errorf("Service %s port %s (%d) targets %s (%d), not berth's port %d", s.Name, p.Name, p.Port, p.TargetPort.String(), got, want)
 				}
 			}
 		}
 		if !found {
 			t.Error("no Service selects berth's pods")
+		}
+		if !metrics {
+			t.Error("the Service has no port named metrics: a ServiceMonitor or a scrape config by Service could not find berth's metrics")
 		}
 	})
 

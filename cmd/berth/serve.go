@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/httpapi"
 	"berth.dev/berth/controller/mcpserver"
+	"berth.dev/berth/kubeauth"
 	"berth.dev/berth/runstore"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/tools/permission"
@@ -58,6 +61,11 @@ type serveFlags struct {
 	residentGrace     time.Duration
 	store             string
 	replicas          replicaFlags
+	metricsAddr       string
+	tlsCertFile       string
+	tlsKeyFile        string
+	saFile            string
+	saAudience        string
 }
 
 // serveConfig is what berth serve is configured with beyond the
@@ -82,6 +90,14 @@ type serveConfig struct {
 	// watched for changes. Nil: nothing to reload.
 	reload      func() (token, operator string, creds []httpapi.Credential, err error)
 	reloadFiles []string
+	// metrics, when set, is the listener of --metrics-addr: GET /metrics
+	// without a token, nothing else.
+	metrics net.Listener
+	// certs, when set, serve the API over TLS (--tls-cert-file).
+	certs *certReloader
+	// accounts, when set, authenticate service-account tokens
+	// (--service-accounts-file).
+	accounts *serviceAccounts
 }
 
 // serveOption sets part of a serveConfig.
@@ -91,7 +107,7 @@ func newServe(g *globalFlags) *cobra.Command {
 	f := &serveFlags{}
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
-		Short: "Serve the HTTP API (/v1, /healthz, /metrics) and the operator console (/console/)",
+		Short: "Serve the HTTP API (/v1, /livez, /readyz, /metrics) and the operator console (/console/)",
 		Long: `serve answers the HTTP API of docs/http.md ("HTTP API"). Requests under /v1 and /metrics need
 "Authorization: Bearer <token>". --tokens-file names the credentials, one
 a line: "<sha256-hex-of-token> <tenant> <scope>[,<scope>…]" (make the hash
@@ -154,17 +170,44 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 			if err != nil {
 				return err
 			}
-			if token == "" && operator == "" && len(creds) == 0 && g.hostUser != "" {
+			var accounts *serviceAccounts
+			if f.saFile != "" {
+				if accounts, err = loadServiceAccounts(f.saFile, f.saAudience); err != nil {
+					return err
+				}
+			}
+			if token == "" && operator == "" && len(creds) == 0 && accounts == nil && g.hostUser != "" {
 				// Without a token every local process holds every scope, the
 				// host user's cells among them: one could approve its own call.
 				return fmt.Errorf("berth: --host-user runs tools' processes on this machine, and without a token any of them could call berth and answer its own permission cards: set %s and %s (or --tokens-file)", EnvToken, EnvOperatorToken)
 			}
-			if token == "" && operator == "" && len(creds) == 0 && !loopbackAddr(f.addr) {
+			if token == "" && operator == "" && len(creds) == 0 && accounts == nil && !loopbackAddr(f.addr) {
 				return fmt.Errorf("berth: refusing to listen on %s without a token: set %s, --token-file or --tokens-file, or listen on 127.0.0.1", f.addr, EnvToken)
 			}
 			log := g.loggerAt(cmd.ErrOrStderr(), slog.LevelInfo)
+			var certs *certReloader
+			if (f.tlsCertFile == "") != (f.tlsKeyFile == "") {
+				return errors.New("berth: --tls-cert-file and --tls-key-file go together: pass both (the certificate and its private key), or neither")
+			}
+			if f.tlsCertFile != "" {
+				if f.store == storeKube {
+					return errors.New("berth: --tls-cert-file with --store kube: the replicas forward requests to each other over plain HTTP (--advertise), which a TLS listener refuses; serve TLS with one replica, or terminate it in front of berth (a mesh or an ingress)")
+				}
+				if certs, err = newCertReloader(f.tlsCertFile, f.tlsKeyFile); err != nil {
+					return err
+				}
+			}
+			var metricsLn net.Listener
+			if f.metricsAddr != "" {
+				if metricsLn, err = net.Listen("tcp", f.metricsAddr); err != nil {
+					return fmt.Errorf("berth: --metrics-addr: listen on %s: %w", f.metricsAddr, err)
+				}
+			}
 			ln, err := net.Listen("tcp", f.addr)
 			if err != nil {
+				if metricsLn != nil {
+					metricsLn.Close()
+				}
 				return fmt.Errorf("berth: listen on %s: %w", f.addr, err)
 			}
 			return serve(cmd.Context(), g, ln, token, g.stderrFor(cmd.ErrOrStderr(), log), log, func(c *serveConfig) {
@@ -183,6 +226,7 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 					}
 				}
 				c.reload = load
+				c.metrics, c.certs, c.accounts = metricsLn, certs, accounts
 			})
 		},
 	}
@@ -210,6 +254,11 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 	// means the surface elsewhere.
 	cmd.Flags().StringVar(&g.serveMode, "mode", string(permission.ModeHosted), "permission mode (deprecated: use --permissions)")
 	cmd.Flags().MarkDeprecated("mode", "use --permissions (the same values); --mode will be removed in the next release")
+	cmd.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "also serve GET /metrics, WITHOUT a bearer token and nothing else, on this address (e.g. :9090), for a scraper; the --addr listener's /metrics keeps needing the metrics scope")
+	cmd.Flags().StringVar(&f.tlsCertFile, "tls-cert-file", "", "serve the API over TLS with this PEM certificate (chain); re-read when it changes, so a rotated certificate is served without a restart")
+	cmd.Flags().StringVar(&f.tlsKeyFile, "tls-key-file", "", "the PEM private key of --tls-cert-file")
+	cmd.Flags().StringVar(&f.saFile, "service-accounts-file", "", "accept projected Kubernetes service-account tokens, verified by TokenReview, of the service accounts this file maps, a line each: <namespace>/<serviceaccount> <tenant> <scope>[,<scope>…]")
+	cmd.Flags().StringVar(&f.saAudience, "service-account-audience", kubeauth.DefaultAudience, "the audience a service-account token must be projected for (--service-accounts-file)")
 	return cmd
 }
 
@@ -221,6 +270,9 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	var cfg serveConfig
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.metrics != nil {
+		defer cfg.metrics.Close() // also when serve fails before serving it
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -245,11 +297,14 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	}
 	// A stored run of a tenant these credentials do not name is not
 	// adopted.
-	tune := []func(*controller.Config){func(c *controller.Config) { c.KnownTenants = knownTenants(creds) }}
+	// Every credential that names a tenant: the tokens, and the mapped
+	// service accounts (which have no token of their own here).
+	named := append(slices.Clone(creds), cfg.accounts.credentials()...)
+	tune := []func(*controller.Config){func(c *controller.Config) { c.KnownTenants = knownTenants(named) }}
 	if cfg.tune != nil {
 		tune = append(tune, cfg.tune)
 	}
-	if tenants := harnessTenants(creds); len(tenants) > 1 {
+	if tenants := harnessTenants(named); len(tenants) > 1 {
 		tune = append(tune, func(c *controller.Config) { c.RequireTenantLabel = true })
 		describeTenantLabels(log, g, tenants)
 	}
@@ -330,23 +385,54 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		close(adopted)
 	}
 	defer func() { <-adopted }()
+	ready := slices.Clone(b.ready)
+	switch {
+	case store != nil:
+		ready = append([]httpapi.ReadyCheck{{Name: "run store", Check: dirReady(store)}}, ready...)
+	case rp != nil:
+		ready = append([]httpapi.ReadyCheck{{Name: "run store", Check: storeReady(rp.store)}}, ready...)
+	}
 	credSet := httpapi.NewCredentialSet(creds)
 	if cfg.reload != nil && len(creds) > 0 {
 		stop := watchCredentials(ctx, log, cfg, mode, credSet)
 		defer stop()
 	}
-	srv := httpapi.NewServer(c, httpapi.Options{CredentialSet: credSet, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString()},
+	srv := httpapi.NewServer(c, httpapi.Options{CredentialSet: credSet, Authenticator: cfg.accounts.authenticator(), LoopbackOnly: len(named) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString(), Ready: ready},
 		context.WithoutCancel(ctx))
-	describeCredentials(stderr, log, creds, mode)
-	fmt.Fprintf(stderr, "berth: serving on http://%s\n", ln.Addr())
+	describeCredentials(stderr, log, named, mode)
+	lis, scheme := httpapi.ListenLimits(ln, cfg.limits), "http"
+	if cfg.certs != nil {
+		// The listener does TLS; srv.TLSConfig stays unset, so that Serve
+		// does not add HTTP/2 to it (the connection caps count HTTP/1.1
+		// requests), and no TLSNextProto is served.
+		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+		lis, scheme = tls.NewListener(lis, cfg.certs.tlsConfig()), "https"
+	}
+	fmt.Fprintf(stderr, "berth: serving on %s://%s\n", scheme, ln.Addr())
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(httpapi.ListenLimits(ln, cfg.limits)) }()
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(lis) }()
+	var msrv *http.Server
+	if cfg.metrics != nil {
+		msrv = &http.Server{Handler: httpapi.MetricsHandler(reg), ReadHeaderTimeout: httpapi.DefaultReadHeaderTimeout,
+			ReadTimeout: httpapi.DefaultReadTimeout, IdleTimeout: httpapi.DefaultIdleTimeout, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes}
+		fmt.Fprintf(stderr, "berth: metrics on http://%s/metrics (no token)\n", cfg.metrics.Addr())
+		go func() { errc <- msrv.Serve(httpapi.Listen(cfg.metrics, metricsMaxConns)) }()
+	}
 	select {
 	case err := <-errc:
 		c.Close()
+		srv.Close()
+		if msrv != nil {
+			msrv.Close()
+		}
 		return fmt.Errorf("berth: serve: %w", err)
 	case <-ctx.Done():
+	}
+	if msrv != nil {
+		// Metrics stop first: nothing about the runs is served there.
+		msrv.Close()
+		<-errc
 	}
 
 	end := c.Close
@@ -370,6 +456,35 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		srv.Close()
 	}
 	return errors.Join(cerr, serr)
+}
+
+// metricsMaxConns caps the connections of the --metrics-addr listener:
+// scrapers are few.
+const metricsMaxConns = 16
+
+// dirReady is /readyz's check of a --state-dir store: the directory is
+// still there and a record can be read (a lookup of a run that does not
+// exist).
+func dirReady(st *runstore.Dir) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if _, err := os.Stat(st.Path()); err != nil {
+			return fmt.Errorf("the state directory is gone (%w): runs can no longer be kept; check the volume of --state-dir", err)
+		}
+		return storeReady(st)(ctx)
+	}
+}
+
+// storeReady is /readyz's check of a run store: reading a record that
+// does not exist answers ErrNotFound when the store is reachable.
+func storeReady(st interface {
+	Get(context.Context, string) (runstore.Record, error)
+}) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if _, err := st.Get(ctx, "readyz-probe"); err != nil && !errors.Is(err, runstore.ErrNotFound) {
+			return err
+		}
+		return nil
+	}
 }
 
 // EnvStateDir names the environment variable that overrides the default
@@ -488,8 +603,12 @@ func describeCredentials(stderr io.Writer, log *slog.Logger, creds []httpapi.Cre
 	var list []string
 	operator := false
 	for _, c := range creds {
-		list = append(list, c.String())
 		operator = operator || c.Has(httpapi.ScopeOperator)
+		if c.Subject != "" {
+			list = append(list, c.Subject+" (token verified by TokenReview) "+c.String())
+			continue
+		}
+		list = append(list, c.String())
 	}
 	fmt.Fprintf(stderr, "berth: credentials: %s\n", strings.Join(list, "; "))
 	if mode == permission.ModeHosted && !operator {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"berth.dev/berth/controller"
+	"berth.dev/berth/controller/httpapi"
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/containerd"
 	"berth.dev/berth/sandbox/docker"
@@ -21,6 +22,22 @@ import (
 type backends struct {
 	providers []sandbox.Provider
 	closers   []func() error
+	// ready are the engines configured explicitly (--docker-host,
+	// --containerd-address, --kube api or node), which berth serve's
+	// /readyz asks whether they answer.
+	ready []httpapi.ReadyCheck
+}
+
+// pinger is a provider that can say whether its engine answers.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// readyEngine adds p's engine to b.ready under name.
+func (b *backends) readyEngine(name string, p sandbox.Provider) {
+	if pp, ok := p.(pinger); ok {
+		b.ready = append(b.ready, httpapi.ReadyCheck{Name: "engine " + name, Check: pp.Ping})
+	}
 }
 
 func (b *backends) Close() error {
@@ -49,9 +66,15 @@ func newBackends(g *globalFlags) (*backends, error) {
 		opts = append(opts, docker.WithLabelKey(g.labelKey))
 		if p, err := docker.New(opts...); err != nil {
 			b.providers = append(b.providers, unavailable{scheme: docker.Scheme, err: err})
+			if g.dockerHost != "" {
+				b.readyEngine("docker ("+g.dockerHost+")", unavailable{scheme: docker.Scheme, err: err})
+			}
 		} else {
 			b.providers = append(b.providers, p)
 			b.closers = append(b.closers, p.Close)
+			if g.dockerHost != "" {
+				b.readyEngine("docker ("+g.dockerHost+")", p)
+			}
 		}
 	}
 	ctrd, err := newContainerd(g)
@@ -61,14 +84,23 @@ func newBackends(g *globalFlags) (*backends, error) {
 	}
 	if err != nil {
 		b.providers = append(b.providers, unavailable{scheme: containerd.Scheme, err: err})
+		if g.containerdAddress != "" {
+			b.readyEngine("containerd ("+g.containerdAddress+")", unavailable{scheme: containerd.Scheme, err: err})
+		}
 	} else if ctrd != nil {
 		b.providers = append(b.providers, ctrd)
 		b.closers = append(b.closers, ctrd.Close)
+		if g.containerdAddress != "" {
+			b.readyEngine("containerd ("+ctrd.Address()+")", ctrd)
+		}
 	}
 	kp, err := newKube(g, ctrd)
 	if err != nil {
 		b.Close()
 		return nil, err
+	}
+	if kp != nil && g.kube == kubeAPI {
+		b.readyEngine("kube (API server)", kp)
 	}
 	switch {
 	case kp == nil:
@@ -181,6 +213,10 @@ func (u unavailable) Open(ctx context.Context, ref string) (sandbox.Sandbox, err
 func (u unavailable) Locate(ctx context.Context, owner sandbox.Owner) (string, error) {
 	return "", u.error()
 }
+
+// Ping fails: the provider could not be set up at start, and berth does
+// not set it up again (readiness says so until berth restarts).
+func (u unavailable) Ping(context.Context) error { return u.error() }
 
 func (u unavailable) error() error {
 	return fmt.Errorf("berth: %s sandboxes are unavailable: %v; this berth set its %s provider up at start, so restart berth once the engine answers: %w: %w",

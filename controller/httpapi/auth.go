@@ -55,7 +55,23 @@ type Credential struct {
 	Hash   [sha256.Size]byte
 	Tenant string
 	Scopes []Scope
+	// Subject, when set, names who an Authenticator verified instead of
+	// a configured token (system:serviceaccount:NAMESPACE:NAME); Hash is
+	// then zero.
+	Subject string
 }
+
+// Authenticator verifies a bearer token that matches no configured
+// credential, such as a Kubernetes service-account token (kubeauth). An
+// error wrapping ErrUnauthenticated is a refusal (401, its message to the
+// caller); any other error means it could not tell (503: its verifier
+// does not answer).
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (Credential, error)
+}
+
+// ErrUnauthenticated is an Authenticator's refusal of a token.
+var ErrUnauthenticated = errors.New("httpapi: token refused")
 
 // TokenCredential returns the credential of a plain token.
 func TokenCredential(token, tenant string, scopes ...Scope) Credential {
@@ -77,6 +93,9 @@ func (c Credential) String() string {
 // its line's hash in the tokens file, its tenant and scopes; the zero
 // credential (berth serves without tokens) is "no token".
 func (c Credential) Who() string {
+	if c.Subject != "" {
+		return fmt.Sprintf("%s (%s)", c.Subject, c.String())
+	}
 	if c.Hash == ([sha256.Size]byte{}) {
 		return "no token (berth serves without a tokens file); " + c.String()
 	}
@@ -185,14 +204,17 @@ func principalOf(r *http.Request) principal {
 // authenticate finds the request's credential. The presented token is
 // hashed and compared with every credential's hash in constant time, so
 // neither the comparison nor which credential matched shows in the timing.
-func (s *server) authenticate(r *http.Request) (principal, string, bool) {
+// A token none matches goes to Options.Authenticator, when set. On failure
+// it returns the status (401, or 503 when the authenticator could not
+// tell) and the message.
+func (s *server) authenticate(r *http.Request) (principal, int, string) {
 	creds := s.creds.List()
-	if len(creds) == 0 {
-		return principal{Credential{Tenant: DefaultTenant, Scopes: Scopes}}, "", true
+	if len(creds) == 0 && s.opts.Authenticator == nil {
+		return principal{Credential{Tenant: DefaultTenant, Scopes: Scopes}}, 0, ""
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
-		return principal{}, "httpapi: missing bearer token: send Authorization: Bearer <token> (berth serve reads the credentials from --tokens-file, or BERTH_TOKEN / --token-file)", false
+		return principal{}, http.StatusUnauthorized, "httpapi: missing bearer token: send Authorization: Bearer <token> (berth serve reads the credentials from --tokens-file, or BERTH_TOKEN / --token-file; in a cluster, a projected service-account token when --service-accounts-file is set)"
 	}
 	sum := sha256.Sum256([]byte(got))
 	match := -1
@@ -201,18 +223,35 @@ func (s *server) authenticate(r *http.Request) (principal, string, bool) {
 			match = i
 		}
 	}
-	if match < 0 {
-		return principal{}, "httpapi: wrong bearer token: send a token berth serve was configured with", false
+	if match >= 0 {
+		return principal{creds[match]}, 0, ""
 	}
-	return principal{creds[match]}, "", true
+	if s.opts.Authenticator != nil {
+		c, err := s.opts.Authenticator.Authenticate(r.Context(), got)
+		switch {
+		case err == nil:
+			return principal{c}, 0, ""
+		case errors.Is(err, ErrUnauthenticated):
+			return principal{}, http.StatusUnauthorized, err.Error()
+		default:
+			return principal{}, http.StatusServiceUnavailable, fmt.Sprintf("httpapi: the token could not be verified now: %v; retry after Retry-After", err)
+		}
+	}
+	return principal{}, http.StatusUnauthorized, "httpapi: wrong bearer token: send a token berth serve was configured with"
 }
 
 // authn authenticates every request before anything else reads it — its
 // route, its body — and puts the principal in the request's context.
 func (s *server) authn(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, msg, ok := s.authenticate(r)
-		if !ok {
+		p, status, msg := s.authenticate(r)
+		switch status {
+		case 0:
+		case http.StatusServiceUnavailable:
+			w.Header().Set("Retry-After", "2")
+			refuse(w, status, "auth_unavailable", msg)
+			return
+		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
 			refuse(w, http.StatusUnauthorized, "unauthorized", msg)
 			return

@@ -72,7 +72,8 @@ func (s *server) stream(h http.HandlerFunc, mcp bool) http.HandlerFunc {
 }
 
 // healthz answers 200 "ok" while the process serves HTTP at all: the
-// liveness probe.
+// liveness probe (/livez, and /healthz, its older name). It checks
+// nothing else, so that a slow store or engine never gets berth killed.
 func healthz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ok")
@@ -80,12 +81,18 @@ func healthz(w http.ResponseWriter, r *http.Request) {
 
 // readyz answers 200 "ready" while the server takes new work, and 503
 // "shutting down" once its shutdown began (the readiness probe: a load
-// balancer stops sending requests before the listener closes).
+// balancer stops sending requests before the listener closes), or 503
+// "not ready: NAME: why" while one of Options.Ready fails.
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if s.draining.Load() {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		io.WriteString(w, "shutting down")
+		return
+	}
+	if err := s.ready.check(r.Context()); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "not ready: "+err.Error())
 		return
 	}
 	if n := s.c.Adopting(); n > 0 {

@@ -340,7 +340,7 @@ func TestMCPSessionCaps(t *testing.T) {
 }
 
 // TestReadyz: /readyz answers 200 "ready" until the server's shutdown
-// begins, then 503; /healthz still answers 200.
+// begins, then 503; /livez and /healthz still answer 200.
 func TestReadyz(t *testing.T) {
 	c, err := controller.New(controller.Config{
 		Providers:  []sandbox.Provider{&provider{scheme: "host"}},
@@ -372,7 +372,9 @@ func TestReadyz(t *testing.T) {
 	if code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz after shutdown began: %d, want 503", code)
 	}
-	if code, body := get("/healthz"); code != 200 || body != "ok" {
-		t.Errorf("/healthz after shutdown began: %d %q", code, body)
+	for _, p := range []string{"/livez", "/healthz"} {
+		if code, body := get(p); code != 200 || body != "ok" {
+			t.Errorf("%s after shutdown began: %d %q", p, code, body)
+		}
 	}
 }

@@ -10,7 +10,11 @@
 // package keep it equal to the mux, and tests/docs_test.go keeps the prose
 // table equal to openapi.json.
 //
-// Every request is authenticated before its route or body is read. A run
+// Every request is authenticated before its route or body is read: its
+// bearer token against Credentials, and a token none matches by
+// Options.Authenticator when set (a Kubernetes service-account token,
+// kubeauth). [MetricsHandler] serves /metrics alone without a token, on a
+// listener of its own (berth serve --metrics-addr). A run
 // belongs to the tenant whose credential opened it: every route answers
 // another tenant's run exactly as a missing one (404 unknown_run), and an
 // operator credential of tenant AllTenants sees every run.
@@ -81,6 +85,7 @@
 //	499 cancelled          the call's context was cancelled otherwise (logged only; a client that goes away sees nothing, and its call goes on)
 //	500 internal           anything else
 //	503 shutting_down      the controller is closing
+//	503 auth_unavailable   the bearer token matches no configured token and the Authenticator (TokenReview) could not verify it now: retry after Retry-After
 //	503 busy               every connection slot is taken and SpareWaiters requests wait for one already: retry after Retry-After
 //	503 sandbox_unavailable the run's container is paused or its engine does not answer (sandbox.ErrUnavailable), also when berth restarted meanwhile: the run is kept, retry after Retry-After
 //	503 restarting         berth is shutting down and hands the run over to the next berth on its state directory (controller.ErrRestarting): the run and its kernels are kept; a call in flight is not answered by this berth (what it started goes on), retry after Retry-After
@@ -161,6 +166,12 @@ type Options struct {
 	Peer *Peer
 	// Version is berth's version, the MCP endpoints' serverInfo.version.
 	Version string
+	// Authenticator, when set, verifies the bearer tokens that match no
+	// credential of Credentials (Kubernetes service-account tokens).
+	Authenticator Authenticator
+	// Ready are the conditions /readyz checks beyond the server's own
+	// shutdown (the run store, the container engines); see [ReadyCheck].
+	Ready []ReadyCheck
 }
 
 type server struct {
@@ -176,6 +187,8 @@ type server struct {
 	streams streams
 	// draining is set when the server's shutdown begins (/readyz).
 	draining atomic.Bool
+	// ready runs Options.Ready for /readyz.
+	ready *readiness
 }
 
 // New returns the HTTP handler for c.
@@ -186,7 +199,7 @@ func New(c *controller.Controller, opts Options) http.Handler {
 
 // build returns the handler and the function that ends its MCP sessions.
 func build(c *controller.Controller, opts Options) (http.Handler, func()) {
-	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger, peers: newPeerTransport(), calls: newCallStore()}
+	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger, peers: newPeerTransport(), calls: newCallStore(), ready: newReadiness(opts.Ready)}
 	s.streams = streams{max: s.limits.MaxStreamsPerTenant, open: map[string]int{}}
 	s.creds = opts.CredentialSet
 	if s.creds == nil {
@@ -218,6 +231,7 @@ func build(c *controller.Controller, opts Options) (http.Handler, func()) {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI) // public: see OpenAPIPath
+	mux.HandleFunc("GET /livez", healthz)
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("/v1/", s.authn(methodJSON(v1)))

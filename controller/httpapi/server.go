@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -133,6 +134,9 @@ func NewServer(c *controller.Controller, opts Options, base context.Context) *ht
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if tc, ok := c.(*tls.Conn); ok { // --tls-cert-file: TLS over the capped listener
+				c = tc.NetConn()
+			}
 			if lc, ok := c.(*limitConn); ok {
 				return context.WithValue(ctx, connKey{}, lc)
 			}
@@ -401,7 +405,7 @@ func (c *limitConn) CloseWrite() error {
 
 // probe reports whether r is a health or readiness probe.
 func probe(r *http.Request) bool {
-	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/livez" || r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
 }
 
 // gate counts the requests of a [limitConn] being answered, and serves a

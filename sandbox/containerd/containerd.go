@@ -394,3 +394,12 @@ func short(id string) string {
 	}
 	return id
 }
+
+// Ping asks containerd for its version, for berth serve's readiness: an
+// error says the daemon cannot be reached.
+func (p *Provider) Ping(ctx context.Context) error {
+	if _, err := p.cli.Version(ctx); err != nil {
+		return fmt.Errorf("containerd: %s does not answer: %w", p.opts.address, err)
+	}
+	return nil
+}

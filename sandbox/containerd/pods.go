@@ -123,3 +123,6 @@ func (q *Pods) Locate(ctx context.Context, owner sandbox.Owner) (string, error) 
 	return "", fmt.Errorf("containerd: %d running containers %s are labelled %s: %s; give the pod one container or open one with kube://NAMESPACE/POD/CONTAINER",
 		len(refs), q.onNode(), owner.Selector(PodLabelKey), strings.Join(refs, ", "))
 }
+
+// Ping asks the node's containerd whether it answers ([Provider.Ping]).
+func (q *Pods) Ping(ctx context.Context) error { return q.p.Ping(ctx) }

@@ -242,3 +242,12 @@ func short(id string) string {
 	}
 	return id
 }
+
+// Ping asks the engine whether it answers (GET /_ping), for berth serve's
+// readiness: an error says the engine cannot be reached.
+func (p *Provider) Ping(ctx context.Context) error {
+	if _, err := p.cli.Ping(ctx, client.PingOptions{}); err != nil {
+		return fmt.Errorf("docker: the engine at %s does not answer: %w", p.cli.DaemonHost(), err)
+	}
+	return nil
+}

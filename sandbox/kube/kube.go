@@ -451,3 +451,13 @@ func apiError(host, what, ns string, err error) error {
 func ClientConfig() (*rest.Config, string, error) {
 	return loadConfig(&options{})
 }
+
+// Ping asks the API server for its version (GET /version, which every
+// authenticated client may read), for berth serve's readiness: an error
+// says the API server cannot be reached with berth's credentials.
+func (p *Provider) Ping(ctx context.Context) error {
+	if err := p.core.rc.Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+		return fmt.Errorf("kube: the API server %s (from %s) does not answer: %w", p.cfg.Host, p.source, err)
+	}
+	return nil
+}

@@ -501,6 +501,11 @@ func TestLeastPrivilege(t *testing.T) {
 	if err := sb.Check(ctx); err != nil {
 		t.Errorf("Check as %s: %v", sa, err)
 	}
+	// berth serve's /readyz asks the API server for its version with the
+	// same account, which holds nothing beyond Rules().
+	if err := p.Ping(ctx); err != nil {
+		t.Errorf("Ping as %s: %v", sa, err)
+	}
 	if got, err := p.Locate(ctx, sandbox.Owner{Conversation: conv}); err != nil || got != ns+"/target/main" {
 		t.Errorf("Locate as %s = %q, %v; want %s/target/main", sa, got, err, ns)
 	}

@@ -141,6 +141,21 @@ func TestOpenLocateWithoutCluster(t *testing.T) {
 	}
 }
 
+// TestPingWithoutCluster: /readyz's check of an API server that does not
+// answer fails, naming the server.
+func TestPingWithoutCluster(t *testing.T) {
+	noCluster(t)
+	p, err := New(WithKubeconfig(unreachableKubeconfig(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.Ping(ctx); err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("Ping = %v; want an error naming the API server https://127.0.0.1:1", err)
+	}
+}
+
 func pod(containers ...string) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}
 	p.Status.Phase = corev1.PodRunning
