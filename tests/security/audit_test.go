@@ -21,7 +21,7 @@ func TestPermissionAudit(t *testing.T) {
 	harness, operator := newToken(t), newToken(t)
 	ws := t.TempDir()
 	s := startServe(t, serveOpts{
-		args: []string{"--mode", "hosted", "--host-placement", "explicit", "--host-root", ws, "--log-format", "json"},
+		args: []string{"--permissions", "hosted", "--host-placement", "explicit", "--host-root", ws, "--log-format", "json"},
 		env:  []string{"BERTH_TOKEN=" + harness, "BERTH_OPERATOR_TOKEN=" + operator},
 	})
 	run := s.open(harness, fmt.Sprintf(`{"sandbox":"host","workspace":%q}`, ws))
