@@ -22,6 +22,7 @@ import (
 	"berth.dev/berth/controller/mcpserver"
 	"berth.dev/berth/runstore"
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/sandbox/shim"
 	"berth.dev/berth/tools/permission"
 )
 
@@ -201,6 +202,7 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	for _, o := range opts {
 		o(&cfg)
 	}
+	prepareAgent(log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b, err := newBackends(g)
@@ -309,7 +311,7 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		close(adopted)
 	}
 	defer func() { <-adopted }()
-	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString()},
+	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString(), Status: shim.Building},
 		context.WithoutCancel(ctx))
 	describeCredentials(stderr, log, creds, mode)
 	fmt.Fprintf(stderr, "berth: serving on http://%s\n", ln.Addr())

@@ -152,6 +152,8 @@ type Options struct {
 	Peer *Peer
 	// Version is berth's version, the MCP endpoints' serverInfo.version.
 	Version string
+	// Status is [mcpserver.Options].Status for the MCP sessions served.
+	Status func() string
 }
 
 type server struct {
@@ -815,7 +817,7 @@ func (s *server) runMCP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("surface") == "" {
 		surface = ""
 	}
-	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log, Tenant: principalOf(r).Tenant, Version: s.opts.Version})
+	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log, Tenant: principalOf(r).Tenant, Version: s.opts.Version, Status: s.opts.Status})
 }
 
 // splitList splits a comma-separated query value; empty is none.
@@ -850,5 +852,5 @@ func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
 		_, err := s.c.Lookup(tenant, id)
 		return err
 	}
-	s.mcp.ServeOpen(w, r, open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant, Version: s.opts.Version})
+	s.mcp.ServeOpen(w, r, open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant, Version: s.opts.Version, Status: s.opts.Status})
 }
