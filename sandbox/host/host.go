@@ -18,9 +18,9 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
-	"runtime"
 	"syscall"
 	"time"
 

@@ -84,4 +84,3 @@ func writeExecutable(dir, p string, data []byte) error {
 	}
 	return os.Rename(f.Name(), p)
 }
-
