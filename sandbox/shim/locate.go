@@ -20,7 +20,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -55,7 +54,7 @@ var (
 type locateResult struct {
 	arch     string
 	started  time.Time
-	building atomic.Bool // set when no prebuilt agent was found and the build began
+	building chan struct{} // closed when no prebuilt agent was found and a build began
 	done     chan struct{}
 	bin      *Binary
 	err      error
@@ -80,7 +79,7 @@ func Locate(ctx context.Context, arch string) (*Binary, error) {
 	case <-c.done:
 		return c.bin, c.err
 	case <-ctx.Done():
-		if c.building.Load() {
+		if c.isBuilding() {
 			return nil, fmt.Errorf("shim: berth is building its sandbox agent for linux/%s (started %s ago; a first build takes about a minute, later ones are cached); call again shortly: %w",
 				c.arch, time.Since(c.started).Round(time.Second), ctx.Err())
 		}
@@ -106,26 +105,18 @@ func Prepare(arch string, report func(level slog.Level, msg string)) {
 		return
 	}
 	go func() { // owned by the lookup: it ends when the lookup does
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		announced := false
-		for {
-			select {
-			case <-c.done:
-				switch {
-				case announced && c.err != nil:
-					report(slog.LevelError, fmt.Sprintf("berth could not build its sandbox agent for linux/%s: %v", c.arch, c.err))
-				case announced:
-					report(slog.LevelInfo, fmt.Sprintf("berth built its sandbox agent for linux/%s in %s", c.arch, time.Since(c.started).Round(100*time.Millisecond)))
-				case c.err != nil:
-					report(slog.LevelError, c.err.Error())
-				}
-				return
-			case <-t.C:
-				if !announced && c.building.Load() {
-					announced = true
-					report(slog.LevelWarn, fmt.Sprintf("berth is building its sandbox agent for linux/%s with the Go toolchain (this berth carries no prebuilt agent; build it with release/build to avoid this); the first tool calls wait for it", c.arch))
-				}
+		select {
+		case <-c.building:
+			report(slog.LevelWarn, fmt.Sprintf("berth is building its sandbox agent for linux/%s with the Go toolchain (this berth carries no prebuilt agent; release/build makes one that does); the first tool calls wait for it", c.arch))
+			<-c.done
+			if c.err != nil {
+				report(slog.LevelError, fmt.Sprintf("berth could not build its sandbox agent for linux/%s: %v", c.arch, c.err))
+			} else {
+				report(slog.LevelInfo, fmt.Sprintf("berth built its sandbox agent for linux/%s in %s", c.arch, time.Since(c.started).Round(100*time.Millisecond)))
+			}
+		case <-c.done:
+			if c.err != nil {
+				report(slog.LevelError, c.err.Error())
 			}
 		}
 	}()
@@ -138,7 +129,7 @@ func Building() string {
 	defer locateMu.Unlock()
 	for _, a := range Arches {
 		c := locateCalls[a]
-		if c == nil || !c.building.Load() {
+		if c == nil || !c.isBuilding() {
 			continue
 		}
 		select {
@@ -165,12 +156,12 @@ func start(arch string) (*locateResult, error) {
 	if c := locateCalls[arch]; c != nil {
 		return c, nil
 	}
-	c := &locateResult{arch: arch, started: time.Now(), done: make(chan struct{})}
+	c := &locateResult{arch: arch, started: time.Now(), building: make(chan struct{}), done: make(chan struct{})}
 	locateCalls[arch] = c
 	go func() { // owned by locateCalls: it ends within buildTimeout
 		bctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 		defer cancel()
-		c.bin, c.err = locate(bctx, arch, &c.building)
+		c.bin, c.err = locate(bctx, arch, func() { close(c.building) })
 		if c.err != nil {
 			locateMu.Lock()
 			delete(locateCalls, arch) // the next call tries again
@@ -181,9 +172,20 @@ func start(arch string) (*locateResult, error) {
 	return c, nil
 }
 
-// locate finds or builds the agent for linux/arch; building is set before
-// a build starts.
-func locate(ctx context.Context, arch string, building *atomic.Bool) (*Binary, error) {
+// isBuilding reports whether the lookup found no prebuilt agent and builds
+// one (or built it).
+func (c *locateResult) isBuilding() bool {
+	select {
+	case <-c.building:
+		return true
+	default:
+		return false
+	}
+}
+
+// locate finds or builds the agent for linux/arch; building, when not nil,
+// is called before a build starts.
+func locate(ctx context.Context, arch string, building func()) (*Binary, error) {
 	exeDir := ""
 	if exe, err := os.Executable(); err == nil {
 		exeDir = filepath.Dir(exe)
@@ -192,7 +194,7 @@ func locate(ctx context.Context, arch string, building *atomic.Bool) (*Binary, e
 		return b, err
 	}
 	if building != nil {
-		building.Store(true)
+		building()
 	}
 	return build(ctx, arch)
 }

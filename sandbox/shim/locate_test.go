@@ -4,6 +4,7 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/binary"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,5 +180,67 @@ func TestCheckDialAddress(t *testing.T) {
 		if err := CheckDialAddress(tc.network, tc.address); (err == nil) != tc.ok {
 			t.Errorf("CheckDialAddress(%s, %s) = %v, want ok=%v", tc.network, tc.address, err, tc.ok)
 		}
+	}
+}
+
+// TestPrepareBuilds: with no prebuilt agent, Prepare starts the build at
+// once and says so; Building describes it while it runs; Locate then
+// returns what it built.
+func TestPrepareBuilds(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go toolchain")
+	}
+	if testing.Short() {
+		t.Skip("builds the agent")
+	}
+	if Embedded(runtime.GOARCH) != nil {
+		t.Skip("this test binary embeds prebuilt agents")
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv(EnvBinary, "")
+	locateMu.Lock()
+	delete(locateCalls, runtime.GOARCH) // a lookup of an earlier test
+	locateMu.Unlock()
+
+	type report struct {
+		level    slog.Level
+		msg      string
+		building string
+	}
+	reports := make(chan report, 4)
+	Prepare(runtime.GOARCH, func(level slog.Level, msg string) {
+		reports <- report{level, msg, Building()}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	next := func() report {
+		select {
+		case r := <-reports:
+			return r
+		case <-ctx.Done():
+			t.Fatal("no report from Prepare")
+			return report{}
+		}
+	}
+	r := next()
+	if r.level != slog.LevelWarn || !strings.Contains(r.msg, "berth is building its sandbox agent for linux/"+runtime.GOARCH) {
+		t.Fatalf("first report = %v %q, want a warning that berth builds its agent", r.level, r.msg)
+	}
+	if !strings.Contains(r.building, "berth is building its sandbox agent") {
+		t.Errorf("Building() during the build = %q", r.building)
+	}
+	r = next()
+	if r.level != slog.LevelInfo || !strings.Contains(r.msg, "berth built its sandbox agent") {
+		t.Fatalf("second report = %v %q, want that the build ended", r.level, r.msg)
+	}
+	if got := Building(); got != "" {
+		t.Errorf("Building() after the build = %q, want empty", got)
+	}
+	b, err := Locate(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Arch != runtime.GOARCH || !strings.HasPrefix(b.Path, os.Getenv("XDG_CACHE_HOME")) {
+		t.Fatalf("Locate after Prepare = %+v", b)
 	}
 }
