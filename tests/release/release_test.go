@@ -5,8 +5,9 @@
 // toolchain on PATH, placing the agent it carries.
 //
 // It builds for the host's architecture only; set
-// BERTH_TEST_RELEASE_ARCHES="amd64 arm64" for the cross build too. Skips
-// (or fails with CI=true) when git, a C compiler or Docker is missing.
+// BERTH_TEST_RELEASE_ARCHES="amd64 arm64" for the cross build too (tests/run
+// does). Skips (or fails with CI=true) when git, a C compiler, the cross
+// compiler or Docker is missing.
 package release
 
 import (
@@ -51,9 +52,16 @@ func build(t *testing.T, arches []string) string {
 	if testing.Short() {
 		t.Skip("builds a release")
 	}
-	for _, tool := range []string{"git", "go", "gcc", "sha256sum"} {
+	tools := []string{"git", "go", "gcc", "sha256sum"}
+	cross := map[string]string{"arm64": "aarch64-linux-gnu-gcc", "amd64": "x86_64-linux-gnu-gcc"}
+	for _, a := range arches {
+		if a != runtime.GOARCH {
+			tools = append(tools, cross[a])
+		}
+	}
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
-			unavailable(t, "no %s on PATH: %v", tool, err)
+			unavailable(t, "no %s on PATH (for a cross build: apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross): %v", tool, err)
 		}
 	}
 	out := filepath.Join(t.TempDir(), version)
