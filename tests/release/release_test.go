@@ -46,8 +46,9 @@ func moduleRoot(t *testing.T) string {
 	return root
 }
 
-// build runs release/build into a temporary directory and returns it.
-func build(t *testing.T, arches []string) string {
+// build runs release/build into a temporary directory and returns it;
+// image adds the image step.
+func build(t *testing.T, arches []string, image bool) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds a release")
@@ -65,7 +66,10 @@ func build(t *testing.T, arches []string) string {
 		}
 	}
 	out := filepath.Join(t.TempDir(), version)
-	args := []string{"--no-image", "--out", out}
+	args := []string{"--out", out}
+	if !image {
+		args = append(args, "--no-image")
+	}
 	for _, a := range arches {
 		args = append(args, "--arch", a)
 	}
@@ -90,7 +94,7 @@ func arches() []string {
 
 func TestRelease(t *testing.T) {
 	archs := arches()
-	out := build(t, archs)
+	out := build(t, archs, false)
 
 	t.Run("binaries", func(t *testing.T) {
 		machine := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
@@ -296,5 +300,63 @@ func noGoFirstCall(t *testing.T, out string) {
 	placed := "/.berth/shim-" + hex.EncodeToString(sum[:])[:12] + "/berth-shim"
 	if msg, err := exec.Command("docker", "exec", name, "test", "-x", placed).CombinedOutput(); err != nil {
 		t.Errorf("the release's agent is not at %s in the container: %v: %s", placed, err, msg)
+	}
+}
+
+// TestReleaseImage builds the release with its image (root, debootstrap and
+// a Docker daemon, as images/build; set BERTH_TEST_RELEASE_IMAGE=1) and runs
+// it: as user 65532 it serves /healthz, its healthcheck turns healthy, and
+// it answers a tool call; its labels carry the version and the licence.
+func TestReleaseImage(t *testing.T) {
+	if os.Getenv("BERTH_TEST_RELEASE_IMAGE") != "1" {
+		t.Skip("set BERTH_TEST_RELEASE_IMAGE=1 to build the image (root, debootstrap, docker)")
+	}
+	out := build(t, []string{runtime.GOARCH}, true)
+	tag := "berth:" + version
+	t.Cleanup(func() { exec.Command("docker", "rmi", tag).Run() })
+	docker := func(args ...string) string {
+		t.Helper()
+		got, err := exec.Command("docker", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker %s: %v: %s", strings.Join(args, " "), err, got)
+		}
+		return strings.TrimSpace(string(got))
+	}
+	if _, err := os.Stat(filepath.Join(out, "berth-"+version+"-linux-"+runtime.GOARCH+".image.tar.gz")); err != nil {
+		t.Errorf("the saved image: %v", err)
+	}
+	labels := docker("image", "inspect", tag, "--format", `{{index .Config.Labels "org.opencontainers.image.version"}} {{index .Config.Labels "org.opencontainers.image.licenses"}} {{.Config.User}} {{json .Config.Entrypoint}} {{json .Config.Cmd}}`)
+	if want := version + ` Apache-2.0 65532:65532 ["berth"] ["serve"]`; labels != want {
+		t.Errorf("image config = %s, want %s", labels, want)
+	}
+
+	name := "berth-release-image-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")
+	docker("run", "-d", "--name", name, tag)
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", name).Run() })
+	if uid := docker("exec", name, "id", "-u"); uid != "65532" {
+		t.Errorf("berth runs as uid %s, want 65532", uid)
+	}
+	probe := `exec 3<>/dev/tcp/127.0.0.1/7450 && printf 'GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3 && cat <&3`
+	// The healthcheck's own interval (30 s) and retries bound the wait.
+	deadline := time.Now().Add(3 * time.Minute)
+	var health, resp string
+	for time.Now().Before(deadline) {
+		got, _ := exec.Command("docker", "exec", name, "bash", "-c", probe).CombinedOutput()
+		resp = string(got)
+		health = docker("inspect", name, "--format", "{{.State.Health.Status}}")
+		if strings.Contains(resp, " 200 ") && health == "healthy" {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if !strings.Contains(resp, " 200 ") || health != "healthy" {
+		t.Fatalf("/healthz answered %q, health %q; logs:\n%s", resp, health, docker("logs", name))
+	}
+	docker("exec", name, "sh", "-c", "echo 'x = 41' > /tmp/a.py")
+	if got := docker("exec", name, "berth", "call", "--sandbox", "host", "--workspace", "/tmp", "read", `{"path":"a.py"}`); !strings.Contains(got, "x = 41") {
+		t.Errorf("berth call read in the image: %s", got)
+	}
+	if v := docker("exec", name, "berth", "version"); !strings.HasPrefix(v, "berth "+version+"\n") {
+		t.Errorf("berth version in the image: %s", v)
 	}
 }
