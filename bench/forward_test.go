@@ -21,8 +21,8 @@ const envForwardCalls = "BERTH_BENCH_FORWARD_N"
 
 // TestForwardReport measures what several replicas cost a call: the same
 // small cell through the replica that serves the run (the anchor) and
-// through the other replica, which forwards it (README, "Several
-// replicas"), interleaved. Two real `berth serve --store=kube` share a run
+// through the other replica, which forwards it (docs/operations.md,
+// "Several replicas"), interleaved. Two real `berth serve --store=kube` share a run
 // store in the API server of $KUBECONFIG (tests/kube/up's cluster); the
 // run is in a Docker container. Goal: a forwarded cell within 1.2× of a
 // direct one, or 2 ms more.

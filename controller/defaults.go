@@ -174,7 +174,7 @@ func DebugTools(ctx context.Context, r *tools.Registry, env *Env) error {
 		Claim:    func() (func(), error) { return env.Claim("debug") },
 		Resident: env.Resident,
 	})
-	env.adoptResident(ctx, "debug", sup.Adopt)
+	env.adoptState(ctx, "debug", sup.Adopt) // also without a resident: a lost delve session is reported
 	env.Persist("debug", sup)
 	env.OnCloseOrDetach(sup.Close, sup.Detach)
 	env.AddResources(sup.Resources)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -104,14 +105,29 @@ func (e *Env) Adopted(key string) []byte {
 // take over goes to Controller.Adopt's report. It does nothing for a new
 // run, or one whose resident was not adopted.
 func (e *Env) adoptResident(ctx context.Context, key string, adopt func(context.Context, sandbox.Resident, []byte) error) {
+	e.adopt(ctx, key, false, adopt)
+}
+
+// adoptState is adoptResident for a resource with state to take over
+// whether or not the run has a resident supervisor: adopt is also called
+// with a nil resident, for a run that never started one. The debug tool
+// is one: its breakpoints, and the note that a session which could not
+// outlive berth (delve's, which runs outside the resident) was lost.
+func (e *Env) adoptState(ctx context.Context, key string, adopt func(context.Context, sandbox.Resident, []byte) error) {
+	e.adopt(ctx, key, true, adopt)
+}
+
+func (e *Env) adopt(ctx context.Context, key string, withoutResident bool, adopt func(context.Context, sandbox.Resident, []byte) error) {
 	b := e.Adopted(key)
 	if b == nil || e.durable == nil {
 		return
 	}
-	if res := e.durable.held(); res != nil {
-		if err := adopt(ctx, res, b); err != nil {
-			e.Problem(fmt.Sprintf("run %s: %s: %v", e.RunID, key, err))
-		}
+	res := e.durable.held()
+	if res == nil && !withoutResident {
+		return
+	}
+	if err := adopt(ctx, res, b); err != nil {
+		e.Problem(fmt.Sprintf("run %s: %s: %v", e.RunID, key, err))
 	}
 }
 
@@ -178,6 +194,13 @@ func (d *durable) resident(ctx context.Context, sb sandbox.Sandbox) (sandbox.Res
 	}
 	d.res = res
 	return res, nil
+}
+
+// replacedOf is the replacement count in a resident directory's name
+// (residentDirPrefix+id, then "-N" for the Nth replacement).
+func replacedOf(dir, id string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimPrefix(dir, residentDirPrefix+id), "-"))
+	return n
 }
 
 // residentAliveTimeout bounds the look at the run's resident before it is
@@ -415,6 +438,7 @@ func (c *Controller) adopt(ctx, bounded context.Context, rec runstore.Record) ([
 		return nil, refused(rec.ID, err.Error())
 	}
 	var res sandbox.Resident
+	residentLost, oldDir := "", "" // the note and the directory of a resident that is gone
 	if rec.Resident != nil {
 		rs, ok := sb.(sandbox.Residence)
 		if !ok {
@@ -422,22 +446,42 @@ func (c *Controller) adopt(ctx, bounded context.Context, rec runstore.Record) ([
 			return nil, fmt.Errorf("controller: run %s: its sandbox %s can no longer hold a resident supervisor", rec.ID, rec.Sandbox)
 		}
 		res, err = rs.Resident(bounded, sandbox.ResidentSpec{Dir: rec.Resident.Dir, Secret: rec.Resident.Secret, Grace: c.cfg.ResidentGrace, Adopt: true})
-		if err != nil {
+		switch {
+		case err == nil:
+		case cutShort(bounded, rec.ID, "reattaching to its resident supervisor", err) != nil:
 			sb.Close()
-			if cut := cutShort(bounded, rec.ID, "reattaching to its resident supervisor", err); cut != nil {
-				return nil, cut
-			}
-			if errors.Is(err, sandbox.ErrUnavailable) {
-				return nil, fmt.Errorf("controller: run %s: reattach to its resident supervisor: its sandbox %s is unavailable (%w)", rec.ID, rec.Sandbox, err)
-			}
-			if errors.Is(err, sandbox.ErrNotFound) {
-				return nil, fmt.Errorf("controller: run %s: its resident supervisor no longer runs in %s (%v): the container restarted, or berth was away longer than the resident's grace, and the run's kernels and debug session ended with it: %w; open a new run",
-					rec.ID, rec.Sandbox, err, sandbox.ErrGone)
-			}
+			return nil, cutShort(bounded, rec.ID, "reattaching to its resident supervisor", err)
+		case errors.Is(err, sandbox.ErrUnavailable):
+			sb.Close()
+			return nil, fmt.Errorf("controller: run %s: reattach to its resident supervisor: its sandbox %s is unavailable (%w)", rec.ID, rec.Sandbox, err)
+		case !errors.Is(err, sandbox.ErrNotFound):
+			sb.Close()
 			return nil, fmt.Errorf("controller: run %s: reattach to its resident supervisor: %w", rec.ID, err)
+		default:
+			// The sandbox lives but its resident does not: it was killed,
+			// the container restarted, or berth was away longer than its
+			// grace. The run is taken over without it (its workspace and
+			// everything else are there); the kernels and debug sessions
+			// the resident held ended with it, which the run's next result
+			// says, and the next eval or debug call starts a new one.
+			residentLost = fmt.Sprintf("note: when berth restarted, the run's resident supervisor no longer ran in %s (%v: it was killed, the container restarted, or berth was away longer than its grace of %v), so the kernels and debug sessions it held ended and their state is lost; the next eval or debug call starts a new one.",
+				rec.Sandbox, err, c.cfg.ResidentGrace)
+			oldDir = rec.Resident.Dir
+			rec.Resident, res = nil, nil
 		}
 	}
 	r, problems, err := c.open(ctx, spec, sb, rec.Placement, &rec, res)
+	if err == nil && residentLost != "" {
+		problems = append(problems, fmt.Sprintf("run %s: %s", rec.ID, strings.TrimPrefix(residentLost, "note: ")))
+		if r.durable != nil {
+			r.durable.resMu.Lock()
+			r.durable.lost = residentLost
+			// The next resident gets a directory of its own: the dead
+			// one's keeper, if it still runs, removes the old one.
+			r.durable.replaced = replacedOf(oldDir, rec.ID) + 1
+			r.durable.resMu.Unlock()
+		}
+	}
 	if err != nil {
 		// The resident is let go, not closed: its processes are the run's,
 		// and the record names it for the next try.

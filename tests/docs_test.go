@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -9,12 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // The contract lives in the repository: docs/tools.md defines the
 // requirement ids and docs/design.md the architecture. These checks scan
-// the tree's text files (no go list, no build) so that a clone never cites
-// a file it does not have, nor an id or section the docs do not define.
+// the tree's text files (no build) so that a clone never cites a file it
+// does not have, nor an id or section the docs do not define; the package
+// map check lists the module's packages with go list.
 
 // outsideFile matches citations of the documents the contract was written
 // from, which are not in the repository.
@@ -24,8 +27,9 @@ var outsideFile = regexp.MustCompile(`\b(TOOLS|DESIGN|STYLE)\.md\b|\b(deps|relia
 var reqID = regexp.MustCompile(`\b([A-Z][A-Z0-9]{1,6})-([0-9]+)\b`)
 
 // notRequirements are prefixes of names that look like requirement ids
-// and are not (SHA-256, UTF-8; SPDX-2.3, CC0-1.0 and BSD-3-Clause in the SBOM).
-var notRequirements = map[string]bool{"SHA": true, "UTF": true, "ISO": true, "RFC": true, "CVE": true, "TLS": true, "HTTP": true, "LICENSE": true, "SPDX": true, "CC0": true, "BSD": true}
+// and are not (SHA-256, UTF-8, MCP's SEP-1303; SPDX-2.3, CC0-1.0 and
+// BSD-3-Clause in the SBOM).
+var notRequirements = map[string]bool{"SHA": true, "UTF": true, "ISO": true, "RFC": true, "CVE": true, "TLS": true, "HTTP": true, "LICENSE": true, "SEP": true, "SPDX": true, "CC0": true, "BSD": true}
 
 // defined matches a definition in docs/tools.md: "- **LSP-4** …".
 var defined = regexp.MustCompile(`(?m)^- \*\*([A-Z]+-[0-9]+)\*\*`)
@@ -228,5 +232,230 @@ func TestSecurityMatrixNamesRealTests(t *testing.T) {
 	}
 	if cited < 20 {
 		t.Errorf("the attack matrix cites %d tests; the parse is broken", cited)
+	}
+}
+
+// routeRow matches a row of docs/http.md's route table:
+// "| `GET`, `POST` | `/v1/runs/{id}/mcp` | H | …".
+var routeRow = regexp.MustCompile("(?m)^\\| ((?:`[A-Z]+`(?:, )?)+) \\| `(/[^`]*)` \\|")
+
+// TestRouteTableMatchesOpenAPI: the prose route table of docs/http.md
+// names every operation of controller/httpapi/openapi.json and no other,
+// so the one table a harness author reads is the routes berth serves
+// (TestOpenAPIRoutes in controller/httpapi keeps the document equal to
+// the mux).
+func TestRouteTableMatchesOpenAPI(t *testing.T) {
+	root := moduleRoot(t)
+	raw, err := os.ReadFile(filepath.Join(root, "controller", "httpapi", "openapi.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("controller/httpapi/openapi.json: %v", err)
+	}
+	methods := map[string]bool{"get": true, "put": true, "post": true, "delete": true, "options": true, "head": true, "patch": true, "trace": true}
+	want := map[string]bool{}
+	for path, item := range doc.Paths {
+		for m := range item {
+			if methods[m] {
+				want[strings.ToUpper(m)+" "+path] = true
+			}
+		}
+	}
+	if len(want) < 10 {
+		t.Fatalf("openapi.json has %d operations; the parse is broken", len(want))
+	}
+
+	md, err := os.ReadFile(filepath.Join(root, "docs", "http.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(md), "\n## HTTP API\n")
+	if !ok {
+		t.Fatal(`docs/http.md has no "## HTTP API" section holding the route table`)
+	}
+	table, _, _ = strings.Cut(table, "\n#")
+	got := map[string]bool{}
+	for _, row := range routeRow.FindAllStringSubmatch(table, -1) {
+		for _, m := range strings.Split(row[1], ", ") {
+			op := strings.Trim(m, "`") + " " + row[2]
+			if got[op] {
+				t.Errorf("docs/http.md's route table lists %s twice", op)
+			}
+			got[op] = true
+		}
+	}
+	for op := range want {
+		if !got[op] {
+			t.Errorf("berth serves %s (controller/httpapi/openapi.json), but docs/http.md's route table does not list it: add a row (method, route without query, scope, what)", op)
+		}
+	}
+	for op := range got {
+		if !want[op] {
+			t.Errorf("docs/http.md's route table lists %s, which controller/httpapi/openapi.json does not describe (so berth does not serve it): remove the row or fix its method or path", op)
+		}
+	}
+}
+
+var (
+	mdLink     = regexp.MustCompile(`\[[^\]\n]*\]\(([^)\s]+)\)`)
+	codeSpan   = regexp.MustCompile("`[^`\n]*`")
+	fenceStart = regexp.MustCompile("^\\s*(```|~~~)")
+	atxHeading = regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
+)
+
+// markdownProse returns the lines of a Markdown file outside fenced code
+// blocks.
+func markdownProse(data []byte) []string {
+	var out []string
+	fenced := false
+	for _, line := range strings.Split(string(data), "\n") {
+		if fenceStart.MatchString(line) {
+			fenced = !fenced
+			out = append(out, "")
+			continue
+		}
+		if fenced {
+			out = append(out, "")
+			continue
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// headingSlugs returns the anchors GitHub gives a Markdown file's
+// headings: the heading's text lower-cased, with what is not a letter,
+// digit, space, hyphen or underscore dropped and spaces made hyphens; a
+// repeated slug gets -1, -2, ….
+func headingSlugs(data []byte) map[string]bool {
+	slugs := map[string]bool{}
+	seen := map[string]int{}
+	for _, line := range markdownProse(data) {
+		m := atxHeading.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		slug := b.String()
+		if n := seen[slug]; n > 0 {
+			slugs[slug+"-"+strconv.Itoa(n)] = true
+		} else {
+			slugs[slug] = true
+		}
+		seen[slug]++
+	}
+	return slugs
+}
+
+// TestDocsLinksResolve: every relative link in README.md and docs/*.md
+// leads to a file of the repository, and its #anchor, if any, to a
+// heading of that file, so moving a section cannot leave a link behind.
+func TestDocsLinksResolve(t *testing.T) {
+	root := moduleRoot(t)
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append([]string{filepath.Join(root, "README.md")}, files...)
+	slugCache := map[string]map[string]bool{}
+	slugsOf := func(path string) (map[string]bool, error) {
+		if s, ok := slugCache[path]; ok {
+			return s, nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		slugCache[path] = headingSlugs(data)
+		return slugCache[path], nil
+	}
+	links := 0
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, file)
+		rel = filepath.ToSlash(rel)
+		for i, line := range markdownProse(data) {
+			line = codeSpan.ReplaceAllString(line, "")
+			for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				links++
+				path, anchor, _ := strings.Cut(target, "#")
+				dest := file
+				if path != "" {
+					dest = filepath.Join(filepath.Dir(file), filepath.FromSlash(path))
+					if _, err := os.Stat(dest); err != nil {
+						t.Errorf("%s:%d links to %s, which does not exist", rel, i+1, target)
+						continue
+					}
+				}
+				if anchor == "" || !strings.HasSuffix(dest, ".md") {
+					continue
+				}
+				slugs, err := slugsOf(dest)
+				if err != nil {
+					t.Errorf("%s:%d links to %s: %v", rel, i+1, target, err)
+					continue
+				}
+				if !slugs[anchor] {
+					t.Errorf("%s:%d links to %s, but %s has no heading with the anchor #%s", rel, i+1, target, filepath.Base(dest), anchor)
+				}
+			}
+		}
+	}
+	if links < 20 {
+		t.Errorf("found %d relative links in README.md and docs/; the parse is broken", links)
+	}
+}
+
+// TestDesignMapNamesEveryPackage: every package of the module (but the
+// test suites under tests/) has a row in docs/design.md's package map.
+func TestDesignMapNamesEveryPackage(t *testing.T) {
+	root := moduleRoot(t)
+	design, err := os.ReadFile(filepath.Join(root, "docs", "design.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(design), "\n## Package map\n")
+	if !ok {
+		t.Fatal(`docs/design.md has no "## Package map" section`)
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	mapped := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		first, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " | ")
+		for _, name := range codeSpan.FindAllString(first, -1) {
+			mapped[strings.Trim(name, "`")] = true
+		}
+	}
+	const module = "berth.dev/berth"
+	for _, pkg := range goList(t, root, "./...") {
+		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
+		if rel == "" || rel == "tests" || strings.HasPrefix(rel, "tests/") || strings.Contains(rel, "testdata") {
+			continue
+		}
+		if !mapped[rel] {
+			t.Errorf("package %s is missing from docs/design.md's package map: add a row (package, what it holds from its package doc, what of the module it imports)", rel)
+		}
 	}
 }

@@ -2,7 +2,7 @@
 // API, call one tool, list the tools, print the version.
 //
 //	berth serve [--addr 127.0.0.1:7450] [--token-file F]
-//	berth mcp [--sandbox REF] [--workspace DIR] [--conversation ID] [--mode S] [--client-is-operator]
+//	berth mcp [--sandbox REF] [--workspace DIR] [--conversation ID] [--surface S] [--client-is-operator]
 //	berth call [--workspace DIR] [--sandbox REF] [--conversation ID] [--surface S] [--json] TOOL 'ARGS_JSON'
 //	berth tools [--surface S] [--json]
 //	berth version
@@ -83,7 +83,7 @@ type globalFlags struct {
 	// logFormat and logLevel: --log-format (text or json) and
 	// --log-level (debug, info, warn, error; empty: the command's default).
 	logFormat, logLevel string
-	// serveMode is berth serve's --mode: hosted (the default) or local.
+	// serveMode is berth serve's --permissions: hosted (the default) or local.
 	serveMode string
 
 	// Kubernetes and containerd placement; see kubeModes.
@@ -170,8 +170,8 @@ conversation's existing container, or on the host when there is none.`,
 	pf.StringVar(&g.containerdAddress, "containerd-address", "", "containerd socket (default: $CONTAINERD_ADDRESS, else /run/containerd/containerd.sock, else dockerd's)")
 	pf.StringVar(&g.containerdFIFODir, "containerd-fifo-dir", "", "directory for containerd exec FIFOs; containerd must see it at the same path (default: containerd's /run/containerd/fifo)")
 	pf.StringVar(&g.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, for messages in node mode (default: $NODE_NAME)")
-	pf.StringVar(&g.hostPlacement, "host-placement", "", "whether runs may be placed on the host: off, explicit (only \"sandbox\":\"host\"), or fallback (also when auto finds no container); default: fallback for call and serve --mode local, off for serve --mode hosted unless --host-user is set, then explicit")
-	pf.StringSliceVar(&g.hostRoots, "host-root", nil, "directory under which host workspaces must lie (repeatable; default: anywhere for call and serve --mode local, nowhere for serve --mode hosted)")
+	pf.StringVar(&g.hostPlacement, "host-placement", "", "whether runs may be placed on the host: off, explicit (only \"sandbox\":\"host\"), or fallback (also when auto finds no container); default: fallback for call and serve --permissions local, off for serve --permissions hosted unless --host-user is set, then explicit")
+	pf.StringSliceVar(&g.hostRoots, "host-root", nil, "directory under which host workspaces must lie (repeatable; default: anywhere for call and serve --permissions local, nowhere for serve --permissions hosted)")
 	pf.BoolVar(&g.allowUnlabelled, "allow-unlabelled", false, "let an explicit docker://, containerd:// or kube:// reference name a container not labelled with the run's conversation")
 	pf.StringVar(&g.hostUser, "host-user", "", "unprivileged user (name or uid) host processes run as; berth must run as root to use it")
 	pf.IntVar(&g.hostPidsMax, "host-pids-max", 0, fmt.Sprintf("most processes of one host run (cgroup pids.max; without a cgroup, RLIMIT_NPROC of the --host-user); default %d, negative: no limit", host.DefaultPidsMax))

@@ -299,3 +299,21 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 		t.Error("server still answers after shutdown")
 	}
 }
+
+// TestPermissionsFlag: serve's permission mode is --permissions, and the
+// old spelling --mode still sets it, saying it is deprecated.
+func TestPermissionsFlag(t *testing.T) {
+	for _, args := range [][]string{{"--permissions", "local"}, {"--mode", "local"}} {
+		g := &globalFlags{}
+		cmd := newServe(g)
+		var errb strings.Builder
+		cmd.SetErr(&errb)
+		cmd.SetOut(&errb)
+		if err := cmd.ParseFlags(args); err != nil || g.serveMode != "local" {
+			t.Errorf("serve %v: mode %q, %v", args, g.serveMode, err)
+		}
+		if deprecated := strings.Contains(errb.String(), "deprecated"); deprecated != (args[0] == "--mode") {
+			t.Errorf("serve %v: said %q", args, errb.String())
+		}
+	}
+}

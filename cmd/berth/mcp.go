@@ -39,7 +39,7 @@ func newMCP(g *globalFlags) *cobra.Command {
 		Short: "Open a run and serve it as an MCP server on stdin/stdout until the client leaves",
 		Long: `mcp opens one run from its flags and serves it as a Model Context Protocol
 server on stdin and stdout (newline-delimited JSON-RPC), for an editor or CLI
-that launches MCP servers. tools/list is the run's tools at --mode; every call
+that launches MCP servers. tools/list is the run's tools at --surface; every call
 goes through berth's registry and permission gate. The run closes, stopping
 everything it started, when the client closes stdin or berth is signalled.
 
@@ -52,7 +52,7 @@ fail closed, as nobody else is there to approve).
 
 Logs go to stderr; stdout carries only the protocol.`,
 		Example: `  berth mcp --sandbox docker://dev --workspace /workspace
-  berth mcp --sandbox host --workspace "$PWD" --mode plan`,
+  berth mcp --sandbox host --workspace "$PWD" --surface plan`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return serveMCP(cmd.Context(), g, f, cmd)
@@ -62,7 +62,11 @@ Logs go to stderr; stdout carries only the protocol.`,
 	fl.StringVar(&f.sandbox, "sandbox", controller.AutoSandbox, "auto, host, docker://NAME-or-ID or containerd://NAMESPACE/ID")
 	fl.StringVar(&f.workspace, "workspace", "", "workspace directory inside the sandbox (default: the current directory on the host; required for a container)")
 	fl.StringVar(&f.conversation, "conversation", "", "conversation id: with --sandbox auto, the container labelled with it is used")
-	fl.StringVar(&f.mode, "mode", "default", "the run's surface: default, plan or readonly")
+	fl.StringVar(&f.mode, "surface", "default", "the run's surface: default, plan or readonly")
+	// --mode was the surface here and was serve's permission mode:
+	// one name for each thing, the old spelling kept for a release.
+	fl.StringVar(&f.mode, "mode", "default", "the run's surface (deprecated: use --surface)")
+	fl.MarkDeprecated("mode", "use --surface (the same values); --mode will be removed in the next release")
 	fl.StringSliceVar(&f.prewarm, "prewarm", nil, "kernels and language servers to start as the run opens, so the first eval or lsp call finds them up: python, javascript, lsp:go, lsp:python, … (comma-separated)")
 	fl.BoolVar(&f.clientIsOperator, "client-is-operator", false, "send permission requests to the MCP client as elicitation (only when its user is the operator)")
 	fl.StringVar(&f.permissions, "permissions", string(permission.ModeLocal), "permission policy: local (every level allowed) or hosted (write and exec ask the operator: with --client-is-operator the client, else they are refused, nobody being there to approve)")
@@ -72,7 +76,7 @@ Logs go to stderr; stdout carries only the protocol.`,
 func serveMCP(ctx context.Context, g *globalFlags, f *mcpFlags, cmd *cobra.Command) (err error) {
 	mode, err := tools.ParseSurface(f.mode)
 	if err != nil {
-		return fmt.Errorf("berth: --mode: %w", err)
+		return fmt.Errorf("berth: --surface: %w", err)
 	}
 	stderr := cmd.ErrOrStderr()
 	log := g.logger(stderr)

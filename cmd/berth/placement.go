@@ -19,9 +19,9 @@ type placementPolicy struct {
 // newPlacementPolicy picks the placement policy of the flags for a
 // command in mode (empty: a one-shot command, call or tools).
 //
-//   - call, tools and serve --mode local: host placement fallback
+//   - call, tools and serve --permissions local: host placement fallback
 //     (explicit with --no-host-fallback), host workspaces anywhere.
-//   - serve --mode hosted: host placement off, or explicit when
+//   - serve --permissions hosted: host placement off, or explicit when
 //     --host-user names the user host processes run as; no host root
 //     until --host-root names one.
 //

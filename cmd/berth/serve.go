@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,6 +78,11 @@ type serveConfig struct {
 	// store is --store: storeDir (stateDir) or storeKube (replicas).
 	store    string
 	replicas replicaFlags
+	// reload reads the credentials' sources again (the token files and
+	// the tokens file) for a reload; reloadFiles are the files it reads,
+	// watched for changes. Nil: nothing to reload.
+	reload      func() (token, operator string, creds []httpapi.Credential, err error)
+	reloadFiles []string
 }
 
 // serveOption sets part of a serveConfig.
@@ -86,7 +93,7 @@ func newServe(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
 		Short: "Serve the HTTP API (/v1, /healthz, /metrics) and the operator console (/console/)",
-		Long: `serve answers the HTTP API of README.md ("HTTP API"). Requests under /v1 and /metrics need
+		Long: `serve answers the HTTP API of docs/http.md ("HTTP API"). Requests under /v1 and /metrics need
 "Authorization: Bearer <token>". --tokens-file names the credentials, one
 a line: "<sha256-hex-of-token> <tenant> <scope>[,<scope>…]" (make the hash
 with: printf %s "$tok" | sha256sum); the scopes are harness (open runs,
@@ -96,7 +103,7 @@ and metrics. A run belongs to the tenant that opened it; another tenant's
 run answers 404 on every route.
 
 --token-file or else $BERTH_TOKEN is the one-tenant shorthand: tenant
-"default", with every scope in --mode local and harness+metrics in --mode
+"default", with every scope in --permissions local and harness+metrics in --permissions
 hosted, where the operator's token comes from --operator-token-file or
 else $BERTH_OPERATOR_TOKEN (tenant *). Without any token berth listens
 only on a loopback address (and then checks that the Host header is a
@@ -116,10 +123,10 @@ runs.db is moved aside and berth starts with an empty store. With
 --close-runs-on-exit, or --state-dir "", SIGINT or SIGTERM closes every run,
 which kills what the runs started, and exits.
 
---mode hosted (the default) makes write and exec tools ask the operator
+--permissions hosted (the default) makes write and exec tools ask the operator
 first: a permission card on GET /v1/runs/{id}/events, answered with POST
 /v1/runs/{id}/cards/{n} by an operator credential; with nobody connected
-they are refused. --mode local runs every tool without asking.
+they are refused. --permissions local runs every tool without asking.
 
 The operator console at http://ADDR/console/ lists the open runs, their live
 resources and pending cards, and answers them; it asks for the operator token.`,
@@ -130,19 +137,23 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 					return err
 				}
 			}
-			token, err := loadToken(f.tokenFile, os.Getenv(EnvToken))
+			load := func() (token, operator string, creds []httpapi.Credential, err error) {
+				if token, err = loadToken(f.tokenFile, os.Getenv(EnvToken)); err != nil {
+					return "", "", nil, err
+				}
+				if operator, err = loadToken(f.operatorTokenFile, os.Getenv(EnvOperatorToken)); err != nil {
+					return "", "", nil, fmt.Errorf("%w (--operator-token-file)", err)
+				}
+				if f.tokensFile != "" {
+					if creds, err = loadTokensFile(f.tokensFile); err != nil {
+						return "", "", nil, err
+					}
+				}
+				return token, operator, creds, nil
+			}
+			token, operator, creds, err := load()
 			if err != nil {
 				return err
-			}
-			operator, err := loadToken(f.operatorTokenFile, os.Getenv(EnvOperatorToken))
-			if err != nil {
-				return fmt.Errorf("%w (--operator-token-file)", err)
-			}
-			var creds []httpapi.Credential
-			if f.tokensFile != "" {
-				if creds, err = loadTokensFile(f.tokensFile); err != nil {
-					return err
-				}
 			}
 			if token == "" && operator == "" && len(creds) == 0 && g.hostUser != "" {
 				// Without a token every local process holds every scope, the
@@ -167,6 +178,12 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 				}
 				c.stateDir, c.closeOnExit = f.stateDir, f.closeOnExit
 				c.store, c.replicas = f.store, f.replicas
+				for _, file := range []string{f.tokenFile, f.tokensFile, f.operatorTokenFile} {
+					if file != "" {
+						c.reloadFiles = append(c.reloadFiles, file)
+					}
+				}
+				c.reload = load
 			})
 		},
 	}
@@ -189,7 +206,11 @@ resources and pending cards, and answers them; it asks for the operator token.`,
 	cmd.Flags().StringVar(&f.replicas.replica, "replica", "", "--store kube: this replica's name in the leases, unique among the replicas (default: $"+envPodName+", else the host name)")
 	cmd.Flags().StringVar(&f.replicas.advertise, "advertise", "", "--store kube: the URL the other replicas reach this one at (default: http://$"+envPodIP+":PORT)")
 	cmd.Flags().StringVar(&f.replicas.peerKeyFile, "peer-key-file", "", "--store kube: file holding the key (32+ bytes) every replica shares, which signs requests forwarded between them")
-	cmd.Flags().StringVar(&g.serveMode, "mode", string(permission.ModeHosted), "permission mode: hosted (write and exec tools ask the operator through a permission card) or local (every tool runs)")
+	cmd.Flags().StringVar(&g.serveMode, "permissions", string(permission.ModeHosted), "permission mode: hosted (write and exec tools ask the operator through a permission card) or local (every tool runs)")
+	// The same setting under its old name, kept for a release: --mode
+	// means the surface elsewhere.
+	cmd.Flags().StringVar(&g.serveMode, "mode", string(permission.ModeHosted), "permission mode (deprecated: use --permissions)")
+	cmd.Flags().MarkDeprecated("mode", "use --permissions (the same values); --mode will be removed in the next release")
 	return cmd
 }
 
@@ -215,7 +236,7 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		m, err := permission.ParseMode(g.serveMode)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("berth: --mode: %w", err)
+			return fmt.Errorf("berth: --permissions: %w", err)
 		}
 		mode = m
 	}
@@ -311,7 +332,12 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		close(adopted)
 	}
 	defer func() { <-adopted }()
-	srv := httpapi.NewServer(c, httpapi.Options{Credentials: creds, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString(), Status: shim.Building},
+	credSet := httpapi.NewCredentialSet(creds)
+	if cfg.reload != nil && len(creds) > 0 {
+		stop := watchCredentials(ctx, log, cfg, mode, credSet)
+		defer stop()
+	}
+	srv := httpapi.NewServer(c, httpapi.Options{CredentialSet: credSet, LoopbackOnly: len(creds) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString(), Status: shim.Building},
 		context.WithoutCancel(ctx))
 	describeCredentials(stderr, log, creds, mode)
 	fmt.Fprintf(stderr, "berth: serving on http://%s\n", ln.Addr())
@@ -515,4 +541,73 @@ func loopbackAddr(addr string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// credentialsPoll is how often berth serve looks whether a credential
+// file changed.
+const credentialsPoll = 2 * time.Second
+
+// watchCredentials reloads the credentials into set when a credential
+// file changes or berth gets SIGHUP, without closing any run: rotating a
+// token is one file write. A reload that fails, that would leave no
+// credential, or that changes which tenants may open runs (which decides
+// the tenant labels placement requires) is refused and logged, and the
+// credentials in use stay. It returns the function that stops watching.
+func watchCredentials(ctx context.Context, log *slog.Logger, cfg serveConfig, mode permission.Mode, set *httpapi.CredentialSet) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	stamp := func() string {
+		var b strings.Builder
+		for _, f := range cfg.reloadFiles {
+			if fi, err := os.Stat(f); err == nil {
+				fmt.Fprintf(&b, "%s %d %d %v;", f, fi.Size(), fi.ModTime().UnixNano(), fi.Sys())
+			}
+		}
+		return b.String()
+	}
+	tenants := harnessTenants(set.List())
+	reload := func(why string) {
+		tok, op, creds, err := cfg.reload()
+		if err == nil {
+			c := cfg
+			c.creds, c.operator = creds, op
+			creds, err = credentials(c, tok, mode)
+		}
+		switch {
+		case err != nil:
+			log.Error("credentials not reloaded: the ones in use stay", "why", why, "err", err)
+		case len(creds) == 0:
+			log.Error("credentials not reloaded: the files name none, and berth does not stop authenticating while it runs; the ones in use stay", "why", why)
+		case !slices.Equal(harnessTenants(creds), tenants):
+			log.Error("credentials not reloaded: they change which tenants may open runs, which takes a restart (placement's tenant labels depend on it); the ones in use stay",
+				"why", why, "tenants", tenants, "new_tenants", harnessTenants(creds))
+		default:
+			set.Set(creds)
+			log.Info("credentials reloaded", "why", why, "credentials", len(creds))
+		}
+	}
+	done := make(chan struct{})
+	go func() { // ends with ctx: owned by the returned stop
+		defer close(done)
+		defer signal.Stop(hup)
+		last := stamp()
+		tick := time.NewTicker(credentialsPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				last = stamp()
+				reload("SIGHUP")
+			case <-tick.C:
+				if s := stamp(); s != last {
+					last = s
+					reload("a credential file changed")
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"berth.dev/berth/controller"
@@ -81,6 +82,27 @@ func (c Credential) Who() string {
 	}
 	return fmt.Sprintf("token sha256:%x… (%s)", c.Hash[:6], c.String())
 }
+
+// CredentialSet is the credentials a server accepts, replaceable while it
+// serves: a request is checked against the set it found when it arrived.
+type CredentialSet struct{ p atomic.Pointer[[]Credential] }
+
+// NewCredentialSet returns a set holding creds.
+func NewCredentialSet(creds []Credential) *CredentialSet {
+	s := &CredentialSet{}
+	s.Set(creds)
+	return s
+}
+
+// Set replaces the credentials: a token no longer among them is refused
+// from the next request on.
+func (s *CredentialSet) Set(creds []Credential) {
+	c := slices.Clone(creds)
+	s.p.Store(&c)
+}
+
+// List returns the credentials; the caller must not change them.
+func (s *CredentialSet) List() []Credential { return *s.p.Load() }
 
 // ParseTokens reads a tokens file: one credential a line,
 //
@@ -164,7 +186,8 @@ func principalOf(r *http.Request) principal {
 // hashed and compared with every credential's hash in constant time, so
 // neither the comparison nor which credential matched shows in the timing.
 func (s *server) authenticate(r *http.Request) (principal, string, bool) {
-	if len(s.creds) == 0 {
+	creds := s.creds.List()
+	if len(creds) == 0 {
 		return principal{Credential{Tenant: DefaultTenant, Scopes: Scopes}}, "", true
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -173,15 +196,15 @@ func (s *server) authenticate(r *http.Request) (principal, string, bool) {
 	}
 	sum := sha256.Sum256([]byte(got))
 	match := -1
-	for i := range s.creds {
-		if subtle.ConstantTimeCompare(sum[:], s.creds[i].Hash[:]) == 1 {
+	for i := range creds {
+		if subtle.ConstantTimeCompare(sum[:], creds[i].Hash[:]) == 1 {
 			match = i
 		}
 	}
 	if match < 0 {
 		return principal{}, "httpapi: wrong bearer token: send a token berth serve was configured with", false
 	}
-	return principal{s.creds[match]}, "", true
+	return principal{creds[match]}, "", true
 }
 
 // authn authenticates every request before anything else reads it — its

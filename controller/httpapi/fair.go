@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"berth.dev/berth/controller/mcpserver"
@@ -57,6 +58,7 @@ func (s *server) stream(h http.HandlerFunc, mcp bool) http.HandlerFunc {
 		if !ok {
 			msg := fmt.Sprintf("httpapi: tenant %q has %d streams open, the most this berth allows (--max-streams-per-tenant): end one first — close a GET /v1/runs/{id}/events stream, or an MCP session's GET stream (or DELETE the session) — then retry",
 				p.Tenant, n)
+			w.Header().Set("Retry-After", strconv.Itoa(TooManyRetry))
 			if mcp {
 				mcpserver.WriteError(w, http.StatusTooManyRequests, "too_many", msg)
 			} else {

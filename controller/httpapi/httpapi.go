@@ -1,30 +1,14 @@
-// Package httpapi serves a [controller.Controller] over HTTP: the /v1 routes
-// listed below (also in README.md, "HTTP API"), /healthz and /metrics. It
-// holds no tool logic; every call goes through [controller.Run.Call] with
-// the request's context.
+// Package httpapi serves a [controller.Controller] over HTTP: the /v1
+// routes, the operator console (controller/console), /healthz, /readyz,
+// /metrics and the OpenAPI document. It holds no tool logic; every call
+// goes through [controller.Run.Call], detached from its request (see Calls
+// below).
 //
-// Routes (all JSON), with the scopes that may use them (H harness, O
-// operator, M metrics; see [Scope]):
-//
-//	POST   /v1/runs                    H   open a run of the caller's tenant → 201 RunInfo
-//	GET    /v1/runs                    HO  list the tenant's open runs → {"runs":[RunInfo…]}
-//	GET    /v1/runs/{id}               HO  one run → RunInfo
-//	GET    /v1/runs/{id}/tools?surface=S HO → {"tools":[{name,description,level,inputSchema}]}
-//	POST   /v1/runs/{id}/tools/{name}  H   {"args":{…},"surface":"default"} → 200 tool result
-//	DELETE /v1/runs/{id}               H   close the run → 204
-//	GET    /v1/runs/{id}/events        HO  the run's event stream (SSE), resumable with Last-Event-ID
-//	GET    /v1/runs/{id}/cards         HO  open cards → {"cards":[Card…]}
-//	POST   /v1/runs/{id}/cards/{n}     HO  answer card n → 200 {"n","outcome"}; a permission card: O only
-//	GET    /v1/runs/{id}/resources     HO  live resources → {"resources":[{kind,name,state,detail}…]}
-//	GET    /v1/runs/{id}/workers       HO  vibe workers → {"workers":[WorkerInfo…]}
-//	*      /v1/runs/{id}/mcp?surface=S H   the run as an MCP server (Streamable HTTP; controller/mcpserver)
-//	*      /v1/mcp?conversation_id=…&workspace=…&sandbox=…&mode=…&prewarm=… H   an MCP session that opens a run for its lifetime
-//	POST   /v1/runs/{id}/workers/{w}   H   a platform's report on worker w
-//	GET    /console/                       the operator console (controller/console); / redirects to it
-//	GET    /healthz                        200 "ok", never authenticated (liveness; served on a spare connection when every other is taken)
-//	GET    /readyz                         200 "ready" (saying how many stored runs are still being adopted), 503 once shutdown began; never authenticated (readiness)
-//	GET    /metrics                    M   Prometheus text format
-//	GET    /v1/openapi.json                the OpenAPI 3.1 document of these routes (openapi.json), never authenticated
+// The route table, with the scopes that may use each route (harness,
+// operator, metrics; see [Scope]), is written once, in docs/http.md ("HTTP
+// API"); openapi.json describes every route and body, the tests of this
+// package keep it equal to the mux, and tests/docs_test.go keeps the prose
+// table equal to openapi.json.
 //
 // Every request is authenticated before its route or body is read. A run
 // belongs to the tenant whose credential opened it: every route answers
@@ -49,6 +33,23 @@
 // request. An answer that does not fit is 400 bad_request and the card
 // stays open; a card that is not open is 404 unknown_card.
 //
+// Calls: every tool call is a call with an id (Berth-Call-Id on each of
+// its answers, with Berth-Call-Status). It runs detached from its request,
+// bounded by its run's life and Limits.CallWriteTimeout: a client that
+// goes away (a proxy's read timeout) does not cancel it. A POST with an
+// Idempotency-Key is the same call as an earlier POST of the same tenant,
+// run, tool and key: it answers the first call's answer (waiting for it,
+// or 202 with its id under respond-async) and never runs the tool again;
+// the same key with other arguments is 422 idempotency_mismatch. A call
+// that answered 429 or 503 (retry after Retry-After) lets go of its key:
+// the retry runs anew. A call of another run or tenant is 404
+// unknown_call, as is an ended call after CallKeep or past MaxKeptCalls;
+// there is no listing. An ended call answers a poll exactly as the sync
+// call would have (200 the result, or its error); one cancelled by DELETE
+// answers 409 call_cancelled. Calls live in this server's memory: a
+// restarted berth, or another replica that took the run over, does not
+// know them.
+//
 // A tool result with isError is still 200: it is data for the model. Call
 // errors are 4xx/5xx with {"error":{"code","message"}}:
 //
@@ -67,18 +68,21 @@
 //	404 sandbox_not_found  no container for the reference or conversation (sandbox.ErrNotFound)
 //	404 no_workers         the run has no vibe workers (it was not opened with "vibe": true)
 //	404 unknown_worker     the run has no worker of that id
+//	404 unknown_call       the run has no call of that id: it ended more than CallKeep ago (or past MaxKeptCalls) and was forgotten, or never was
 //	404 not_found          no such route
 //	405 method_not_allowed
+//	409 call_cancelled     the call was cancelled by DELETE before it ended: call the tool again with a new Idempotency-Key
 //	409 bad_report         a worker report that does not fit: the worker is not running, already reported its end, or the status is unknown
 //	410 sandbox_gone       the run's container stopped, restarted or was removed, or a restarted berth refused to adopt the run (sandbox.ErrGone; the message says why): open a new run
 //	413 too_large          the body exceeds MaxBodyBytes
 //	421 misdirected        Host is not a loopback name while serving without a token
-//	429 too_many           the tenant's cap of open runs or calls in flight (controller.ErrTooMany): close a run or wait; or of streams (Limits.MaxStreamsPerTenant) or MCP sessions: end a stream or DELETE a session
-//	499 cancelled          the client went away (logged only; the client sees nothing)
+//	422 idempotency_mismatch the Idempotency-Key was sent before with other arguments (or surface, or worker): send a new key
+//	429 too_many           the tenant's cap of open runs or calls in flight (controller.ErrTooMany): close a run or wait; or of streams (Limits.MaxStreamsPerTenant) or MCP sessions: end a stream or DELETE a session; Retry-After TooManyRetry
+//	499 cancelled          the call's context was cancelled otherwise (logged only; a client that goes away sees nothing, and its call goes on)
 //	500 internal           anything else
 //	503 shutting_down      the controller is closing
 //	503 busy               every connection slot is taken and SpareWaiters requests wait for one already: retry after Retry-After
-//	503 sandbox_unavailable the run's container is paused or its engine does not answer (sandbox.ErrUnavailable), also when berth restarted meanwhile: the run is kept, retry
+//	503 sandbox_unavailable the run's container is paused or its engine does not answer (sandbox.ErrUnavailable), also when berth restarted meanwhile: the run is kept, retry after Retry-After
 //	503 restarting         berth is shutting down and hands the run over to the next berth on its state directory (controller.ErrRestarting): the run and its kernels are kept; a call in flight is not answered by this berth (what it started goes on), retry after Retry-After
 //	503 adopting           berth restarted a moment ago and is still taking the run over from its state directory (controller.ErrAdopting): the run is kept, retry after Retry-After
 //	503 run_moving         the run is being handed between berth replicas, or its replica does not answer (controller.ErrMoving): the run is kept, retry after Retry-After
@@ -102,6 +106,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -135,6 +140,10 @@ type Options struct {
 	// nor Credentials there is no authentication (every request is
 	// DefaultTenant with every scope); then LoopbackOnly should be set.
 	Token string
+	// CredentialSet, when set, holds the credentials instead of
+	// Credentials and Token, and may be replaced while the server runs (a
+	// tokens file rewritten: rotation without a restart).
+	CredentialSet *CredentialSet
 	// LoopbackOnly refuses requests whose Host header is not a loopback
 	// name or address (DNS-rebinding defence when serving without a token).
 	LoopbackOnly bool
@@ -160,10 +169,11 @@ type server struct {
 	c      *controller.Controller
 	opts   Options
 	limits Limits
-	creds  []Credential
+	creds  *CredentialSet
 	log    *slog.Logger
 	mcp    *mcpserver.HTTP
 	peers  *http.Transport // forwarding to other replicas (Options.Peer)
+	calls  *callStore      // the tool calls running and the ended ones kept
 	// streams counts each tenant's event and MCP streams (fair.go).
 	streams streams
 	// draining is set when the server's shutdown begins (/readyz).
@@ -178,11 +188,15 @@ func New(c *controller.Controller, opts Options) http.Handler {
 
 // build returns the handler and the function that ends its MCP sessions.
 func build(c *controller.Controller, opts Options) (http.Handler, func()) {
-	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger, peers: newPeerTransport()}
+	s := &server{c: c, opts: opts, limits: opts.Limits.withDefaults(), log: opts.Logger, peers: newPeerTransport(), calls: newCallStore()}
 	s.streams = streams{max: s.limits.MaxStreamsPerTenant, open: map[string]int{}}
-	s.creds = append(s.creds, opts.Credentials...)
-	if opts.Token != "" {
-		s.creds = append(s.creds, TokenCredential(opts.Token, DefaultTenant, Scopes...))
+	s.creds = opts.CredentialSet
+	if s.creds == nil {
+		creds := slices.Clone(opts.Credentials)
+		if opts.Token != "" {
+			creds = append(creds, TokenCredential(opts.Token, DefaultTenant, Scopes...))
+		}
+		s.creds = NewCredentialSet(creds)
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -195,6 +209,8 @@ func build(c *controller.Controller, opts Options) (http.Handler, func()) {
 	v1.HandleFunc("DELETE /v1/runs/{id}", need(s.owned(s.closeRun), h))
 	v1.HandleFunc("GET /v1/runs/{id}/tools", need(s.owned(s.listTools), h, op))
 	v1.HandleFunc("POST /v1/runs/{id}/tools/{name}", need(s.owned(s.callTool), h))
+	v1.HandleFunc("GET /v1/runs/{id}/calls/{call}", need(s.owned(s.getCall), h, op))
+	v1.HandleFunc("DELETE /v1/runs/{id}/calls/{call}", need(s.owned(s.cancelCall), h))
 	v1.HandleFunc("GET /v1/runs/{id}/events", need(s.stream(s.owned(s.events), false), h, op))
 	v1.HandleFunc("GET /v1/runs/{id}/cards", need(s.owned(s.listCards), h, op))
 	v1.HandleFunc("GET /v1/runs/{id}/resources", need(s.owned(s.listResources), h, op))
@@ -428,15 +444,40 @@ func (s *server) callTool(w http.ResponseWriter, r *http.Request) {
 		}
 		s.log.Info("worker call", "run", run.ID(), "worker", req.Worker, "tool", name, "surface", surface)
 	}
-	res, err := run.Call(r.Context(), surface, name, req.Args)
-	if err != nil {
+	key := r.Header.Get(IdempotencyKeyHeader)
+	if len(key) > MaxIdempotencyKey {
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("httpapi: %s is %d bytes long, more than %d: send a shorter key (a UUID)", IdempotencyKeyHeader, len(key), MaxIdempotencyKey))
+		return
+	}
+	c, existing, err := s.startCall(r, run, name, surface, req, key)
+	switch {
+	case errors.Is(err, errKeyReused):
+		writeError(w, http.StatusUnprocessableEntity, "idempotency_mismatch", fmt.Sprintf(
+			"httpapi: %s %q was sent with other arguments before (call %s of %s on run %s): one key names one call; send a new key for a new call, or the first call's arguments to get its answer",
+			IdempotencyKeyHeader, key, c.id, name, run.ID()))
+		return
+	case err != nil:
 		s.fail(w, r, err)
 		return
 	}
-	if res.Content == nil {
-		res.Content = []tools.Content{}
+	if existing {
+		s.log.Info("tool call retried with its idempotency key", "run", run.ID(), "tool", name, "call", c.id)
 	}
-	writeJSON(w, http.StatusOK, res)
+	if preferAsync(r) {
+		_, _, st := s.calls.state(c)
+		w.Header().Set("Preference-Applied", "respond-async")
+		s.writeAccepted(w, c, st)
+		return
+	}
+	// The call runs on when the client goes (a proxy's read timeout): its
+	// retry with the same key, or GET .../calls/{call}, gets its answer.
+	select {
+	case <-c.done:
+	case <-r.Context().Done():
+		return
+	}
+	_, ans, _ := s.calls.state(c)
+	ans.replay(w, c)
 }
 
 // workerSurface checks a call's worker identity and returns the surface
@@ -670,6 +711,10 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.Itoa(controller.AdoptingRetry))
 	case "restarting":
 		w.Header().Set("Retry-After", strconv.Itoa(controller.RestartingRetry))
+	case "sandbox_unavailable":
+		w.Header().Set("Retry-After", strconv.Itoa(int(controller.UnavailableCheckEvery/time.Second)))
+	case "too_many":
+		w.Header().Set("Retry-After", strconv.Itoa(TooManyRetry))
 	}
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)

@@ -663,7 +663,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	id := rg.open(`{"sandbox":"host"}`)
 	for _, op := range ops {
 		method, path, _ := strings.Cut(op, " ")
-		path = strings.NewReplacer("{id}", id, "{name}", "read", "{n}", "1", "{worker}", "w1", "{file}", "console.js").Replace(path)
+		path = strings.NewReplacer("{id}", id, "{name}", "read", "{n}", "1", "{worker}", "w1", "{call}", "c1", "{file}", "console.js").Replace(path)
 		r := rg.do(method, path, token, "")
 		if r.status == http.StatusMethodNotAllowed || (r.status == http.StatusNotFound && strings.Contains(string(r.body), `"not_found"`)) {
 			t.Errorf("%s: the document has it, but berth answers %d %s", op, r.status, r.body)

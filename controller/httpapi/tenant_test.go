@@ -351,12 +351,16 @@ func TestTenantCaps(t *testing.T) {
 	if r := rg.do("POST", "/v1/runs/"+b+"/tools/read", tokB, `{"args":{"path":"x"}}`); r.status != 200 {
 		t.Errorf("tenant b's call while a is at its cap: %d %s", r.status, r.body)
 	}
+	if r.header.Get("Retry-After") == "" {
+		t.Errorf("429 without Retry-After: %v", r.header)
+	}
 	cancel()
 	<-done
-	<-ctxSeen
+	// The call outlives its client: closing the run ends it.
 	if r := rg.do("DELETE", "/v1/runs/"+a, tokA, ""); r.status != http.StatusNoContent {
 		t.Fatalf("close: %d %s", r.status, r.body)
 	}
+	<-ctxSeen
 	rg.openAs(tokA, `{"sandbox":"host"}`) // a slot again
 }
 

@@ -296,13 +296,61 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (int, []
 
 // do sends one request; retry is the wait a 503 adopting asks for.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, hasBody bool) (int, []byte, time.Duration, error) {
+	a, err := c.exchange(ctx, method, path, body, hasBody, nil)
+	if err != nil {
+		return a.Status, a.Body, 0, err
+	}
+	var e struct {
+		Error struct{ Code string }
+	}
+	if a.Status == http.StatusServiceUnavailable && json.Unmarshal(a.Body, &e) == nil && e.Error.Code == "adopting" {
+		retry := time.Second
+		if n, err := strconv.Atoi(a.Header.Get("Retry-After")); err == nil && n > 0 {
+			retry = time.Duration(n) * time.Second
+		}
+		return a.Status, a.Body, retry, nil
+	}
+	return a.Status, a.Body, 0, nil
+}
+
+// Answer is one whole HTTP answer.
+type Answer struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// CallID is the answer's Berth-Call-Id: the call it is about.
+func (a Answer) CallID() string { return a.Header.Get("Berth-Call-Id") }
+
+// CallStatus is the answer's Berth-Call-Status: running, done, failed or
+// cancelled.
+func (a Answer) CallStatus() string { return a.Header.Get("Berth-Call-Status") }
+
+// Result decodes a 200 answer's tool result.
+func (a Answer) Result() (Result, error) {
+	var res Result
+	if a.Status != http.StatusOK {
+		return res, fmt.Errorf("call %s: %d %s", a.CallID(), a.Status, a.Body)
+	}
+	if err := json.Unmarshal(a.Body, &res); err != nil {
+		return res, fmt.Errorf("call %s: %v: %s", a.CallID(), err, a.Body)
+	}
+	return res, nil
+}
+
+// exchange sends one request with the headers hdr and returns the answer.
+func (c *Client) exchange(ctx context.Context, method, path string, body []byte, hasBody bool, hdr http.Header) (Answer, error) {
 	var r io.Reader
 	if hasBody {
 		r = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.URL+path, r)
 	if err != nil {
-		return 0, nil, 0, err
+		return Answer{}, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -316,24 +364,60 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, hasBo
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, nil, 0, fmt.Errorf("%s %s: %w", method, path, err)
+		return Answer{}, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	a := Answer{Status: resp.StatusCode, Header: resp.Header, Body: b}
 	if err != nil {
-		return resp.StatusCode, b, 0, fmt.Errorf("%s %s: reading the body: %w", method, path, err)
+		return a, fmt.Errorf("%s %s: reading the body: %w", method, path, err)
 	}
-	var e struct {
-		Error struct{ Code string }
+	return a, nil
+}
+
+// CallOptions are the headers of a tool call.
+type CallOptions struct {
+	// IdempotencyKey names the call: a retry with the same key (and
+	// arguments) gets the first call's answer; the tool runs once.
+	IdempotencyKey string
+	// Async asks Prefer: respond-async: berth answers 202 with the call's
+	// Location at once.
+	Async bool
+}
+
+// CallWith calls tool on the default surface of run with o and returns
+// the answer as it came: 200 and the result, 202 under Async, an error
+// status, or whatever a proxy in between answered.
+func (c *Client) CallWith(ctx context.Context, run, tool string, args any, o CallOptions) (Answer, error) {
+	b, err := json.Marshal(map[string]any{"args": args, "surface": "default"})
+	if err != nil {
+		return Answer{}, err
 	}
-	if resp.StatusCode == http.StatusServiceUnavailable && json.Unmarshal(b, &e) == nil && e.Error.Code == "adopting" {
-		retry := time.Second
-		if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
-			retry = time.Duration(n) * time.Second
-		}
-		return resp.StatusCode, b, retry, nil
+	hdr := http.Header{}
+	if o.IdempotencyKey != "" {
+		hdr.Set("Idempotency-Key", o.IdempotencyKey)
 	}
-	return resp.StatusCode, b, 0, nil
+	if o.Async {
+		hdr.Set("Prefer", "respond-async")
+	}
+	return c.exchange(ctx, "POST", "/v1/runs/"+run+"/tools/"+tool, b, true, hdr)
+}
+
+// PollCall asks for call of run (GET /v1/runs/{id}/calls/{call}), waiting
+// up to wait (whole seconds; 0: none) for it to end: 202 while it runs,
+// then the answer the call had.
+func (c *Client) PollCall(ctx context.Context, run, call string, wait time.Duration) (Answer, error) {
+	path := "/v1/runs/" + run + "/calls/" + call
+	if wait > 0 {
+		path += "?wait=" + strconv.Itoa(int(wait/time.Second))
+	}
+	return c.exchange(ctx, "GET", path, nil, false, nil)
+}
+
+// CancelCall cancels call of run (DELETE /v1/runs/{id}/calls/{call}) and
+// returns its final status.
+func (c *Client) CancelCall(ctx context.Context, run, call string) (Answer, error) {
+	return c.exchange(ctx, "DELETE", "/v1/runs/"+run+"/calls/"+call, nil, false, nil)
 }
 
 // RunInfo is what opening a run returns (the fields tests read).

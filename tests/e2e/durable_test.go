@@ -272,10 +272,55 @@ func TestResidentGraceEndsEverything(t *testing.T) {
 	}, func() string { return fmt.Sprint(ctr.procTable(t)) })
 	noZombies(t, ctr)
 
-	// The next berth finds the run's resident gone: the run is reported
-	// gone, not half alive.
+	// The next berth finds the run's resident gone but its container
+	// alive: the run is taken over, its next result says the kernel's
+	// state was lost, and a new kernel answers.
 	_, c2 := durableBerth(t, d.state)
-	answersGone(t, c2, d.run.ID, "the resident ended after its grace", "grace")
+	answersLost(t, c2, ctr, d.run.ID, "the resident ended after its grace", "grace")
+}
+
+// answersLost: a run whose resident was gone when berth restarted is
+// taken over; its first eval says the kernel's state is lost (x is not
+// defined) and why, once; a new resident and kernel then serve it.
+func answersLost(t *testing.T, c *berthtest.Client, ctr *container, run, what, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	res, err := c.Call(ctx, run, "eval", map[string]any{"code": "x", "description": "read x after the resident was lost"})
+	if err != nil {
+		t.Fatalf("%s: the run is not served: %v", what, err)
+	}
+	if txt := res.Text(); !strings.Contains(txt, "NameError") || !strings.Contains(txt, "resident supervisor no longer ran") || !strings.Contains(txt, "state is lost") || !strings.Contains(txt, want) {
+		t.Fatalf("%s: the first eval says %q; want a NameError for x and the note that the resident was gone (%q) and its state lost", what, txt, want)
+	}
+	if txt := evalText(t, c, run, "x = 5\nprint(x * 2)"); !strings.Contains(txt, "10") || strings.Contains(txt, "state is lost") {
+		t.Fatalf("%s: the next eval: %q; want 10 and no second note", what, txt)
+	}
+	oneOfEach(t, ctr, what+", after the next eval", 1)
+}
+
+// TestResidentKilledWhileBerthWasDown: the run's resident is killed (kill
+// -9) while no berth runs; the next berth takes the run over, says once
+// what was lost, and places a new resident. Before, the run was 410.
+func TestResidentKilledWhileBerthWasDown(t *testing.T) {
+	d := startDurable(t)
+	d.server.Kill()
+	var keeper int
+	for _, p := range d.ctr.procTable(t) {
+		if strings.Contains(p.args, " resident ") {
+			keeper = p.pid
+		}
+	}
+	if keeper == 0 {
+		t.Fatalf("no resident supervisor in the container: %v", d.ctr.procTable(t))
+	}
+	d.ctr.sh(t, fmt.Sprintf("kill -9 %d", keeper))
+	waitFor(t, time.Minute, "the killed resident's kernel to end", func() bool {
+		res, kern := berthProcs(t, d.ctr)
+		return len(res) == 0 && len(kern) == 0
+	}, func() string { return fmt.Sprint(d.ctr.procTable(t)) })
+	_, c2 := durableBerth(t, d.state)
+	answersLost(t, c2, d.ctr, d.run.ID, "the resident was killed while berth was down", "killed")
 }
 
 func TestContainerRestartedWhileBerthWasDown(t *testing.T) {
@@ -286,7 +331,7 @@ func TestContainerRestartedWhileBerthWasDown(t *testing.T) {
 	d.server.Kill()
 	mustDocker(t, "restart", "-t", "1", d.ctr.id)
 	_, c2 := durableBerth(t, d.state)
-	answersGone(t, c2, d.run.ID, "the container restarted while berth was down", "restarted")
+	answersLost(t, c2, d.ctr, d.run.ID, "the container restarted while berth was down", "restarted")
 }
 
 func TestSecondBerthOnOneStateDirRefused(t *testing.T) {

@@ -92,12 +92,8 @@ func TestDialRelayKilledKeepsKernel(t *testing.T) {
 		if len(relays) == 0 {
 			t.Fatal("no berth-shim dial relay in the container")
 		}
-		pids := make([]string, len(relays))
-		for j, p := range relays {
-			pids[j] = strconv.Itoa(p.pid)
-		}
 		t.Logf("round %d: killing %v", i, relays)
-		ctr.sh(t, "kill -9 "+strings.Join(pids, " ")+" 2>/dev/null; true")
+		killAll(t, ctr, relays)
 		awaitKernelState(t, a, run, "dead")
 		oneKernelWithX(t, a, ctr, run, "the dial relays were killed")
 		// berth holds its resident again (else the resident would count
@@ -237,4 +233,14 @@ func awaitKernelState(t *testing.T, a *api, run, want string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// killAll kills procs in ctr with SIGKILL; one already gone is no error.
+func killAll(t *testing.T, ctr *container, procs []proc) {
+	t.Helper()
+	pids := make([]string, len(procs))
+	for i, p := range procs {
+		pids[i] = strconv.Itoa(p.pid)
+	}
+	ctr.sh(t, "kill -9 "+strings.Join(pids, " ")+" 2>/dev/null; true")
 }

@@ -27,12 +27,18 @@ type engineProxy struct {
 	target string // the engine's socket
 	path   string // the socket berth is pointed at
 
-	mu     sync.Mutex
-	ln     net.Listener
-	gate   chan struct{} // closed while bytes flow
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup // the accept loops and the connections' pumps
+	mu    sync.Mutex
+	ln    net.Listener
+	gate  chan struct{} // closed while bytes flow
+	conns map[net.Conn]struct{}
+	// clients are berth's side of the connections; severed those sever
+	// dropped, whose engine's side stays open until held is closed
+	// (release).
+	clients map[net.Conn]struct{}
+	severed map[net.Conn]bool
+	held    chan struct{}
+	closed  bool
+	wg      sync.WaitGroup // the accept loops and the connections' pumps
 }
 
 func newEngineProxy(t *testing.T, target string) *engineProxy {
@@ -41,7 +47,7 @@ func newEngineProxy(t *testing.T, target string) *engineProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &engineProxy{target: target, path: filepath.Join(dir, "engine.sock"), gate: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p := &engineProxy{target: target, path: filepath.Join(dir, "engine.sock"), gate: make(chan struct{}), conns: map[net.Conn]struct{}{}, clients: map[net.Conn]struct{}{}, severed: map[net.Conn]bool{}}
 	close(p.gate)
 	if err := p.listen(); err != nil {
 		t.Fatal(err)
@@ -70,6 +76,9 @@ func (p *engineProxy) listen() error {
 			if !p.track(c) {
 				return
 			}
+			p.mu.Lock()
+			p.clients[c] = struct{}{}
+			p.mu.Unlock()
 			p.wg.Go(func() { p.serve(c) })
 		}
 	})
@@ -92,6 +101,8 @@ func (p *engineProxy) track(c net.Conn) bool {
 func (p *engineProxy) untrack(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
+	delete(p.clients, c)
+	delete(p.severed, c)
 	p.mu.Unlock()
 	c.Close()
 }
@@ -142,6 +153,15 @@ func (p *engineProxy) serve(c net.Conn) {
 	go pump(c, up)
 	<-done
 	c.Close()
+	p.mu.Lock()
+	var held chan struct{}
+	if p.severed[c] {
+		held = p.held
+	}
+	p.mu.Unlock()
+	if held != nil {
+		<-held // severed: the engine's side stays open
+	}
 	up.Close()
 	<-done
 }
@@ -176,10 +196,39 @@ func (p *engineProxy) cut() {
 
 func (p *engineProxy) restore() error { return p.listen() }
 
+// sever drops berth's side of every connection and keeps the engine's side
+// open until release, as an engine does that keeps an exec's stdin open
+// after its client went (containerd's shim holds the write end of the
+// stdin FIFO), or a connection whose peer vanished without a word: berth
+// sees its streams end, the programs in the container see nothing. New
+// connections go through.
+func (p *engineProxy) sever() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = make(chan struct{})
+	}
+	for c := range p.clients {
+		p.severed[c] = true
+		c.Close() // its bytes no longer flow; serve's untrack forgets it
+	}
+}
+
+// release closes the engine's side of the connections sever kept open.
+func (p *engineProxy) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+}
+
 func (p *engineProxy) Close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	p.release()
 	p.cut()
 	p.flow()
 	p.wg.Wait()

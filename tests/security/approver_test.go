@@ -27,7 +27,7 @@ type watcher struct {
 	cards     chan card
 	decisions chan map[string]any // permission.decided events
 	cancel    context.CancelFunc
-	done   chan struct{}
+	done      chan struct{}
 }
 
 // watch follows run's event stream with tok until the test ends. It

@@ -53,6 +53,12 @@ type adapterSpec struct {
 	// around it (debugpy runs any script); without a marker its root is
 	// the workspace root, as pylsp's is for lsp.
 	markerOptional bool
+	// blindToDeath: the adapter does not notice its program killed from
+	// outside while stopped (delve waits for the program it traces only
+	// while running it): when the sandbox's /proc says the program is
+	// dead, its word is taken without waiting for the adapter's
+	// ([Supervisor.checkProgram]).
+	blindToDeath bool
 }
 
 // adapterTable is the adapter table of docs/tools.md §7.
@@ -62,8 +68,9 @@ var adapterTable = []adapterSpec{
 		evaluates: "runs statements too (x = 5, import os), which have no value", markerOptional: true},
 	{id: AdapterLLDB, markers: []string{"Cargo.toml", "CMakeLists.txt"}, binary: "lldb-dap (or lldb-vscode)", names: []string{"lldb-dap", "lldb-dap-*", "lldb-vscode", "lldb-vscode-*"}},
 	{id: AdapterDelve, markers: []string{"go.mod"}, binary: "dlv", names: []string{"dlv"}, exts: []string{".go"},
-		evaluates: "evaluates Go expressions (call f(1) calls a function, call x = 5 assigns)",
-		noReturn:  "delve does not report the value step_out returned: step_over once and read the variable it is assigned to"},
+		evaluates:    "evaluates Go expressions (call f(1) calls a function, call x = 5 assigns)",
+		noReturn:     "delve does not report the value step_out returned: step_over once and read the variable it is assigned to",
+		blindToDeath: true},
 }
 
 func specFor(id string) (adapterSpec, bool) {

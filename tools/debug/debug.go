@@ -9,7 +9,9 @@
 // (DBG-4). Adapters speaking stdio run through [sandbox.Pipe]; delve, which
 // only listens on TCP, listens on a loopback port inside the sandbox that is
 // reached with [sandbox.Sandbox.Dial], never from outside. A session ends
-// with terminate, its TTL, the run's close, or the end of its program;
+// with terminate, its TTL, the run's close, or the end of its program
+// (also a program killed from outside, which the next call notices:
+// [Supervisor.checkProgram]);
 // ending it disconnects and kills the adapter's process group, which takes
 // the debuggee with it. Every DAP request has a deadline
 // ([Options.RequestTimeout]): an adapter that does not answer is named in
@@ -210,15 +212,24 @@ type session struct {
 	scratch string
 	sb      sandbox.Sandbox
 	// resident is the adapter's process name under the run's resident
-	// supervisor, and rs its stream; "" and nil for a plain process.
+	// supervisor res, and rs its stream; "" and nil for a plain process.
 	resident string
 	rs       *residentStream
+	res      sandbox.Resident
 
 	mu       sync.Mutex // guards the fields below; never held across I/O
 	outShown int64      // output offset shown by the output operation
 	timer    *time.Timer
 	stopping bool // stop has begun: no timer is set any more
 	detached bool // berth let go of the session: its adapter runs on under the resident
+	// died is how the program ended outside the debugger, as the
+	// sandbox's /proc told ([Supervisor.checkProgram]); nil while it
+	// lives, or when the adapter reported the end itself.
+	died *death
+	// lostEnded says the adapter of a session whose stream was lost was
+	// ended through a fresh attach (endLost); lostEndErr why it was not.
+	lostEnded  bool
+	lostEndErr error
 	// snap is the last stop report, for status: it answers from it
 	// without asking the adapter while the program is still in that stop.
 	snap *snapshot
@@ -329,10 +340,14 @@ func (ss *session) stop(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, stopTimeout)
 		defer cancel()
 		err := ss.ds.Close(ctx, ss.command == "launch")
-		if errors.Is(err, dap.ErrClosed) || errors.Is(err, dap.ErrAdapterExited) {
+		died := ss.programDied() != nil
+		if errors.Is(err, dap.ErrClosed) || errors.Is(err, dap.ErrAdapterExited) || died {
+			// A program killed outside the debugger cannot be detached
+			// from (dlv refuses): its adapter is killed below, and the
+			// program's zombie, orphaned, is reaped with it.
 			err = nil
 		}
-		if ss.exited != nil && err == nil {
+		if ss.exited != nil && err == nil && !died {
 			// An adapter that exits by itself after disconnect (dlv does)
 			// is reaped by the agent; give it a moment before killing.
 			t := time.NewTimer(graceExit)
@@ -350,7 +365,12 @@ func (ss *session) stop(ctx context.Context) error {
 		}
 		select {
 		case <-ss.exited:
-			if _, werr := ss.status(); errors.Is(werr, sandbox.ErrDetached) {
+			if ss.streamLost() {
+				// berth's stream to the adapter broke (a `berth-shim dial`
+				// relay killed, the engine's connections cut): nothing of the
+				// above reached it, and it runs on under the run's resident.
+				err = ss.endLost(ctx)
+			} else if _, werr := ss.status(); errors.Is(werr, sandbox.ErrDetached) {
 				// berth's streams to the resident were cut: nothing reached it.
 				err = fmt.Errorf("debug: berth lost its connection to %s, which runs on under the run's resident supervisor until it ends it: %w", ss.who(), werr)
 			} else if err != nil {
@@ -414,6 +434,75 @@ func (s *Supervisor) watch(ss *session) {
 	ss.stop(context.Background())
 }
 
+// streamLost reports whether the session's adapter runs under the run's
+// resident and its process handle ended without the exit status: the
+// stream to it broke, which says nothing of the adapter itself. A session
+// berth let go of on purpose (Detach) is not lost.
+func (ss *session) streamLost() bool {
+	if ss.resident == "" || ss.res == nil || ss.exited == nil {
+		return false
+	}
+	ss.mu.Lock()
+	detached := ss.detached
+	ss.mu.Unlock()
+	if detached {
+		return false
+	}
+	select {
+	case <-ss.exited:
+		_, err := ss.status()
+		return err != nil && !errors.Is(err, sandbox.ErrDetached)
+	default:
+		return false
+	}
+}
+
+// endLost ends the adapter of a session whose stream was lost through a
+// fresh attach to the run's resident, so that the next launch's adapter
+// is the run's only one; once it succeeded, it does nothing.
+func (ss *session) endLost(ctx context.Context) error {
+	ss.mu.Lock()
+	ended := ss.lostEnded
+	ss.mu.Unlock()
+	if ended {
+		return nil
+	}
+	if err := endResident(ctx, ss.res, ss.resident); err != nil {
+		ss.mu.Lock()
+		ss.lostEndErr = err
+		ss.mu.Unlock()
+		return fmt.Errorf("debug: berth lost its connection to %s, which may run on under the run's resident supervisor: ending it through a fresh attach failed: %w; the next launch ends it first", ss.who(), err)
+	}
+	ss.mu.Lock()
+	ss.lostEnded, ss.lostEndErr = true, nil
+	ss.mu.Unlock()
+	return nil
+}
+
+// lostNote says what happened to a session whose stream was lost, ending
+// its adapter first when its stop could not (the engine was cut then).
+func (ss *session) lostNote() string {
+	ss.endLost(context.Background())
+	return ss.lostWhy()
+}
+
+// lostWhy says what happened to a session whose stream was lost, as far
+// as ending its adapter went.
+func (ss *session) lostWhy() string {
+	_, why := ss.status()
+	lost := fmt.Sprintf("debug session %d of %s was lost: berth's connection to %s broke (%v)", ss.id, ss.program, ss.who(), why)
+	ss.mu.Lock()
+	ended, err := ss.lostEnded, ss.lostEndErr
+	ss.mu.Unlock()
+	switch {
+	case ended:
+		return lost + ", so berth ended the adapter and its program under the run's resident supervisor (one adapter per run). The breakpoints are kept: launch again"
+	case err != nil:
+		return lost + fmt.Sprintf(", and ending the adapter through the run's resident supervisor failed (%v): the next launch ends it first. The breakpoints are kept: launch again", err)
+	}
+	return lost + "; berth ends the adapter and its program under the run's resident supervisor. The breakpoints are kept: launch again"
+}
+
 // gone reports why the session can no longer be used: the adapter exited
 // or its stream ended. It returns "" while the session is alive.
 func (ss *session) gone() string {
@@ -434,6 +523,9 @@ func (ss *session) gone() string {
 	}
 	if st.Terminated || st.Exited {
 		return fmt.Sprintf("the debug session of %s ended and the %s adapter exited (%s)", ss.program, ss.adapter, how)
+	}
+	if ss.streamLost() {
+		return ss.lostWhy()
 	}
 	msg := fmt.Sprintf("the %s debug adapter (pid %d) exited unexpectedly (%s) while debugging %s; the session is over, launch again", ss.adapter, ss.pid, how, ss.program)
 	if t := ss.stderr.String(); t != "" {
@@ -463,6 +555,9 @@ func (s *Supervisor) current() (*session, []string) {
 	}
 	if why := cur.gone(); why != "" {
 		cur.stop(context.Background()) // also waits for a TTL expiry or Close ending it now
+		if cur.streamLost() {
+			why = cur.lostNote() // after stop: whether its adapter was ended
+		}
 		s.mu.Lock()
 		if s.cur == cur {
 			s.cur = nil
@@ -507,10 +602,11 @@ type adapterProc struct {
 	status func() (sandbox.ExitStatus, error)
 	pid    int
 	stderr *proc.Tail
-	// resident is the process name under the run's resident supervisor,
-	// and rs its stream; "" and nil for a plain process.
+	// resident is the process name under the run's resident supervisor
+	// res, and rs its stream; "" and nil for a plain process.
 	resident string
 	rs       *residentStream
+	res      sandbox.Resident
 }
 
 // startAdapter starts the adapter for av in the sandbox. Its process lives
@@ -574,13 +670,16 @@ func (s *Supervisor) startUnder(ctx, pctx context.Context, cancel context.Cancel
 		cancel()
 		return nil, err
 	}
-	name := "debug-" + randomHex()
+	// One adapter per run: one whose stream broke, and that its session's
+	// end could not reach, goes before another starts.
+	s.endStray(res, "")
+	name := residentPrefix + randomHex()
 	rs, err := startResident(pctx, res, name, false, cmd)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("debug: cannot start %s in the sandbox under the run's resident supervisor: %w", cmd.Args[0], err)
 	}
-	return &adapterProc{stream: rs, cancel: cancel, exited: rs.done, status: rs.exitStatus, pid: rs.proc.Pid(), stderr: stderr, resident: name, rs: rs}, nil
+	return &adapterProc{stream: rs, cancel: cancel, exited: rs.done, status: rs.exitStatus, pid: rs.proc.Pid(), stderr: stderr, resident: name, rs: rs, res: res}, nil
 }
 
 func (s *Supervisor) startPipe(pctx context.Context, cancel context.CancelFunc, cmd *sandbox.Cmd, stderr *proc.Tail) (*adapterProc, error) {

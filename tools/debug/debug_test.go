@@ -277,6 +277,54 @@ func lingering(s string) []string {
 	return p
 }
 
+// scratches are the scratch directories this test process's sessions
+// made (testScratch).
+var scratches struct {
+	sync.Mutex
+	dirs []string
+}
+
+func init() {
+	testScratch = func(dir string) {
+		scratches.Lock()
+		defer scratches.Unlock()
+		scratches.dirs = append(scratches.dirs, dir)
+	}
+}
+
+// ourScratches returns the scratch directories this process's sessions
+// made that still exist.
+func ourScratches() []string {
+	scratches.Lock()
+	defer scratches.Unlock()
+	var left []string
+	for _, d := range scratches.dirs {
+		if _, err := os.Stat(d); err == nil {
+			left = append(left, d)
+		}
+	}
+	return left
+}
+
+// ourDebuggees lists the running programs delve built for this process's
+// sessions (a __debug_bin in one of their scratch directories); another
+// test process's on the machine are not counted.
+func ourDebuggees() []string {
+	scratches.Lock()
+	dirs := slices.Clone(scratches.dirs)
+	scratches.Unlock()
+	var out []string
+	for _, p := range processesWith("__debug_bin") {
+		for _, d := range dirs {
+			if strings.Contains(p, d+"/") {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
 func processesWith(s string) []string {
 	var out []string
 	ents, _ := os.ReadDir("/proc")
@@ -875,23 +923,15 @@ func TestDelveHost(t *testing.T) {
 		t.Skipf("no go on PATH: dlv's debug mode builds the program")
 	}
 	f := newFixture(t, map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n", "main.go": debugtest.GoProgram}, Options{Wait: 2 * time.Minute})
-	scratchBefore, _ := filepath.Glob("/tmp/berth-debug-*")
 	gone := f.Gone
 	f.Gone = func(t *testing.T) {
 		t.Helper()
 		gone(t)
 		// The directory dlv built into goes with the session.
-		now, _ := filepath.Glob("/tmp/berth-debug-*")
-		var left []string
-		for _, d := range now {
-			if !slices.Contains(scratchBefore, d) {
-				left = append(left, d)
-			}
-		}
-		if len(left) > 0 {
+		if left := ourScratches(); len(left) > 0 {
 			t.Errorf("the session's build directories are left: %v", left)
 		}
-		if p := processesWith("__debug_bin"); len(p) > 0 {
+		if p := ourDebuggees(); len(p) > 0 {
 			t.Errorf("debuggee left after terminate: %v", p)
 		}
 		if _, err := os.Stat(filepath.Join(f.dir, "__debug_bin")); err == nil {
@@ -910,7 +950,7 @@ func TestDelveHost(t *testing.T) {
 		if pid := f.session().pid; !alive(pid) {
 			t.Fatalf("adapter pid %d is not alive", pid)
 		}
-		if len(processesWith("__debug_bin")) == 0 {
+		if len(ourDebuggees()) == 0 {
 			t.Errorf("no debuggee (__debug_bin) runs")
 		}
 	}
@@ -939,6 +979,106 @@ func TestDebugpyExitHost(t *testing.T) {
 		}
 	}
 	debugtest.CheckExit(t, f.Env, "exit.py", "exit.py", debugtest.PyExitLine, "debugpy", debugtest.PyExitStop)
+}
+
+// TestKilledProgramHost kills the program of a session stopped at a
+// breakpoint from outside (kill -9 of its pid), under delve and under
+// debugpy: the next call says how it ended, not the old stop, and no
+// zombie of it is left, with no terminate (debugtest.CheckKilled). delve
+// itself does not notice: the session reads the program's /proc entry.
+func TestKilledProgramHost(t *testing.T) {
+	tests := []struct {
+		adapter, program, file string
+		files                  map[string]string
+		line                   int
+		how                    string
+		need                   func(t *testing.T)
+		end                    func(t *testing.T, st debugtest.Status)
+	}{
+		{adapter: "delve", program: ".", file: "main.go", line: 12, need: needDelve,
+			files: map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n", "main.go": debugtest.GoProgram},
+			how:   "was killed by signal 9 (SIGKILL) outside the debugger",
+			end: func(t *testing.T, st debugtest.Status) {
+				if st.Signal != "SIGKILL" || st.ExitCode != nil {
+					t.Errorf("the end = %+v, want signal SIGKILL and no exit code", st)
+				}
+			}},
+		{adapter: "debugpy", program: "main.py", file: "main.py", line: 7, need: needDebugpy,
+			files: map[string]string{"requirements.txt": "", ".venv/bin/python": "symlink:" + debianPython, "main.py": debugtest.PyProgram},
+			how:   "exited (code 247, which is how debugpy reports a program killed by signal 9 (SIGKILL))",
+			end: func(t *testing.T, st debugtest.Status) {
+				if st.ExitCode == nil || *st.ExitCode != 247 {
+					t.Errorf("the end = %+v, want exit code 247, as debugpy reports it", st)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.adapter, func(t *testing.T) {
+			tt.need(t)
+			f := newFixture(t, tt.files, Options{Wait: 2 * time.Minute})
+			var program int
+			f.KillProgram = func(t *testing.T) {
+				t.Helper()
+				// The pid the adapter's process event gave: the program's
+				// own, whatever else runs on this machine.
+				if p := f.session().ds.State().Process; p != nil {
+					program = p.SystemProcessId
+				}
+				if program <= 0 || !alive(program) {
+					t.Fatalf("no live program pid from the adapter's process event (%d)", program)
+				}
+				if err := syscall.Kill(program, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				for deadline := time.Now().Add(time.Minute); alive(program); time.Sleep(20 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("the killed program (pid %d) is still alive", program)
+					}
+				}
+			}
+			reaped := f.Reaped
+			f.Reaped = func(t *testing.T) {
+				t.Helper()
+				reaped(t)
+				for deadline := time.Now().Add(lingerWait); ; time.Sleep(20 * time.Millisecond) {
+					st, ok := readStat(program)
+					if !ok {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("the killed program (pid %d) is left: state %s, parent %d", program, st.state, st.ppid)
+						break
+					}
+				}
+			}
+			tt.end(t, debugtest.CheckKilled(t, f.Env, tt.program, tt.file, tt.line, tt.adapter, tt.how))
+		})
+	}
+}
+
+// TestKilledRunningGoHost: a Go program killed (kill -9) while delve runs
+// it is reaped by delve, which reports the exit code -9: the next call
+// says the program was killed by signal 9 (SIGKILL).
+func TestKilledRunningGoHost(t *testing.T) {
+	needDelve(t)
+	f := newFixture(t, map[string]string{"go.mod": "module example.com/loop\n\ngo 1.22\n",
+		"main.go": "package main\n\nimport \"time\"\n\nfunc main() {\n\tfor {\n\t\ttime.Sleep(10 * time.Millisecond)\n\t}\n}\n"},
+		Options{Wait: 3 * time.Second})
+	f.Ok(t, map[string]any{"op": "launch", "program": "."}, "still running after 3s")
+	p := f.session().ds.State().Process
+	if p == nil || !alive(p.SystemProcessId) {
+		t.Fatalf("no live program pid from delve's process event: %+v", p)
+	}
+	if err := syscall.Kill(p.SystemProcessId, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var st debugtest.Status
+	debugtest.Decode(t, f.Ok(t, map[string]any{"op": "status"}, "no debug session: the program was killed by signal 9 (SIGKILL).", "session 1 (delve, .) is closed"), &st)
+	if st.State != "exited" || st.Signal != "SIGKILL" || st.ExitCode != nil {
+		t.Errorf("status after the kill = %+v, want exited by SIGKILL with no exit code", st)
+	}
+	f.Gone(t)
+	f.Reaped(t)
 }
 
 // ---- lldb on the host, when lldb-dap or lldb-vscode(-N) is on PATH ----
@@ -1088,7 +1228,7 @@ func TestStuckAdapter(t *testing.T) {
 			if p := lingering(f.dir); len(p) > 0 {
 				t.Errorf("processes left after terminate: %v", p)
 			}
-			if p := processesWith("__debug_bin"); len(p) > 0 {
+			if p := ourDebuggees(); len(p) > 0 {
 				t.Errorf("debuggee left after terminate: %v", p)
 			}
 			f.Reaped(t)

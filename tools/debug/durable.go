@@ -253,7 +253,7 @@ func (s *Supervisor) adopt(ctx context.Context, res sandbox.Resident, h *handle)
 	}
 	ss := &session{id: h.ID, adapter: h.Adapter, server: h.Server, host: h.Host, command: h.Command, program: h.Program, root: h.Root,
 		started: h.Started, deadline: h.Deadline, ds: ds, cancel: pcancel, exited: rs.done, status: rs.exitStatus, pid: rs.proc.Pid(),
-		stderr: stderr, release: release, resident: h.Resident, rs: rs}
+		stderr: stderr, release: release, resident: h.Resident, rs: rs, res: res}
 	if ss.pid == 0 {
 		ss.pid = h.Pid
 	}
@@ -283,27 +283,40 @@ func (s *Supervisor) endStray(res sandbox.Resident, keep string) {
 		if !strings.HasPrefix(p.Name, residentPrefix) || p.Name == keep {
 			continue
 		}
-		if err := endResident(res, p.Name); err != nil {
+		if err := endResident(ctx, res, p.Name); err != nil {
 			s.note(fmt.Sprintf("berth could not end the stray debug adapter %s (pid %d) of an earlier berth: %v", p.Name, p.Pid, err))
 		}
 	}
 }
 
-// endResident ends the resident process name (TERM, then KILL) and
-// collects it.
-func endResident(res sandbox.Resident, name string) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	p, err := res.Attach(ctx, name, &sandbox.Cmd{})
+// endResident ends the resident process name (TERM, then KILL) through a
+// fresh attach and collects it, within stopTimeout of its own.
+func endResident(ctx context.Context, res sandbox.Resident, name string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	pctx, pcancel := context.WithCancel(ctx)
+	p, err := res.Attach(pctx, name, &sandbox.Cmd{})
 	if err != nil {
-		cancel()
-		if errors.Is(err, sandbox.ErrNotFound) {
+		pcancel()
+		// An engine not answering is unavailable, which wraps gone and
+		// may read as not found: asked first, it is not the adapter's end.
+		if !errors.Is(err, sandbox.ErrUnavailable) && errors.Is(err, sandbox.ErrNotFound) {
 			return nil
 		}
 		return err
 	}
-	cancel() // the resident sends TERM, then KILL after the wait delay
-	_, err = p.Wait()
-	return err
+	pcancel() // the resident sends TERM, then KILL after the wait delay
+	done := make(chan error, 1)
+	go func() { // ends with the process, or when ctx ends its stream
+		_, err := p.Wait()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("debug: the adapter %s did not end after SIGKILL: %w", name, ctx.Err())
+	}
 }
 
 // note adds a note for the next call.

@@ -161,7 +161,7 @@ func TestLostSessionsAfterRestart(t *testing.T) {
 		if err := json.Unmarshal(snap, &st); err != nil || st.Session == nil || st.Session.Resident != "" || st.Session.DAP != nil {
 			t.Fatalf("snapshot of a delve session = %s, %v; want it recorded without a resident process", snap, err)
 		}
-		if p := processesWith("__debug_bin"); len(p) > 0 {
+		if p := ourDebuggees(); len(p) > 0 {
 			t.Errorf("the Go program runs on after Detach: %v", p)
 		}
 		second := newBerth(t, dir, Options{})

@@ -17,19 +17,41 @@ type ending struct {
 	adapter string
 	command string
 	program string
-	// exited is set when the adapter reported the exit code (its exited
-	// event); otherwise only that the session terminated is known.
+	// exited is set when the exit code is known (the adapter's exited
+	// event, or the sandbox's /proc); otherwise only that the session
+	// terminated is known.
 	exited bool
 	code   int
+	// signal is the signal that killed the program, when the sandbox
+	// told (0: none, or unknown).
+	signal int
+	// outside says the program ended outside the debugger (killed from
+	// outside while stopped), as the sandbox's /proc told: the adapter
+	// did not report the end.
+	outside bool
 	// output is the tail of the program's output, at most endOutputChars.
 	output string
 	// warning says what went wrong closing the session, if anything.
 	warning string
 }
 
-// how says how the program ended: "exited (code 3)".
+// how says how the program ended: "exited (code 3)", "was killed by
+// signal 9 (SIGKILL) outside the debugger".
 func (e *ending) how() string {
-	if e.exited {
+	switch {
+	case e.signal != 0 && e.outside:
+		return fmt.Sprintf("was killed by %s outside the debugger", signalText(e.signal))
+	case e.signal != 0:
+		return fmt.Sprintf("was killed by %s", signalText(e.signal))
+	case e.outside && e.exited:
+		return fmt.Sprintf("exited (code %d) outside the debugger", e.code)
+	case e.outside:
+		return "ended outside the debugger (it was killed while stopped: its process is gone, and the sandbox could not tell its exit status)"
+	case e.exited && e.adapter == AdapterDebugpy && e.code > 128 && signalNames[256-e.code] != "":
+		// debugpy's launcher reports a program killed by signal n as
+		// the exit code 256-n.
+		return fmt.Sprintf("exited (code %d, which is how debugpy reports a program killed by %s)", e.code, signalText(256-e.code))
+	case e.exited:
 		return fmt.Sprintf("exited (code %d)", e.code)
 	}
 	return "ended (the debug adapter reported the session terminated; it gave no exit code)"
@@ -68,6 +90,9 @@ func (e *ending) status() Status {
 		code := e.code
 		st.ExitCode = &code
 	}
+	if e.signal != 0 {
+		st.Signal = signalName(e.signal)
+	}
 	return st
 }
 
@@ -90,13 +115,24 @@ func (s *Supervisor) finish(ss *session) *ending {
 			ss.stop(context.Background()) // waits for whoever stops it
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), endGrace)
-		ss.ds.WaitFor(ctx, func(st dap.State) bool { return st.Terminated })
-		cancel()
+		died := ss.programDied()
+		if died == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), endGrace)
+			ss.ds.WaitFor(ctx, func(st dap.State) bool { return st.Terminated })
+			cancel()
+		}
 		err := ss.stop(context.Background())
 		st := ss.ds.State()
 		e := &ending{id: ss.id, adapter: ss.adapter, command: ss.command, program: ss.program,
 			exited: st.Exited, code: st.ExitCode, output: endOutput(ss.ds)}
+		switch {
+		case died != nil:
+			e.outside, e.exited, e.code, e.signal = true, died.known && died.signal == 0, died.code, died.signal
+		case e.exited && e.code < 0 && e.code >= -64:
+			// delve reports a program killed by signal n (while it ran
+			// it) as the exit code -n; an exit code is never negative.
+			e.exited, e.signal, e.code = false, -e.code, 0
+		}
 		if err != nil {
 			e.warning = "closing the session: " + err.Error()
 		}

@@ -416,10 +416,13 @@ func (s *Supervisor) startSession(ctx context.Context, av Availability, command,
 	s.nextID++
 	ss := &session{id: s.nextID, adapter: av.Adapter, server: serverName(av), host: s.opts.Host, command: command, program: program, root: av.Root,
 		started: time.Now(), ds: ds, cancel: ap.cancel, exited: ap.exited, status: ap.status, pid: ap.pid, stderr: ap.stderr, release: release,
-		resident: ap.resident, rs: ap.rs}
+		resident: ap.resident, rs: ap.rs, res: ap.res}
 	s.last = nil // a new session: the previous ending is old news
 	if dir := scratchDir(args); dir != "" {
 		ss.scratch, ss.sb = dir, s.sb
+		if testScratch != nil {
+			testScratch(dir)
+		}
 	}
 	ss.deadline = ss.started.Add(s.opts.TTL)
 	go s.watch(ss) // ends when the session stops
@@ -491,3 +494,8 @@ func scratchDir(args map[string]any) string {
 	}
 	return ""
 }
+
+// testScratch, set by the package's tests, learns each session's scratch
+// directory, so that they look at their own sessions' build output and
+// programs, not another test process's on the same machine.
+var testScratch func(dir string)

@@ -86,7 +86,7 @@ var ops = []op{
 	{name: "adapters", args: []string{"[program]"}, run: (*Supervisor).adapters,
 		doc: fmt.Sprintf("which debug adapters (%s) are usable here, for the program when given, and exactly why not.", adapterIDs())},
 	{name: "status", run: (*Supervisor).status,
-		doc: "whether a session runs and where it stopped, or how its program ended (its exit code and the end of its output: a program's end closes its session)."},
+		doc: "whether a session runs and where it stopped, or how its program ended (its exit code or the signal that killed it, and the end of its output: a program's end closes its session, also one killed from outside the debugger)."},
 	{name: "breakpoints", args: []string{"file", "lines[]"}, run: (*Supervisor).breakpoints,
 		doc: `set the file's breakpoints (empty lines clears them; no file lists them all); may be called before launch. A line is a number or {"line":12,"condition":"i > 3","hit_condition":"2","log_message":"i is {i}"}.`},
 	{name: "launch", args: []string{"program", "[module]", "args[]", "[cwd]", "[env]", "[adapter]", "[stop_on_entry]", "[test]", "[test_run]", "[file]", "[lines[]]"}, run: (*Supervisor).launch,
@@ -218,6 +218,13 @@ func (s *Supervisor) call(ctx context.Context, in Input) (*tools.Result, error) 
 		return nil, tools.Fail("the run is closing, so no debug session can be used; open a new run")
 	}
 	cur, notes := s.current()
+	if cur != nil && s.checkProgram(ctx, cur) {
+		// The program is dead: its session is closed now, not at
+		// terminate, and the operation reports the end (or the adapter's).
+		var more []string
+		cur, more = s.current()
+		notes = append(notes, more...)
+	}
 	var rep reply
 	if o.live && cur == nil {
 		err = s.noSession(o.name)

@@ -73,6 +73,9 @@ type Status struct {
 	Program  string    `json:"program,omitempty"`
 	Stopped  *Location `json:"stopped,omitempty"`
 	ExitCode *int      `json:"exit_code,omitempty"`
+	// Signal is the signal that killed the program ("SIGKILL"), when
+	// the sandbox told.
+	Signal string `json:"signal,omitempty"`
 	// Output is the program's output since the last call, when it ended.
 	Output string `json:"output,omitempty"`
 	// NewOutput is how many characters of output have not been shown.

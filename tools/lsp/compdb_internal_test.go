@@ -110,16 +110,16 @@ func TestCompDBCause(t *testing.T) {
 	}
 	q.in.key = key{"clangd", "."}
 	ctx := context.Background()
-	if got := q.likelyCause(ctx); !strings.Contains(got, "clangd has no compilation database (no compile_commands.json or compile_flags.txt in the workspace root, their build/ or the directories up to two levels below)") {
+	if got := q.likelyCause(ctx, "", nil); !strings.Contains(got, "clangd has no compilation database (no compile_commands.json or compile_flags.txt in the workspace root, their build/ or the directories up to two levels below)") {
 		t.Errorf("no database anywhere: %q", got)
 	}
 	os.MkdirAll(filepath.Join(dir, "cmake-build-debug"), 0o755)
 	os.WriteFile(filepath.Join(dir, "cmake-build-debug", "compile_commands.json"), []byte("[]\n"), 0o644)
-	if got := q.likelyCause(ctx); !strings.Contains(got, "clangd started without a compilation database") || !strings.Contains(got, "cmake-build-debug/compile_commands.json has appeared since: call lsp with action reload") {
+	if got := q.likelyCause(ctx, "", nil); !strings.Contains(got, "clangd started without a compilation database") || !strings.Contains(got, "cmake-build-debug/compile_commands.json has appeared since: call lsp with action reload") {
 		t.Errorf("a database that appeared after the start: %q", got)
 	}
 	q.g.compDB = compDB{file: "cmake-build-debug/compile_commands.json"}
-	if got := q.likelyCause(ctx); got != "" {
+	if got := q.likelyCause(ctx, "", nil); got != "" {
 		t.Errorf("a server started with a database: %q", got)
 	}
 }

@@ -117,10 +117,19 @@ func (s *Supervisor) Restore(data []byte) error {
 	return nil
 }
 
+// noteRestart keeps n, which says a server was started again after
+// berth's connection to it broke, for the next result.
+func (s *Supervisor) noteRestart(n string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.restartNotes = append(s.restartNotes, n)
+}
+
 // noted prepends restartNote to the first result after a Restore, the
 // note of a query that had to walk the workspace (a watch that could not
-// start, overflowed or ended), and why a server asked for as the run
-// opened was not started (Prewarm).
+// start, overflowed or ended), why a server asked for as the run
+// opened was not started (Prewarm), and which servers were started again
+// after berth's connection to them broke (noteRestart).
 func noted[In any](s *Supervisor, h func(context.Context, In) (*tools.Result, error)) func(context.Context, In) (*tools.Result, error) {
 	return func(ctx context.Context, in In) (*tools.Result, error) {
 		res, err := h(ctx, in)
@@ -133,7 +142,12 @@ func noted[In any](s *Supervisor, h func(context.Context, In) (*tools.Result, er
 		walked := s.walkNote
 		s.walkNote = ""
 		prewarmed := s.takePrewarmNotesLocked()
+		restarted := s.restartNotes
+		s.restartNotes = nil
 		s.mu.Unlock()
+		for _, n := range slices.Backward(restarted) {
+			res.Content = append([]tools.Content{{Type: "text", Text: n}}, res.Content...)
+		}
 		for _, n := range slices.Backward(prewarmed) {
 			res.Content = append([]tools.Content{{Type: "text", Text: n}}, res.Content...)
 		}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,10 @@ type instance struct {
 	// they are left out of the journal's baseline, so what the write did to
 	// them is reported by the next write.
 	pending map[string]bool
+	// replaced is the last generation a start replaced, until the next
+	// start made sure its process is gone (endReplaced): one whose stream
+	// broke may run on in the sandbox.
+	replaced *generation
 }
 
 // startSpec is how a server starts beyond its table entry: on the host,
@@ -71,6 +76,10 @@ type generation struct {
 	// compDBSearched says the search ran and did not fail.
 	compDB         compDB
 	compDBSearched bool
+	// typeshed is what the start made of the workspace's packages named
+	// like standard modules (typeshed.go); nil when there were none. Set
+	// before ready closes.
+	typeshed *typeshedState
 
 	// stamps are the size and mtime of the root's files as last seen, for
 	// telling the server about changes made behind its back; sub says
@@ -146,6 +155,7 @@ type serverState struct {
 	restarts int
 	lastErr  string
 	progress []lspc.ProgressState // what a running server reports it is doing
+	typeshed *typeshedState       // of a ready generation (typeshed.go)
 }
 
 // state returns what the instance is doing now.
@@ -160,7 +170,7 @@ func (in *instance) state() serverState {
 	st.started, st.stopped, st.pid, st.binary = true, g.stopped, g.pid(), g.binary
 	select {
 	case <-g.ready:
-		st.ready, st.startErr, st.up = true, g.err, g.started
+		st.ready, st.startErr, st.up, st.typeshed = true, g.err, g.started, g.typeshed
 		if st.alive {
 			st.progress = g.client.Progress()
 		}
@@ -210,7 +220,11 @@ func (in *instance) ensureLocked(binary string) error {
 		return nil
 	}
 	if g := in.gen; g != nil && g.stopped == "" {
-		in.noteCrashLocked(g)
+		if g.streamLost() {
+			in.noteLostLocked(g)
+		} else {
+			in.noteCrashLocked(g)
+		}
 	}
 	if in.gaveUp {
 		return in.gaveUpErrorLocked()
@@ -227,6 +241,9 @@ func (in *instance) ensureLocked(binary string) error {
 		binary = in.gen.binary
 	}
 	g := &generation{binary: binary, start: in.start, ready: make(chan struct{}), stderr: proc.NewTail(stderrKeep)}
+	if old := in.gen; old != nil && old.stream != nil {
+		in.replaced = old
+	}
 	in.gen = g
 	in.lastUsed = time.Now()
 	go in.spawn(g, max(delay, 0))
@@ -271,6 +288,17 @@ func (in *instance) noteCrashLocked(g *generation) {
 	go g.kill()
 }
 
+// noteLostLocked records the end of g's stream without its exit status:
+// the stream to the server broke (the engine's connections cut), which is
+// not the server's crash, and the server may run on in the sandbox until
+// the next start ends it (endReplaced).
+func (in *instance) noteLostLocked(g *generation) {
+	g.stopped = "its connection broke"
+	_, err := g.stream.ExitStatus()
+	in.lastErr = fmt.Sprintf("berth's connection to the server (pid %d) broke: %v", g.pid(), err)
+	go g.kill() // releases the client and the stream; reaches nothing in the sandbox
+}
+
 func (in *instance) gaveUpErrorLocked() error {
 	return fmt.Errorf("lsp: gave up on %s after %d crashes within %v (last: %s); fix the cause, then call lsp with action reload to try again",
 		in.key, MaxCrashes, CrashWindow, in.lastErr)
@@ -298,6 +326,10 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		if s.opts.Host && !g.start.decided {
 			return fmt.Errorf("lsp: %s was not started: its start on the host was never checked for the toolchain it would run; call lsp again", in.key)
 		}
+		// One server per instance: one whose stream broke goes first.
+		if err := in.endReplaced(s.runCtx); err != nil {
+			return err
+		}
 		pctx, cancel := context.WithCancel(s.runCtx)
 		absRoot := path.Join(s.root, in.key.root)
 		args := append([]string{g.binary}, in.spec.args(s.opts.Host)...)
@@ -316,13 +348,29 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 		if g.start.init != nil {
 			init = g.start.init
 		}
-		stream, err := sandbox.Pipe(pctx, s.sb, &sandbox.Cmd{Args: args, Env: env, Dir: absRoot, Stderr: g.stderr, WaitDelay: waitDelay})
+		// A private typeshed, when the root has packages named like
+		// standard modules, goes when the server ends, whoever ends it.
+		settings := in.spec.Settings
+		var remove []string
+		if ts := in.makeTypeshed(pctx, g.binary); ts != nil {
+			in.mu.Lock()
+			g.typeshed = ts
+			in.mu.Unlock()
+			if ts.dir != "" {
+				settings, _ = withOption(settings, in.spec.TypeshedSetting, []any{ts.dir}).(map[string]any)
+				remove = []string{ts.dir}
+			}
+		}
+		stream, err := sandbox.Pipe(pctx, s.sb, &sandbox.Cmd{Args: args, Env: env, Dir: absRoot, Stderr: g.stderr, WaitDelay: waitDelay, Remove: remove})
 		if err != nil {
 			cancel()
+			for _, d := range remove {
+				removeSandboxDir(s.runCtx, s.sb, d)
+			}
 			return fmt.Errorf("starting %s in %s failed: %w", strings.Join(args, " "), absRoot, err)
 		}
 		rootURI, _ := lspc.FileURI(absRoot)
-		client := lspc.NewClient(stream, lspc.ConnOptions{Settings: in.spec.Settings, RequestTimeout: s.opts.RequestTimeout})
+		client := lspc.NewClient(stream, lspc.ConnOptions{Settings: settings, RequestTimeout: s.opts.RequestTimeout})
 		in.mu.Lock()
 		g.client, g.stream, g.ctx, g.cancel = client, stream, pctx, cancel
 		in.mu.Unlock()
@@ -335,8 +383,8 @@ func (in *instance) spawn(g *generation, delay time.Duration) {
 			}
 			return errors.New(msg)
 		}
-		if in.spec.Settings != nil {
-			if err := client.Notify(ictx, "workspace/didChangeConfiguration", map[string]any{"settings": in.spec.Settings}); err != nil {
+		if settings != nil {
+			if err := client.Notify(ictx, "workspace/didChangeConfiguration", map[string]any{"settings": settings}); err != nil {
 				return fmt.Errorf("configuring %s failed: %w", g.binary, err)
 			}
 		}
@@ -554,6 +602,104 @@ func (g *generation) kill() error {
 		g.cancel()
 	}
 	return err
+}
+
+// streamLost reports whether g's stream ended without the server's exit
+// status: it broke (the engine's connections cut, an engine that dropped
+// the exec), which says nothing of the server, which may run on.
+func (g *generation) streamLost() bool {
+	if g.stream == nil {
+		return false
+	}
+	select {
+	case <-g.stream.Done():
+		_, err := g.stream.ExitStatus()
+		return err != nil
+	default:
+		return false
+	}
+}
+
+// endReplaced makes sure the process of the generation the current start
+// replaced is gone before a new server starts: a server whose stream broke
+// runs on in the sandbox (its supervisor ends it only once it misses
+// berth's pings), indexing the workspace beside the new one. Its process
+// group is ended through a fresh exec (endGroup). The first result after
+// the new server is ready says it was restarted (Supervisor.restartNotes).
+func (in *instance) endReplaced(ctx context.Context) error {
+	in.mu.Lock()
+	old := in.replaced
+	in.mu.Unlock()
+	if old == nil {
+		return nil
+	}
+	// A stopped or crashed server's stream ends with it; wait for that,
+	// within the time its stop takes.
+	t := time.NewTimer(stopTimeout)
+	select {
+	case <-old.stream.Done():
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	}
+	t.Stop()
+	if old.streamLost() {
+		absRoot := path.Join(in.s.root, in.key.root)
+		if err := endGroup(ctx, in.s.sb, old.pid(), absRoot); err != nil {
+			return fmt.Errorf("lsp: %s was not started again: berth's connection to the one before (pid %d) broke, and ending it in the sandbox failed: %w; call again", in.key, old.pid(), err)
+		}
+		in.s.noteRestart(fmt.Sprintf("note: berth's connection to the language server %s (pid %d) broke, so berth ended it and started it again: its index is rebuilt (the first answers may take longer), and diagnostics on write start from a new baseline", in.key, old.pid()))
+	}
+	in.mu.Lock()
+	if in.replaced == old {
+		in.replaced = nil
+	}
+	in.mu.Unlock()
+	return nil
+}
+
+// endGroupScript ends the process group $1 if its leader is still the
+// server berth started: its own group's leader, working in $2, a child of
+// a berth-shim supervisor. SIGTERM, then SIGKILL after up to 2 s. It is
+// given to /bin/sh, which discovery needs already (probeScript).
+const endGroupScript = `pg=$1
+[ -r /proc/$pg/stat ] || exit 0
+read -r st < /proc/$pg/stat || exit 0
+set -- ${st##*) }
+[ "$3" = "$pg" ] || exit 0
+read -r parent < /proc/$2/comm 2>/dev/null || exit 0
+[ "$parent" = berth-shim ] || exit 0
+cwd=$(readlink /proc/$pg/cwd) || exit 0
+[ "$cwd" = "$ROOT" ] || exit 0
+kill -TERM -$pg 2>/dev/null || exit 0
+i=0
+while [ $i -lt 20 ] && kill -0 -$pg 2>/dev/null; do sleep 0.1; i=$((i+1)); done
+kill -KILL -$pg 2>/dev/null
+exit 0
+`
+
+// endGroup ends the process group pgid in sb (endGroupScript) through a
+// fresh exec, within stopTimeout.
+func endGroup(ctx context.Context, sb sandbox.Sandbox, pgid int, root string) error {
+	if pgid <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	defer cancel()
+	var errb strings.Builder
+	p, err := sb.Start(ctx, &sandbox.Cmd{Args: []string{"/bin/sh", "-c", endGroupScript, "berth-lsp-end", strconv.Itoa(pgid)}, Env: []string{"ROOT=" + root}, Stderr: &errb})
+	if err != nil {
+		return err
+	}
+	st, err := p.Wait()
+	if err != nil {
+		return err
+	}
+	if !st.Success() {
+		return fmt.Errorf("%v: %s", st, proc.Clip(errb.String(), 400))
+	}
+	return nil
 }
 
 // dead reports whether g's connection has ended.

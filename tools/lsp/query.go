@@ -114,9 +114,13 @@ const indexStartWait = 3 * time.Second
 // crossFile readies q's server for an answer about the whole project
 // (references, calls, workspace symbols): a server that indexes in the
 // background is waited for (bounded by QueryWait) until its index is
-// complete.
+// complete; one that finds the workspace's files late
+// (Server.FindsFilesLate) is waited for until it has begun.
 func (q *query) crossFile(ctx context.Context) error {
 	if !q.in.spec.BackgroundIndex {
+		if q.in.spec.FindsFilesLate {
+			q.g.indexBegun(ctx, q.c)
+		}
 		return nil
 	}
 	if !q.g.indexBegun(ctx, q.c) {

@@ -172,7 +172,7 @@ func (s *Supervisor) renameGaps(ctx context.Context, q *query, t target, plan *e
 	}
 	var b strings.Builder
 	if len(missing) > 0 {
-		fmt.Fprintf(&b, "%q also occurs as a whole word in %s the edit leaves out: %s (they may hold other symbols of the same name%s)", t.ident, plural(len(missing), "file"), listCounts(missing), q.likelyCause(ctx))
+		fmt.Fprintf(&b, "%q also occurs as a whole word in %s the edit leaves out: %s (they may hold other symbols of the same name%s)", t.ident, plural(len(missing), "file"), listCounts(missing), q.likelyCause(ctx, t.name, missing))
 	}
 	if occ.unread > 0 {
 		if b.Len() > 0 {

@@ -68,6 +68,15 @@ type Server struct {
 	// --enable-config=false, so that a workspace .clangd can neither add
 	// flags nor point clangd at a remote index.
 	HostArgs []string
+	// Typeshed is, for a server that resolves an import to a stub of its
+	// bundled typeshed's stdlib before the workspace's own package of
+	// that name (pyright), where that typeshed lies, relative to the
+	// directory of the server's real program file
+	// ("dist/typeshed-fallback"); TypeshedSetting is the setting (dotted,
+	// a list) that gives the server another. When the root holds such a
+	// package, the server is given a private typeshed without its stub
+	// (typeshed.go).
+	Typeshed, TypeshedSetting string
 	// Settle, when longer than the supervisor's, is the quiet period after
 	// a change before its diagnostics are taken as complete: pyright
 	// publishes a changed file's diagnostics first and its callers' when
@@ -80,6 +89,13 @@ type Server struct {
 	// are incomplete, so the first such answer waits for it, status says
 	// the server is indexing, and lsp_rename refuses while it is.
 	BackgroundIndex bool
+	// FindsFilesLate says the server lists the workspace's files a while
+	// after it started, and begins work-done progress once it has
+	// (pyright's "N files to analyze"): until then its cross-file answers
+	// cover only the open files and what they import, so the first such
+	// answer waits, up to indexStartWait, for that progress to begin (not
+	// to end: pyright's references read the files they need).
+	FindsFilesLate bool
 	// OpenRoot says the server searches only the files it was told about
 	// (tsserver: a loose JavaScript file's inferred project holds the
 	// open files only): before the first cross-file answer, the root's
@@ -176,7 +192,10 @@ func DefaultServers() []Server {
 				"autoSearchPaths":        true,
 				"useLibraryCodeForTypes": true,
 			}}},
-			Settle: pyrightSettle},
+			// A workspace package named like a standard module (email/)
+			// is resolved to the workspace's code, not to the stub.
+			Typeshed: "dist/typeshed-fallback", TypeshedSetting: "python.analysis.typeshedPaths",
+			FindsFilesLate: true, Settle: pyrightSettle},
 		{ID: "pylsp", Languages: py, Markers: pyMarkers, MarkerOptional: true, Binaries: []string{"pylsp"}, Local: []string{".venv/bin", "venv/bin"}, ByName: true,
 			// Style checkers drown real problems: keep pyflakes (undefined
 			// names, unused imports), drop pycodestyle and mccabe.

@@ -49,6 +49,7 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		// (Server.CompileCommandsDir): the one it started with, else the
 		// one it would start with.
 		CompDB string `json:"compilation_database,omitempty"`
+		Stdlib string `json:"stdlib,omitempty"`
 	}
 	var rows []row
 	covered := map[key]bool{}
@@ -93,6 +94,7 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 				ps = append(ps, x)
 			}
 			r.Indexing = strings.Join(ps, "; ")
+			r.Stdlib = st.typeshed.String()
 		}
 	}
 	for _, c := range choices {
@@ -188,6 +190,9 @@ func (s *Supervisor) status(ctx context.Context, in Input) (*tools.Result, error
 		}
 		if r.CompDB != "" {
 			fmt.Fprintf(&b, "; compilation database: %s", r.CompDB)
+		}
+		if r.Stdlib != "" {
+			fmt.Fprintf(&b, "; %s", r.Stdlib)
 		}
 		if r.Missing != "" {
 			fmt.Fprintf(&b, "; %s", r.Missing)

@@ -153,6 +153,9 @@ type Supervisor struct {
 	// failed, for the next result.
 	prewarmStop  context.CancelFunc
 	prewarmNotes []string
+	// restartNotes say which servers were ended and started again after
+	// berth's connection to them broke (instance.endReplaced), once.
+	restartNotes []string
 	// watch follows the workspace's changes (berth's agent's inotify), so
 	// that a query reports what changed behind the servers' backs without
 	// walking the tree; walkNote is the next result's note when a query

@@ -19,7 +19,8 @@ import (
 // The completeness verdict. A language server's cross-file answer is a
 // claim: a server that links only the files it has open (clangd without a
 // compilation database, tsserver's inferred project), resolves a module to
-// a stub that shadows the workspace's own (pyright), or infers names
+// a stub that shadows the workspace's own (pyright, where berth could not
+// give it a typeshed without that stub: typeshed.go), or infers names
 // (pylsp) answers "1 location" where a text search finds fourteen, and
 // says nothing. Before such an answer is given, berth counts the
 // identifier's whole-word occurrences in the files of the server's
@@ -401,7 +402,7 @@ func (s *Supervisor) verdict(ctx context.Context, q *query, at spot, covered, se
 			what = "the server found no definition in the workspace"
 		}
 		notes = append(notes, fmt.Sprintf("note: %s: %q occurs as a whole word %s in %s the answer does not cover: %s%s. They may hold other symbols of the same name; ast_grep with the pattern '%s($$$A)' finds its calls, and a text search every use",
-			what, at.t.ident, plural(extra, "more time"), plural(len(uncovered), "file"), listCounts(uncovered), q.likelyCause(ctx), at.t.ident))
+			what, at.t.ident, plural(extra, "more time"), plural(len(uncovered), "file"), listCounts(uncovered), q.likelyCause(ctx, at.t.name, uncovered), at.t.ident))
 	}
 	if occ.unread > 0 {
 		notes = append(notes, fmt.Sprintf("note: berth checked this answer against the text of %d files and ran out of time before the other %d; a text search covers them", occ.scanned, occ.unread))
@@ -494,8 +495,9 @@ func (q *query) openOccurrences(ctx context.Context, ident string) error {
 }
 
 // likelyCause names, when berth can see it, why q's server may not have
-// linked files where the name occurs ("" when it cannot tell).
-func (q *query) likelyCause(ctx context.Context) string {
+// linked files where the name occurs ("" when it cannot tell): asked is
+// the file asked about, uncovered the files the answer left out.
+func (q *query) likelyCause(ctx context.Context, asked string, uncovered map[string]int) string {
 	in := q.in
 	has := func(names ...string) bool {
 		for _, n := range names {
@@ -516,7 +518,11 @@ func (q *query) likelyCause(ctx context.Context) string {
 			return "; without a tsconfig.json or jsconfig.json tsserver's inferred project holds only the open files, so a CommonJS require is not followed to its callers"
 		}
 	case "pyright":
-		return "; pyright may have resolved the import to its bundled stub of a standard or installed module that shadows a workspace package of the same name"
+		files := []string{asked}
+		for name := range uncovered {
+			files = append(files, name)
+		}
+		return q.stubCause(ctx, files)
 	case "pylsp":
 		return "; pylsp (jedi) links names by inference, and misses uses it cannot infer"
 	}

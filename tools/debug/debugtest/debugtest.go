@@ -39,9 +39,14 @@ type Env struct {
 	// Kill kills the session's adapter (SIGKILL) from outside berth and
 	// returns once it is gone. Only [CheckPythonKilled] uses it.
 	Kill func(t *testing.T)
+	// KillProgram kills the session's program (SIGKILL) from outside
+	// berth and the adapter, as kill -9 of its pid does, and returns once
+	// it is dead (a zombie counts). Only [CheckKilled] uses it.
+	KillProgram func(t *testing.T)
 	// Reaped checks that no process of the sandbox that berth started, or
 	// that descends from one, is a zombie (state Z in /proc); it may wait
-	// a moment for a parent to reap. Only [CheckExit] uses it.
+	// a moment for a parent to reap. Only [CheckExit] and [CheckKilled]
+	// use it.
 	Reaped func(t *testing.T)
 }
 
@@ -94,7 +99,8 @@ type Status struct {
 		Line     int    `json:"line"`
 		Function string `json:"function"`
 	} `json:"stopped"`
-	ExitCode *int `json:"exit_code"`
+	ExitCode *int   `json:"exit_code"`
+	Signal   string `json:"signal"`
 }
 
 // Scopes is the structured content of scopes.
@@ -628,6 +634,44 @@ func CheckExit(t *testing.T, e Env, program, file string, line int, adapter, exi
 	e.Ok(t, map[string]any{"op": "terminate"}, "no debug session to terminate", "already closed when its program exited (code 3)")
 	e.Ok(t, map[string]any{"op": "status"}, "no debug session.")
 	e.Gone(t)
+}
+
+// CheckKilled debugs a program (launched as program with adapter) to a
+// breakpoint on line of file, then kills it from outside (KillProgram):
+// the next call — status, with no terminate — says the program how
+// ("was killed by signal 9 (SIGKILL) outside the debugger") and that the
+// session is closed, not the old stop; the adapter and the program are
+// gone, with no zombie left; a later stack is refused saying how the
+// program ended, terminate says there was nothing left to end, and a new
+// launch works. It returns the structured status of the end, for the
+// caller to check the exit code or signal its adapter reports.
+func CheckKilled(t *testing.T, e Env, program, file string, line int, adapter, how string) Status {
+	t.Helper()
+	at := fmt.Sprintf("stopped at %s:%d", file, line)
+	e.Ok(t, map[string]any{"op": "breakpoints", "file": file, "lines": []any{line}})
+	var st Status
+	Decode(t, e.Ok(t, map[string]any{"op": "launch", "program": program}, at), &st)
+	e.Live(t)
+	n := st.Session
+	e.KillProgram(t)
+	closed := fmt.Sprintf("session %d (%s, %s) is closed", n, adapter, program)
+	var end Status
+	r := e.Ok(t, map[string]any{"op": "status"}, "no debug session: the program "+how+".", closed)
+	if strings.Contains(r.Text, at) {
+		t.Errorf("status after the program was killed still reports its stop:\n%s", r.Text)
+	}
+	Decode(t, r, &end)
+	if end.State != "exited" || end.Session != n || end.Stopped != nil {
+		t.Errorf("status after the program was killed = %+v, want exited in session %d", end, n)
+	}
+	e.Gone(t)
+	e.Reaped(t)
+	e.Fails(t, map[string]any{"op": "stack"}, "no debug session", fmt.Sprintf("session %d ended: the program %s", n, how), "launch again")
+	e.Ok(t, map[string]any{"op": "terminate"}, "no debug session to terminate", "already closed when its program "+how)
+	e.Ok(t, map[string]any{"op": "launch", "program": program}, fmt.Sprintf("session %d", n+1), at)
+	e.Ok(t, map[string]any{"op": "terminate"}, fmt.Sprintf("terminated session %d", n+1))
+	e.Gone(t)
+	return end
 }
 
 // GoListFiles is container/list from the Go source tree of the machine

@@ -333,6 +333,21 @@ func CheckStatusMissing(t *testing.T, e Env, binaryless string) {
 	e.Sh(t, "rm -rf loose")
 }
 
+// StdlibNameProject is a project whose own package is named like a
+// standard module (email), which pyright resolves to the workspace's
+// code, not its bundled stub, and whose own types.py is named like one
+// whose stub pyright keeps. Known positions: email/utils.py:
+// _has_surrogates 1:5; main.py: _has_surrogates 3:7; other.py: helper
+// 3:7.
+var StdlibNameProject = map[string]string{
+	"pyproject.toml":    "[project]\nname = \"mail\"\nversion = \"0\"\n",
+	"email/__init__.py": "",
+	"email/utils.py":    "def _has_surrogates(s):\n    return False\n",
+	"main.py":           "from email.utils import _has_surrogates\n\nprint(_has_surrogates(\"x\"))\n",
+	"types.py":          "def helper():\n    return 1\n",
+	"other.py":          "from types import helper\n\nprint(helper())\n",
+}
+
 // PythonProject is a small package for pylsp. Known positions:
 // pkg/greet.py: hello 1:5, English 5:7, English.greet 6:9; main.py:
 // hello 3:7, English 4:7.
