@@ -244,3 +244,33 @@ func TestPrepareBuilds(t *testing.T) {
 		t.Fatalf("Locate after Prepare = %+v", b)
 	}
 }
+
+// archTransport is a local transport that reports an architecture.
+type archTransport struct {
+	localTransport
+	arch string
+}
+
+func (a archTransport) Arch(ctx context.Context) (string, error) { return a.arch, nil }
+
+// TestSandboxArch: the agent's architecture comes from an Archer
+// transport, else from `uname -m` run through the transport, else (no
+// uname) berth's own.
+func TestSandboxArch(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		t    Transport
+		want string
+	}{
+		{"archer", archTransport{arch: "arm64"}, "arm64"},
+		{"uname through the transport", localTransport{}, runtime.GOARCH},
+		{"no uname", failingTransport{}, runtime.GOARCH},
+	}
+	for _, tc := range tests {
+		got, err := New(tc.t, Options{Name: "local"}).arch(ctx)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: arch = %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+}
