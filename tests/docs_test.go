@@ -27,8 +27,9 @@ var outsideFile = regexp.MustCompile(`\b(TOOLS|DESIGN|STYLE)\.md\b|\b(deps|relia
 var reqID = regexp.MustCompile(`\b([A-Z][A-Z0-9]{1,6})-([0-9]+)\b`)
 
 // notRequirements are prefixes of names that look like requirement ids
-// and are not (SHA-256, UTF-8, MCP's SEP-1303).
-var notRequirements = map[string]bool{"SHA": true, "UTF": true, "ISO": true, "RFC": true, "CVE": true, "TLS": true, "HTTP": true, "LICENSE": true, "SEP": true}
+// and are not (SHA-256, UTF-8, MCP's SEP-1303; SPDX-2.3, CC0-1.0 and
+// BSD-3-Clause in the SBOM).
+var notRequirements = map[string]bool{"SHA": true, "UTF": true, "ISO": true, "RFC": true, "CVE": true, "TLS": true, "HTTP": true, "LICENSE": true, "SEP": true, "SPDX": true, "CC0": true, "BSD": true}
 
 // defined matches a definition in docs/tools.md: "- **LSP-4** …".
 var defined = regexp.MustCompile(`(?m)^- \*\*([A-Z]+-[0-9]+)\*\*`)

@@ -16,6 +16,7 @@ import (
 
 	"berth.dev/berth/controller"
 	"berth.dev/berth/controller/mcpserver"
+	"berth.dev/berth/sandbox/shim"
 	"berth.dev/berth/tools"
 	"berth.dev/berth/tools/permission"
 )
@@ -79,6 +80,7 @@ func serveMCP(ctx context.Context, g *globalFlags, f *mcpFlags, cmd *cobra.Comma
 	}
 	stderr := cmd.ErrOrStderr()
 	log := g.logger(stderr)
+	prepareAgent(log)
 	b, err := newBackends(g)
 	if err != nil {
 		return err
@@ -113,7 +115,7 @@ func serveMCP(ctx context.Context, g *globalFlags, f *mcpFlags, cmd *cobra.Comma
 	}()
 	info := run.Info()
 	fmt.Fprintf(stderr, "berth: mcp: run %s on %s, workspace %s, mode %s\n", run.ID(), info.Sandbox, info.Workspace, info.Mode)
-	srv := mcpserver.New(run, mcpserver.Options{ClientIsOperator: f.clientIsOperator, Version: versionString(), Logger: log})
+	srv := mcpserver.New(run, mcpserver.Options{ClientIsOperator: f.clientIsOperator, Version: versionString(), Logger: log, Status: shim.Building})
 	out := &lockedWriter{w: os.Stdout}
 	err = srv.Run(ctx, &mcp.IOTransport{Reader: &validLines{r: bufio.NewReaderSize(os.Stdin, 64<<10), out: out}, Writer: out})
 	if err == nil || errors.Is(err, context.Canceled) || ctx.Err() != nil {

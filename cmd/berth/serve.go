@@ -27,6 +27,7 @@ import (
 	"berth.dev/berth/kubeauth"
 	"berth.dev/berth/runstore"
 	"berth.dev/berth/sandbox"
+	"berth.dev/berth/sandbox/shim"
 	"berth.dev/berth/tools/permission"
 )
 
@@ -274,6 +275,7 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 	if cfg.metrics != nil {
 		defer cfg.metrics.Close() // also when serve fails before serving it
 	}
+	prepareAgent(log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b, err := newBackends(g)
@@ -397,7 +399,7 @@ func serve(ctx context.Context, g *globalFlags, ln net.Listener, token string, s
 		stop := watchCredentials(ctx, log, cfg, mode, credSet)
 		defer stop()
 	}
-	srv := httpapi.NewServer(c, httpapi.Options{CredentialSet: credSet, Authenticator: cfg.accounts.authenticator(), LoopbackOnly: len(named) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString(), Ready: ready},
+	srv := httpapi.NewServer(c, httpapi.Options{CredentialSet: credSet, Authenticator: cfg.accounts.authenticator(), LoopbackOnly: len(named) == 0, Gatherer: reg, Logger: log, Limits: cfg.limits, Peer: peer, Version: versionString(), Ready: ready, Status: shim.Building},
 		context.WithoutCancel(ctx))
 	describeCredentials(stderr, log, named, mode)
 	lis, scheme := httpapi.ListenLimits(ln, cfg.limits), "http"

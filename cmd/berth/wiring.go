@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,7 @@ import (
 	"berth.dev/berth/sandbox"
 	"berth.dev/berth/sandbox/containerd"
 	"berth.dev/berth/sandbox/docker"
+	"berth.dev/berth/sandbox/shim"
 	"berth.dev/berth/tools/lsp"
 	"berth.dev/berth/tools/permission"
 )
@@ -221,4 +223,14 @@ func (u unavailable) Ping(context.Context) error { return u.error() }
 func (u unavailable) error() error {
 	return fmt.Errorf("berth: %s sandboxes are unavailable: %v; this berth set its %s provider up at start, so restart berth once the engine answers: %w: %w",
 		u.scheme, u.err, u.scheme, sandbox.ErrUnavailable, sandbox.ErrGone)
+}
+
+// prepareAgent starts finding berth's sandbox agent for this machine's
+// architecture when serve or mcp start: a berth without a prebuilt agent
+// (a developer's `go run`) builds it now, saying so in the log, rather than
+// at the first tool call.
+func prepareAgent(log *slog.Logger) {
+	shim.Prepare(runtime.GOARCH, func(level slog.Level, msg string) {
+		log.Log(context.Background(), level, msg)
+	})
 }

@@ -172,6 +172,8 @@ type Options struct {
 	// Ready are the conditions /readyz checks beyond the server's own
 	// shutdown (the run store, the container engines); see [ReadyCheck].
 	Ready []ReadyCheck
+	// Status is [mcpserver.Options].Status for the MCP sessions served.
+	Status func() string
 }
 
 type server struct {
@@ -874,7 +876,7 @@ func (s *server) runMCP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("surface") == "" {
 		surface = ""
 	}
-	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log, Tenant: principalOf(r).Tenant, Version: s.opts.Version})
+	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log, Tenant: principalOf(r).Tenant, Version: s.opts.Version, Status: s.opts.Status})
 }
 
 // splitList splits a comma-separated query value; empty is none.
@@ -909,5 +911,5 @@ func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
 		_, err := s.c.Lookup(tenant, id)
 		return err
 	}
-	s.mcp.ServeOpen(w, r, open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant, Version: s.opts.Version})
+	s.mcp.ServeOpen(w, r, open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant, Version: s.opts.Version, Status: s.opts.Status})
 }

@@ -96,6 +96,10 @@ type Options struct {
 	// Tenant is the tenant whose session caps an [HTTP] session counts
 	// against ([Caps]).
 	Tenant string
+	// Status, when set, returns a note added to the periodic progress
+	// messages of every call, or "" for none: berth sets it to say that it
+	// is building its sandbox agent, which the first calls wait for.
+	Status func() string
 
 	// sessionID makes the ids of Streamable HTTP sessions ([HTTP]).
 	sessionID func() string
@@ -297,6 +301,11 @@ func (h *handler) progress(ctx context.Context, ss *mcp.ServerSession, tok any, 
 			case <-tick.C:
 				var b strings.Builder
 				fmt.Fprintf(&b, "%s running for %s", tool, time.Since(start).Round(time.Second))
+				if h.opts.Status != nil {
+					if note := h.opts.Status(); note != "" {
+						fmt.Fprintf(&b, "; %s", note)
+					}
+				}
 				for _, r := range h.run.Resources() {
 					fmt.Fprintf(&b, "; %s %s: %s", r.Kind, r.Name, r.State)
 				}

@@ -253,7 +253,7 @@ func TestPlaceExec(t *testing.T) {
 	p := newProvider(t)
 	ctx := context.Background()
 	id := startContainer(t, "place-"+randomID())
-	bin, err := shim.Locate(ctx)
+	bin, err := shim.Locate(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}

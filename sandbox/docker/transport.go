@@ -416,6 +416,26 @@ func agentTar(name string, data []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Arch returns the architecture of the container's image (its config's
+// "architecture", a GOARCH name), for choosing the agent to place; nothing
+// runs in the container. ctx bounds the two engine calls.
+func (t *Transport) Arch(ctx context.Context) (string, error) {
+	ins, err := t.cli.ContainerInspect(ctx, t.id, client.ContainerInspectOptions{})
+	if err != nil {
+		return "", t.explain(ctx, "inspect for its architecture", err)
+	}
+	img, err := t.cli.ImageInspect(ctx, ins.Container.Image)
+	if err != nil {
+		return "", fmt.Errorf("docker: inspect image %s of container %s for its architecture: %w", ins.Container.Image, short(t.id), err)
+	}
+	if img.Architecture == "" {
+		return "", fmt.Errorf("docker: image %s of container %s names no architecture; rebuild it with one (docker build sets it)", ins.Container.Image, short(t.id))
+	}
+	return img.Architecture, nil
+}
+
+var _ shim.Archer = (*Transport)(nil)
+
 func (t *Transport) readOnlyRoot(ctx context.Context) bool {
 	ins, err := t.cli.ContainerInspect(ctx, t.id, client.ContainerInspectOptions{})
 	return err == nil && ins.Container.HostConfig != nil && ins.Container.HostConfig.ReadonlyRootfs

@@ -210,3 +210,21 @@ func TestPlaceFallbacks(t *testing.T) {
 		t.Log(err)
 	})
 }
+
+// TestTransportArch: the container's architecture comes from its image's
+// config, and agrees with `uname -m` inside it.
+func TestTransportArch(t *testing.T) {
+	cli := needDocker(t)
+	tr := NewTransport(cli, startContainer(t, cli, containerSpec{}))
+	arch, err := tr.Arch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, code, err := run(t, tr, shim.ExecSpec{Args: []string{"uname", "-m"}}, nil)
+	if err != nil || code != 0 {
+		t.Fatalf("uname -m: %q, exit %d, %v", out, code, err)
+	}
+	if got := shim.UnameArch(out); got != arch {
+		t.Fatalf("Arch = %q, uname -m says %q (%s)", arch, got, strings.TrimSpace(out))
+	}
+}

@@ -114,7 +114,7 @@ func TestUndumpableParent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := reachableDir(t)
-	bin, err := shim.Locate(ctx)
+	bin, err := shim.Locate(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -318,6 +319,11 @@ var _ sandbox.Provider = (*Provider)(nil)
 type transport struct {
 	env []string // the agent's whole environment, before ExecSpec.Env
 }
+
+// Arch is berth's own architecture: the agent runs on this machine.
+func (t *transport) Arch(ctx context.Context) (string, error) { return runtime.GOARCH, nil }
+
+var _ shim.Archer = (*transport)(nil)
 
 func (t *transport) Place(ctx context.Context, bin *shim.Binary) (string, error) {
 	return bin.Path, nil

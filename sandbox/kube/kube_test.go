@@ -168,7 +168,7 @@ func (c *cluster) deletePod(ns, name string) {
 // agent locates the agent once for all tests.
 func agent(t *testing.T) *shim.Binary {
 	t.Helper()
-	bin, err := shim.Locate(ctxT(t, 5*time.Minute))
+	bin, err := shim.Locate(ctxT(t, 5*time.Minute), "")
 	if err != nil {
 		t.Fatalf("locate the agent: %v", err)
 	}

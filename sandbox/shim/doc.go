@@ -14,18 +14,33 @@
 //
 // # Finding the agent
 //
-// [Locate] finds a linux/amd64 agent binary, in this order:
+// [Sandbox] chooses the agent by the sandbox's architecture: from the
+// transport when it is an [Archer] (Docker: the container image's
+// architecture; the host: berth's own), else from `uname -m` run through
+// the transport (containerd, Kubernetes), else, when the sandbox has no
+// uname, berth's own. berth supports linux/amd64 and linux/arm64 ([Arches]).
+// [Locate] finds the agent for an architecture, in this order:
 //
-//  1. $BERTH_SHIM, an absolute path to a prebuilt berth-shim;
-//  2. berth-shim next to the running berth executable;
-//  3. a copy built on demand from the agent source embedded in berth, with
-//     `CGO_ENABLED=0 go build -trimpath` and the Go toolchain on PATH, cached
-//     in $XDG_CACHE_HOME/berth/shim/<hash>/berth-shim (~/.cache when unset).
-//     Parallel processes share one build through a lock file.
+//  1. $BERTH_SHIM, an absolute path to a prebuilt berth-shim, when its ELF
+//     header names that architecture;
+//  2. berth-shim-linux-ARCH, then berth-shim, next to the running berth
+//     executable, by their ELF headers;
+//  3. the agent embedded in berth ([Embedded]): release/build puts
+//     berth-shim-linux-amd64 and -arm64 in prebuilt/ before it builds
+//     berth; it is written once to $XDG_CACHE_HOME/berth/shim/<hash>/ (or
+//     below the temporary directory);
+//  4. a copy built from the agent source embedded in berth, with
+//     `CGO_ENABLED=0 GOARCH=ARCH go build -trimpath` and the Go toolchain
+//     on PATH, cached in $XDG_CACHE_HOME/berth/shim/<hash>/berth-shim
+//     (~/.cache when unset). Parallel processes share one build through a
+//     lock file. `berth serve` and `berth mcp` start this with [Prepare]
+//     when they start, and say so in the log; progress messages carry
+//     [Building] while it runs.
 //
-// Without a Go toolchain, build the agent once and ship it beside berth:
+// A release build of berth never needs a Go toolchain. A developer's build
+// without one can ship the agent beside berth:
 //
-//	CGO_ENABLED=0 go build -trimpath -o "$(dirname "$(command -v berth)")/berth-shim" ./sandbox/shim/cmd/berth-shim
+//	CGO_ENABLED=0 go build -trimpath -o "$(dirname "$(command -v berth)")/berth-shim-linux-amd64" ./sandbox/shim/cmd/berth-shim
 //
 // or point $BERTH_SHIM at it.
 //

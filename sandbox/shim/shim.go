@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -105,8 +107,11 @@ func (s *Sandbox) AgentPath(ctx context.Context) (string, error) {
 	}
 	bin := s.opts.Binary
 	if bin == nil {
-		var err error
-		if bin, err = Locate(ctx); err != nil {
+		arch, err := s.arch(ctx)
+		if err != nil {
+			return "", err
+		}
+		if bin, err = Locate(ctx, arch); err != nil {
 			return "", err
 		}
 	}
@@ -116,6 +121,46 @@ func (s *Sandbox) AgentPath(ctx context.Context) (string, error) {
 	}
 	s.placed = p
 	return p, nil
+}
+
+// archTimeout bounds asking a sandbox for its architecture.
+const archTimeout = 30 * time.Second
+
+// arch returns the sandbox's architecture (a GOARCH name): from the
+// transport when it is an [Archer], else from `uname -m` run through it,
+// else (no uname in the sandbox) berth's own.
+func (s *Sandbox) arch(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, archTimeout)
+	defer cancel()
+	if a, ok := s.t.(Archer); ok {
+		arch, err := a.Arch(ctx)
+		if err != nil {
+			return "", fmt.Errorf("shim: learn the architecture of %s to choose its agent: %w", s.opts.Name, err)
+		}
+		return arch, nil
+	}
+	out, _, code, err := RunExec(ctx, s.t, ExecSpec{Args: []string{"uname", "-m"}}, nil)
+	if err != nil && ctx.Err() != nil {
+		return "", fmt.Errorf("shim: learn the architecture of %s (uname -m) to choose its agent: %w", s.opts.Name, err)
+	}
+	if err != nil || code != 0 {
+		return runtime.GOARCH, nil
+	}
+	return UnameArch(out), nil
+}
+
+// UnameArch maps the output of `uname -m` to a GOARCH name ("x86_64" →
+// "amd64", "aarch64" → "arm64"); other machines come back as they are,
+// which [Locate] refuses with the architectures berth supports.
+func UnameArch(machine string) string {
+	switch m := strings.TrimSpace(machine); m {
+	case "x86_64", "amd64":
+		return "amd64"
+	case "aarch64", "arm64":
+		return "arm64"
+	default:
+		return m
+	}
 }
 
 // exec places the agent and runs it with args through the transport.

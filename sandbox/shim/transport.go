@@ -66,6 +66,17 @@ type Killer interface {
 type Binary struct {
 	Path string // absolute path on the machine berth runs on
 	Hash string // hex SHA-256 of the file; names the copy placed in a sandbox
+	Arch string // GOARCH it runs on ("amd64", "arm64"), from its ELF header
+}
+
+// Archer is a [Transport] that knows its sandbox's architecture without
+// running anything in it (Docker: the container's image; the host: berth's
+// own). [Sandbox] asks it to choose the agent; a transport without it is
+// asked with `uname -m` through Exec.
+type Archer interface {
+	// Arch returns the sandbox's architecture as a GOARCH name ("amd64",
+	// "arm64"). ctx bounds the lookup.
+	Arch(ctx context.Context) (string, error)
 }
 
 // Verified reads the binary and checks it against Hash, for a transport's
