@@ -102,6 +102,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -843,9 +844,13 @@ func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
 			Session:        true,
 		})
 	}
-	lookup := func(id string) error {
-		_, err := s.c.Lookup(tenant, id)
-		return err
+	lookup := func(id string) (*controller.Run, error) { return s.c.Lookup(tenant, id) }
+	// The run's parameters name the run of stateless (2026-07-28) requests.
+	key := url.Values{}
+	for _, p := range []string{"conversation_id", "workspace", "sandbox", "mode", "prewarm"} {
+		if v, ok := q[p]; ok {
+			key[p] = v
+		}
 	}
-	s.mcp.ServeOpen(w, r, open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant})
+	s.mcp.ServeOpen(w, r, key.Encode(), open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant})
 }

@@ -115,7 +115,8 @@ func directHeaders(r *http.Request) bool {
 			}
 		}
 	}
-	return jsonOK && streamOK && slices.Contains(ProtocolVersions, r.Header.Get("Mcp-Protocol-Version"))
+	v := r.Header.Get("Mcp-Protocol-Version")
+	return jsonOK && streamOK && v < StatelessVersion && slices.Contains(ProtocolVersions, v)
 }
 
 // plainID reports whether id is a JSON-RPC request id: a string or a

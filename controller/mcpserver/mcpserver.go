@@ -63,8 +63,21 @@ import (
 )
 
 // ProtocolVersions are the MCP protocol versions the server negotiates,
-// newest first.
-var ProtocolVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
+// newest first: [StatelessVersion], without sessions, and those of the
+// initialize handshake, with them.
+var ProtocolVersions = []string{StatelessVersion, "2025-11-25", "2025-06-18", "2025-03-26"}
+
+// StatelessVersion is the first protocol version without sessions
+// (2026-07-28): no initialize, the client's version, capabilities and
+// identity in each request's _meta, server/discover, and a run named by
+// the URL rather than by a session.
+const StatelessVersion = "2026-07-28"
+
+// ListTTL is the ttlMs of a tools/list result (and of server/discover's):
+// a run's tool list is fixed while it is open (its mode and registry do
+// not change), so a client may keep it this long. Its cacheScope is
+// private: the list is that of one tenant's run.
+const ListTTL = 5 * time.Minute
 
 // CodeCallError is the JSON-RPC error code of a call error other than an
 // unknown tool or bad arguments; its data carries berth's error code.
@@ -99,7 +112,16 @@ type Options struct {
 
 	// sessionID makes the ids of Streamable HTTP sessions ([HTTP]).
 	sessionID func() string
+	// announceRun puts the run's id in the _meta of tools/list and
+	// tools/call results (MetaRun): the run-opening endpoint's stateless
+	// clients learn which run serves them.
+	announceRun bool
 }
+
+// MetaRun is the _meta key, in results of the run-opening endpoint
+// (/v1/mcp) at StatelessVersion, whose value is the id of the run that
+// served the request: /v1/runs/{id}/mcp serves that run too.
+const MetaRun = "dev.berth/run"
 
 // New returns an MCP server for run. One server may serve several sessions;
 // each sees the run's tools at opts.Surface.
@@ -110,6 +132,24 @@ func New(run *controller.Run, opts Options) *mcp.Server {
 
 // newServer is New, with the handler that answers the server's calls.
 func newServer(run *controller.Run, opts Options) (*mcp.Server, *handler) {
+	opts = opts.withDefaults()
+	h := &handler{run: run, opts: opts}
+	srv := mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: opts.Version}, serverOptions(opts,
+		fmt.Sprintf("berth run %s: the tools of one conversation's sandbox (%s, workspace %s).",
+			run.ID(), run.Sandbox(), run.Info().Workspace)))
+	srv.AddReceivingMiddleware(h.middleware)
+	return srv, h
+}
+
+// newBareServer is a server without a run, for the requests of the
+// run-opening endpoint that need none (server/discover, a notification):
+// it answers them with instructions and serves no tool.
+func newBareServer(opts Options, instructions string) *mcp.Server {
+	opts = opts.withDefaults()
+	return mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: opts.Version}, serverOptions(opts, instructions))
+}
+
+func (opts Options) withDefaults() Options {
 	if opts.Classify == nil {
 		opts.Classify = Classify
 	}
@@ -119,16 +159,26 @@ func newServer(run *controller.Run, opts Options) (*mcp.Server, *handler) {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	h := &handler{run: run, opts: opts}
-	srv := mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: opts.Version}, &mcp.ServerOptions{
-		Instructions: fmt.Sprintf("berth run %s: the tools of one conversation's sandbox (%s, workspace %s).",
-			run.ID(), run.Sandbox(), run.Info().Workspace),
+	return opts
+}
+
+func serverOptions(opts Options, instructions string) *mcp.ServerOptions {
+	return &mcp.ServerOptions{
+		Instructions:              instructions,
 		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		SupportedProtocolVersions: ProtocolVersions,
 		GetSessionID:              opts.sessionID,
-	})
-	srv.AddReceivingMiddleware(h.middleware)
-	return srv, h
+		// server/discover's result: what it says changes only with the
+		// berth's version.
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
+			if c.TTLMs == 0 {
+				c.TTLMs = int(ListTTL / time.Millisecond)
+			}
+			if c.CacheScope == "" {
+				c.CacheScope = "private"
+			}
+		},
+	}
 }
 
 type handler struct {
@@ -149,9 +199,20 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch r := req.(type) {
 		case *mcp.ListToolsRequest:
-			return h.list(), nil
+			res := h.list()
+			if h.opts.announceRun {
+				res.Meta = mcp.Meta{MetaRun: h.run.ID()}
+			}
+			return res, nil
 		case *mcp.CallToolRequest:
-			return h.call(ctx, r)
+			res, err := h.call(ctx, r)
+			if res != nil && h.opts.announceRun {
+				res.Meta = mcp.Meta{MetaRun: h.run.ID()}
+			}
+			if res != nil && stateless(r.Session) {
+				res = withResultType(res, "complete")
+			}
+			return res, err
 		case *mcp.ServerRequest[*mcp.CancelledParams]:
 			if r.Params != nil {
 				if id, err := json.Marshal(r.Params.RequestID); err == nil {
@@ -161,6 +222,38 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return next(ctx, method, req)
 	}
+}
+
+// stateless reports whether ss serves a request of the stateless
+// protocol (StatelessVersion or later), whose results carry a resultType.
+func stateless(ss *mcp.ServerSession) bool {
+	if ss == nil {
+		return false
+	}
+	ip := ss.InitializeParams()
+	return ip != nil && ip.ProtocolVersion >= StatelessVersion
+}
+
+// withResultType is res with its resultType set to rt. The SDK sets it
+// only on the results of tools registered with it, and berth answers
+// tools/call itself; the field is unexported, and decoding is the one way
+// to set it.
+func withResultType(res *mcp.CallToolResult, rt string) *mcp.CallToolResult {
+	b, err := json.Marshal(res)
+	if err != nil || len(b) < 2 || b[0] != '{' {
+		return res
+	}
+	typed, _ := json.Marshal(rt)
+	sep := ","
+	if string(b) == "{}" {
+		sep = ""
+	}
+	b = append(append([]byte(`{"resultType":`), typed...), append([]byte(sep), b[1:]...)...)
+	out := new(mcp.CallToolResult)
+	if err := json.Unmarshal(b, out); err != nil {
+		return res
+	}
+	return out
 }
 
 // annotations are a tool's MCP annotations, every hint set explicitly:
@@ -174,9 +267,12 @@ func annotations(in tools.Info) *mcp.ToolAnnotations {
 		IdempotentHint: readOnly || in.Hints.Idempotent, OpenWorldHint: &open}
 }
 
+// list is the run's tools at the surface, in name order.
 func (h *handler) list() *mcp.ListToolsResult {
 	infos := h.run.Tools(h.opts.Surface)
 	out := &mcp.ListToolsResult{Tools: make([]*mcp.Tool, 0, len(infos))}
+	out.TTLMs = int(ListTTL / time.Millisecond)
+	out.CacheScope = "private"
 	for _, in := range infos {
 		t := &mcp.Tool{Name: in.Name, Description: in.Description, InputSchema: in.InputSchema}
 		if in.InputSchema == nil {
@@ -419,9 +515,12 @@ func (h *handler) elicit(ctx context.Context, ss *mcp.ServerSession, tool string
 	}
 }
 
+// canElicit reports whether berth may send ss's client elicitation/create
+// while it serves a call: the client declared elicitation at a protocol
+// version that has server-to-client requests (before StatelessVersion).
 func canElicit(ss *mcp.ServerSession) bool {
 	ip := ss.InitializeParams()
-	return ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil
+	return ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil && ip.ProtocolVersion < StatelessVersion
 }
 
 // answer sends card c to the client and answers it with the client's reply.

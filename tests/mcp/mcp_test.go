@@ -117,9 +117,21 @@ func (h *human) handle(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Elicit
 	return h.answer(req.Params), nil
 }
 
-// connect opens an MCP session at endpoint with tok; h, when not nil,
-// declares elicitation.
+// legacy connects at 2025-11-25, the newest protocol with sessions and
+// server-to-client elicitation; the go-sdk client would otherwise speak
+// 2026-07-28 (era_test.go drives that).
+var legacy = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+
+// connect opens an MCP session at endpoint with tok at 2025-11-25; h,
+// when not nil, declares elicitation.
 func connect(t *testing.T, endpoint, tok string, h *human) *mcp.ClientSession {
+	t.Helper()
+	return connectAt(t, endpoint, tok, h, legacy)
+}
+
+// connectAt is connect with the client's session options (its protocol
+// version).
+func connectAt(t *testing.T, endpoint, tok string, h *human, so *mcp.ClientSessionOptions) *mcp.ClientSession {
 	t.Helper()
 	opts := &mcp.ClientOptions{}
 	if h != nil {
@@ -132,7 +144,7 @@ func connect(t *testing.T, endpoint, tok string, h *human) *mcp.ClientSession {
 		Endpoint:   endpoint,
 		HTTPClient: bearerClient(tok),
 		MaxRetries: -1,
-	}, nil)
+	}, so)
 	if err != nil {
 		t.Fatalf("connect %s: %v", endpoint, err)
 	}
@@ -580,7 +592,7 @@ func TestStdio(t *testing.T) {
 		c := mcp.NewClient(&mcp.Implementation{Name: "berth-test", Version: "1"}, opts)
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
-		cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, legacy)
 		if err != nil {
 			t.Fatalf("berth mcp %v: %v", args, err)
 		}
@@ -654,7 +666,7 @@ func TestOperatorRule(t *testing.T) {
 			cmd.Stderr = os.Stderr
 			c := mcp.NewClient(&mcp.Implementation{Name: "berth-test", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: h.handle})
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+			cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, legacy)
 			cancel()
 			if err != nil {
 				t.Fatal(err)
@@ -728,7 +740,7 @@ func TestStdioContainer(t *testing.T) {
 	h := newHuman(pickBlue)
 	c := mcp.NewClient(&mcp.Implementation{Name: "berth-test", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: h.handle})
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, legacy)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -925,7 +937,7 @@ func TestProgress(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tn.s.URL + "/v1/runs/" + run.ID + "/mcp", HTTPClient: bearerClient(tn.a), MaxRetries: -1}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tn.s.URL + "/v1/runs/" + run.ID + "/mcp", HTTPClient: bearerClient(tn.a), MaxRetries: -1}, legacy)
 	if err != nil {
 		t.Fatal(err)
 	}
