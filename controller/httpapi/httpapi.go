@@ -95,6 +95,7 @@ package httpapi
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -813,7 +814,14 @@ func (s *server) runMCP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("surface") == "" {
 		surface = ""
 	}
-	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log, Tenant: principalOf(r).Tenant})
+	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log, Tenant: principalOf(r).Tenant, Principal: principalID(r)})
+}
+
+// principalID names r's credential (its token's hash) for the MCP
+// server, which binds a card's requestState to it.
+func principalID(r *http.Request) string {
+	p := principalOf(r)
+	return hex.EncodeToString(p.Hash[:])
 }
 
 // splitList splits a comma-separated query value; empty is none.
@@ -852,5 +860,5 @@ func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
 			key[p] = v
 		}
 	}
-	s.mcp.ServeOpen(w, r, key.Encode(), open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant})
+	s.mcp.ServeOpen(w, r, key.Encode(), open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant, Principal: principalID(r)})
 }

@@ -109,6 +109,9 @@ type Options struct {
 	// Tenant is the tenant whose session caps an [HTTP] session counts
 	// against ([Caps]).
 	Tenant string
+	// Principal names the credential of the request, which a requestState
+	// is bound to (mrtr.go).
+	Principal string
 
 	// sessionID makes the ids of Streamable HTTP sessions ([HTTP]).
 	sessionID func() string
@@ -209,7 +212,7 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if res != nil && h.opts.announceRun {
 				res.Meta = mcp.Meta{MetaRun: h.run.ID()}
 			}
-			if res != nil && stateless(r.Session) {
+			if res != nil && stateless(r.Session) && !res.NeedsInput() {
 				res = withResultType(res, "complete")
 			}
 			return res, err
@@ -298,6 +301,9 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	if rel, ok := cancelOf(req); ok {
 		defer rel.track(cancel)()
 	}
+	if roundTrips(req.Session) && (p.Name == "ask_user" || h.opts.ClientIsOperator) {
+		return h.callRoundTrip(ctx, req, args)
+	}
 	if stop := h.elicit(ctx, req.Session, p.Name, args); stop != nil {
 		defer stop()
 	}
@@ -307,13 +313,7 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		defer stop()
 	}
 	res, err := h.run.Call(ctx, h.opts.Surface, p.Name, args)
-	if err != nil {
-		if r := h.inputErrorResult(p.Name, err); r != nil {
-			return r, nil
-		}
-		return nil, h.callError(p.Name, err)
-	}
-	return Result(res), nil
+	return h.finish(p.Name, res, err)
 }
 
 // inputErrorResult is err as a tool result with isError set when it is an
@@ -459,25 +459,7 @@ func (h *handler) elicit(ctx context.Context, ss *mcp.ServerSession, tool string
 	if tool != "ask_user" && !h.opts.ClientIsOperator {
 		return nil
 	}
-	// Other sessions' calls draw cards on the same run at the same time:
-	// only the cards this call draws go to this client.
-	var question string
-	if tool == "ask_user" {
-		var in struct {
-			Question string `json:"question"`
-		}
-		json.Unmarshal(args, &in) // a bad argument fails the call itself
-		question = strings.TrimSpace(in.Question)
-	}
-	mine := func(c questions.Card) bool {
-		switch c.Kind {
-		case questions.KindQuestion:
-			return tool == "ask_user" && c.Question == question
-		case questions.KindPermission:
-			return h.opts.ClientIsOperator && c.Tool == tool
-		}
-		return false
-	}
+	mine := h.mine(tool, args)
 	sub := port.Subscribe(^uint64(0)) // only what opens from now on
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -515,6 +497,29 @@ func (h *handler) elicit(ctx context.Context, ss *mcp.ServerSession, tool string
 	}
 }
 
+// mine reports whether a card is one a call of tool with args draws and
+// that goes to its client: other calls draw cards on the same run at the
+// same time.
+func (h *handler) mine(tool string, args json.RawMessage) func(questions.Card) bool {
+	var question string
+	if tool == "ask_user" {
+		var in struct {
+			Question string `json:"question"`
+		}
+		json.Unmarshal(args, &in) // a bad argument fails the call itself
+		question = strings.TrimSpace(in.Question)
+	}
+	return func(c questions.Card) bool {
+		switch c.Kind {
+		case questions.KindQuestion:
+			return tool == "ask_user" && c.Question == question
+		case questions.KindPermission:
+			return h.opts.ClientIsOperator && c.Tool == tool
+		}
+		return false
+	}
+}
+
 // canElicit reports whether berth may send ss's client elicitation/create
 // while it serves a call: the client declared elicitation at a protocol
 // version that has server-to-client requests (before StatelessVersion).
@@ -539,11 +544,7 @@ func (h *handler) answer(ctx context.Context, ss *mcp.ServerSession, port *quest
 	}
 	a, err := AnswerOf(c, res)
 	if err == nil {
-		rights := questions.MayAnswerQuestions
-		if h.opts.ClientIsOperator {
-			rights = questions.Operator
-		}
-		err = port.Answer(c.N, a, rights)
+		err = port.Answer(c.N, a, h.rights())
 	}
 	if err != nil && !errors.Is(err, questions.ErrNoCard) {
 		h.opts.Logger.Warn("mcp: the client's elicitation answer was refused; the card stays open", "run", h.run.ID(), "card", c.N, "err", err)

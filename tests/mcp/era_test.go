@@ -48,9 +48,14 @@ func statelessPost(t *testing.T, url, tok, method, name string, params map[strin
 	if params == nil {
 		params = map[string]any{}
 	}
+	caps := map[string]any{}
+	if c, ok := params["caps"]; ok { // the client's capabilities
+		caps = c.(map[string]any)
+		delete(params, "caps")
+	}
 	params["_meta"] = map[string]any{
 		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
-		"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+		"io.modelcontextprotocol/clientCapabilities": caps,
 		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "raw", "version": "1"},
 	}
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
@@ -240,5 +245,81 @@ func TestErasStdio(t *testing.T) {
 			defer cs.Close()
 			useEra(t, cs, era)
 		})
+	}
+}
+
+// TestErasCards: a 2026-07-28 client that declares elicitation answers
+// ask_user's card through a multi round-trip request: the go-sdk client
+// (its retry middleware asking the human), and on the wire an
+// InputRequiredResult whose requestState is taken once — a replay or an
+// altered state is refused. Without elicitation the card fails closed.
+func TestErasCards(t *testing.T) {
+	tn := startServe(t)
+	ws := workspace(t)
+	api := &berthtest.Client{URL: tn.s.URL, Token: tn.a}
+	run, err := api.OpenRun(context.Background(), map[string]any{"sandbox": "host", "workspace": ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := tn.s.URL + "/v1/runs/" + run.ID + "/mcp"
+
+	h := newHuman(pickBlue)
+	cs := connectAt(t, endpoint, tn.a, h, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if got := cs.InitializeResult().ProtocolVersion; got != "2026-07-28" {
+		t.Fatalf("negotiated %s", got)
+	}
+	useTools(t, cs, h)
+
+	ask := map[string]any{"name": "ask_user", "arguments": map[string]any{"question": "Which shape?", "options": []map[string]string{{"label": "round"}, {"label": "square"}}}}
+	elicits := map[string]any{"elicitation": map[string]any{"form": map[string]any{}}}
+	with := func(extra map[string]any) map[string]any {
+		p := map[string]any{"caps": elicits}
+		for k, v := range ask {
+			p[k] = v
+		}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return p
+	}
+	st, _, msg := statelessPost(t, endpoint, tn.a, "tools/call", "ask_user", with(nil))
+	res, _ := msg["result"].(map[string]any)
+	state, _ := res["requestState"].(string)
+	if st != http.StatusOK || res["resultType"] != "input_required" || state == "" || !strings.Contains(fmt.Sprint(res["inputRequests"]), "Which shape?") {
+		t.Fatalf("ask_user from a stateless client that elicits: want an InputRequiredResult asking the question, got %d %v", st, msg)
+	}
+	answer := map[string]any{"card": map[string]any{"action": "accept", "content": map[string]any{"choice": "square"}}}
+	st, _, msg = statelessPost(t, endpoint, tn.a, "tools/call", "ask_user", with(map[string]any{"requestState": state, "inputResponses": answer}))
+	res, _ = msg["result"].(map[string]any)
+	if st != http.StatusOK || res["resultType"] != "complete" || !strings.Contains(fmt.Sprint(res["content"]), "square") {
+		t.Fatalf("the retry with the answer: want a complete result saying square, got %d %v", st, msg)
+	}
+	// Taken once: the same state again is refused.
+	_, _, msg = statelessPost(t, endpoint, tn.a, "tools/call", "ask_user", with(map[string]any{"requestState": state, "inputResponses": answer}))
+	if e, _ := msg["error"].(map[string]any); e == nil || !strings.Contains(fmt.Sprint(e["message"]), "answered already") {
+		t.Errorf("a replayed requestState: want it refused as answered already, got %v", msg)
+	}
+	// An altered state is refused.
+	_, _, msg = statelessPost(t, endpoint, tn.a, "tools/call", "ask_user", with(nil))
+	res, _ = msg["result"].(map[string]any)
+	state, _ = res["requestState"].(string)
+	altered := []byte(state)
+	altered[len(altered)/2] ^= 1
+	_, _, msg = statelessPost(t, endpoint, tn.a, "tools/call", "ask_user", with(map[string]any{"requestState": string(altered), "inputResponses": answer}))
+	if e, _ := msg["error"].(map[string]any); e == nil || !strings.Contains(fmt.Sprint(e["message"]), "requestState is refused") {
+		t.Errorf("an altered requestState: want it refused, got %v", msg)
+	}
+	// The state given for one question does not answer another.
+	other := with(map[string]any{"requestState": state, "inputResponses": answer})
+	other["arguments"] = map[string]any{"question": "Which colour?", "options": []map[string]string{{"label": "red"}}}
+	_, _, msg = statelessPost(t, endpoint, tn.a, "tools/call", "ask_user", other)
+	if e, _ := msg["error"].(map[string]any); e == nil || !strings.Contains(fmt.Sprint(e["message"]), "another call") {
+		t.Errorf("a requestState of another call: want it refused, got %v", msg)
+	}
+
+	// Without elicitation, ask_user fails closed.
+	_, _, msg = statelessPost(t, endpoint, tn.a, "tools/call", "ask_user", map[string]any{"name": "ask_user", "arguments": map[string]any{"question": "Anyone?", "allow_free_text": true}})
+	if res, _ := msg["result"].(map[string]any); res == nil || res["isError"] != true || !strings.Contains(fmt.Sprint(res["content"]), "no one is connected") {
+		t.Errorf("ask_user from a stateless client without elicitation: want the fail-closed error result, got %v", msg)
 	}
 }
