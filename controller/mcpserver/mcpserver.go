@@ -37,10 +37,11 @@
 // (notifications/cancelled) and, over HTTP, a client that drops the POST
 // of a call cancel the call.
 //
-// The server negotiates the protocol versions in [ProtocolVersions]: up to
-// 2025-11-25, where a server may send elicitation/create while it serves a
-// call. (2026-07-28 replaces that with multi round-trip results, which
-// berth's blocking cards do not fit yet.)
+// The server negotiates the protocol versions in [ProtocolVersions]:
+// 2026-07-28 ([StatelessVersion]), where every request stands alone
+// (stateless.go) and cards are multi round-trip requests (mrtr.go), and
+// 2025-11-25 and older, with sessions, where a server may send
+// elicitation/create while it serves a call.
 package mcpserver
 
 import (

@@ -634,28 +634,31 @@ func TestOperatorRule(t *testing.T) {
 		h := newHuman(func(*mcp.ElicitParams) *mcp.ElicitResult {
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}
 		})
-		cs := connect(t, fmt.Sprintf("%s/v1/mcp?sandbox=host&workspace=%s", s.URL, ws), tok, h)
-		res, err := call(t, cs, "write", map[string]any{"path": "gated.txt", "content": "x"})
-		if err != nil || !res.IsError {
-			t.Errorf("write in a hosted run without the operator: want a refusal result, got %v %v", err, res)
-		} else if got := text(res); !strings.Contains(got, "no approver is connected") {
-			t.Errorf("write refused for another reason than nobody to approve it: %q", got)
-		}
-		select {
-		case p := <-h.asked:
-			t.Errorf("the session whose call a permission card gates was asked to approve it: %q", p.Message)
-		default:
-		}
-		if _, err := os.Stat(filepath.Join(ws, "gated.txt")); !os.IsNotExist(err) {
-			t.Errorf("gated.txt was written (stat: %v)", err)
+		for _, era := range eras { // a session, and a stateless client answered through a round trip
+			cs := connectAt(t, fmt.Sprintf("%s/v1/mcp?sandbox=host&workspace=%s", s.URL, ws), tok, h, &mcp.ClientSessionOptions{ProtocolVersion: era})
+			res, err := call(t, cs, "write", map[string]any{"path": "gated.txt", "content": "x"})
+			if err != nil || !res.IsError {
+				t.Errorf("%s: write in a hosted run without the operator: want a refusal result, got %v %v", era, err, res)
+			} else if got := text(res); !strings.Contains(got, "no approver is connected") {
+				t.Errorf("%s: write refused for another reason than nobody to approve it: %q", era, got)
+			}
+			select {
+			case p := <-h.asked:
+				t.Errorf("%s: the session whose call a permission card gates was asked to approve it: %q", era, p.Message)
+			default:
+			}
+			if _, err := os.Stat(filepath.Join(ws, "gated.txt")); !os.IsNotExist(err) {
+				t.Errorf("%s: gated.txt was written (stat: %v)", era, err)
+			}
 		}
 	})
 	t.Run("stdio client is the operator", func(t *testing.T) {
 		bin := berthtest.Build(t)
 		for _, tc := range []struct {
+			era     string
 			action  string
 			written bool
-		}{{"accept", true}, {"decline", false}} {
+		}{{"2025-11-25", "accept", true}, {"2025-11-25", "decline", false}, {"2026-07-28", "accept", true}, {"2026-07-28", "decline", false}} {
 			h := newHuman(func(*mcp.ElicitParams) *mcp.ElicitResult {
 				if tc.action == "accept" {
 					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}
@@ -666,12 +669,15 @@ func TestOperatorRule(t *testing.T) {
 			cmd.Stderr = os.Stderr
 			c := mcp.NewClient(&mcp.Implementation{Name: "berth-test", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: h.handle})
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, legacy)
+			cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: tc.era})
 			cancel()
 			if err != nil {
 				t.Fatal(err)
 			}
-			name := tc.action + ".txt"
+			if got := cs.InitializeResult().ProtocolVersion; got != tc.era {
+				t.Fatalf("negotiated %s, want %s", got, tc.era)
+			}
+			name := tc.era + "-" + tc.action + ".txt"
 			res, err := call(t, cs, "write", map[string]any{"path": name, "content": "x"})
 			cs.Close()
 			if err != nil {
