@@ -928,6 +928,12 @@ func TestProgress(t *testing.T) {
 	tn := startServe(t)
 	ws := workspace(t)
 	api := &berthtest.Client{URL: tn.s.URL, Token: tn.a}
+	for _, era := range eras { // in both, the notes come on the call's own stream
+		t.Run(era, func(t *testing.T) { progressAt(t, tn, api, ws, era) })
+	}
+}
+
+func progressAt(t *testing.T, tn *tenants, api *berthtest.Client, ws, era string) {
 	run, err := api.OpenRun(context.Background(), map[string]any{"sandbox": "host", "workspace": ws})
 	if err != nil {
 		t.Fatal(err)
@@ -943,11 +949,14 @@ func TestProgress(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tn.s.URL + "/v1/runs/" + run.ID + "/mcp", HTTPClient: bearerClient(tn.a), MaxRetries: -1}, legacy)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tn.s.URL + "/v1/runs/" + run.ID + "/mcp", HTTPClient: bearerClient(tn.a), MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: era})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.Close()
+	if got := cs.InitializeResult().ProtocolVersion; got != era {
+		t.Fatalf("negotiated %s, want %s", got, era)
+	}
 	// The kernel starts, then the cell prints three lines over 4.5 s and
 	// sleeps on: its notes come as they happen, the periodic ones between.
 	params := &mcp.CallToolParams{Name: "eval", Arguments: map[string]any{
