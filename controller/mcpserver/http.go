@@ -196,6 +196,9 @@ func (s *session) expire() {
 func (h *HTTP) ServeRun(w http.ResponseWriter, r *http.Request, run *controller.Run, opts Options) {
 	if Stateless(r) {
 		h.serveStateless(w, r, func() (*mcp.Server, bool) {
+			if h.directStateless(w, r, run, opts) {
+				return nil, false
+			}
 			srv, _ := newServer(run, opts)
 			return srv, true
 		})

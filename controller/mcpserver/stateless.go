@@ -122,6 +122,9 @@ func (h *HTTP) serveOpenStateless(w http.ResponseWriter, r *http.Request, key st
 			return nil, false // refused at the cap
 		}
 		opts.announceRun = true
+		if h.directStateless(w, r, run, opts) {
+			return nil, false
+		}
 		srv, _ := newServer(run, opts)
 		return srv, true
 	})

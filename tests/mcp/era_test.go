@@ -144,6 +144,24 @@ func TestErasHTTPRun(t *testing.T) {
 		}
 	})
 
+	t.Run("headers", func(t *testing.T) {
+		// Mcp-Name must name the tool the body calls.
+		st, _, msg := statelessPost(t, endpoint, tn.a, "tools/call", "write", map[string]any{"name": "read", "arguments": map[string]any{"path": "a.txt"}})
+		if e, _ := msg["error"].(map[string]any); st != http.StatusBadRequest || e == nil {
+			t.Errorf("tools/call read with Mcp-Name: write: want a 400 error, got %d %v", st, msg)
+		}
+		// An unknown tool is -32602 naming it, as with a session.
+		_, _, msg = statelessPost(t, endpoint, tn.a, "tools/call", "no_such_tool", map[string]any{"name": "no_such_tool", "arguments": map[string]any{}})
+		if e, _ := msg["error"].(map[string]any); e == nil || e["code"] != float64(-32602) || !strings.Contains(fmt.Sprint(e["data"]), "unknown_tool") {
+			t.Errorf("an unknown tool at 2026-07-28: want -32602 unknown_tool, got %v", msg)
+		}
+		// Arguments the tool refuses are an isError result.
+		_, _, msg = statelessPost(t, endpoint, tn.a, "tools/call", "read", map[string]any{"name": "read", "arguments": map[string]any{"path": 3}})
+		if res, _ := msg["result"].(map[string]any); res == nil || res["isError"] != true || res["resultType"] != "complete" {
+			t.Errorf("read with a bad path at 2026-07-28: want an isError result, got %v", msg)
+		}
+	})
+
 	t.Run("another tenant", func(t *testing.T) {
 		const missing = "0123456789abcdef0123456789abcdef"
 		st, _, foreign := statelessPost(t, endpoint, tn.b, "tools/call", "read", map[string]any{"name": "read", "arguments": map[string]any{"path": "a.txt"}})
