@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -104,6 +105,11 @@ func directHeaders(r *http.Request, version string) bool {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return false
 	}
+	// The SDK's DNS rebinding protection: a request that came to a
+	// loopback address naming another host is the SDK's to refuse.
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil && loopback(la.String()) && !loopback(r.Host) {
+		return false
+	}
 	var jsonOK, streamOK bool
 	for _, v := range r.Header.Values("Accept") {
 		for _, part := range strings.Split(v, ",") {
@@ -123,6 +129,21 @@ func directHeaders(r *http.Request, version string) bool {
 		return jsonOK && streamOK && v == version
 	}
 	return jsonOK && streamOK && v < StatelessVersion && slices.Contains(ProtocolVersions, v)
+}
+
+// loopback reports whether addr (a host, or host:port) is a loopback
+// address or localhost.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // plainID reports whether id is a JSON-RPC request id: a string or a
