@@ -104,6 +104,7 @@ package httpapi
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,6 +112,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -876,7 +878,14 @@ func (s *server) runMCP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("surface") == "" {
 		surface = ""
 	}
-	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log, Tenant: principalOf(r).Tenant, Version: s.opts.Version, Status: s.opts.Status})
+	s.mcp.ServeRun(w, r, run, mcpserver.Options{Surface: surface, Classify: classify, Logger: s.log, Tenant: principalOf(r).Tenant, Principal: principalID(r), Version: s.opts.Version, Status: s.opts.Status})
+}
+
+// principalID names r's credential (its token's hash) for the MCP
+// server, which binds a card's requestState to it.
+func principalID(r *http.Request) string {
+	p := principalOf(r)
+	return hex.EncodeToString(p.Hash[:])
 }
 
 // splitList splits a comma-separated query value; empty is none.
@@ -907,9 +916,13 @@ func (s *server) openMCP(w http.ResponseWriter, r *http.Request) {
 			Session:        true,
 		})
 	}
-	lookup := func(id string) error {
-		_, err := s.c.Lookup(tenant, id)
-		return err
+	lookup := func(id string) (*controller.Run, error) { return s.c.Lookup(tenant, id) }
+	// The run's parameters name the run of stateless (2026-07-28) requests.
+	key := url.Values{}
+	for _, p := range []string{"conversation_id", "workspace", "sandbox", "mode", "prewarm"} {
+		if v, ok := q[p]; ok {
+			key[p] = v
+		}
 	}
-	s.mcp.ServeOpen(w, r, open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant, Version: s.opts.Version, Status: s.opts.Status})
+	s.mcp.ServeOpen(w, r, key.Encode(), open, lookup, func(err error) { s.fail(w, r, err) }, mcpserver.Options{Classify: classify, Logger: s.log, Tenant: tenant, Principal: principalID(r), Version: s.opts.Version, Status: s.opts.Status})
 }

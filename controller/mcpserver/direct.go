@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"berth.dev/berth/controller"
 )
 
 // The direct path: a POST that carries one tools/call of an initialized
@@ -42,7 +45,7 @@ type directRequest struct {
 // direct answers r when it is a call the direct path may answer, and says
 // whether it did; when it did not, r's body is as it came.
 func (h *HTTP) direct(w http.ResponseWriter, r *http.Request, s *session) bool {
-	if r.Method != http.MethodPost || !directHeaders(r) {
+	if r.Method != http.MethodPost || !directHeaders(r, "") {
 		return false
 	}
 	ss := s.serverSession()
@@ -95,10 +98,16 @@ func (h *HTTP) direct(w http.ResponseWriter, r *http.Request, s *session) bool {
 }
 
 // directHeaders reports whether r's headers are those the SDK accepts
-// for a session's call: a JSON body, both response types accepted, and a
-// protocol version header naming one this server negotiates.
-func directHeaders(r *http.Request) bool {
+// for a call: a JSON body, both response types accepted, and a protocol
+// version header naming version, or when version is empty one of the
+// versions with sessions this server negotiates.
+func directHeaders(r *http.Request, version string) bool {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return false
+	}
+	// The SDK's DNS rebinding protection: a request that came to a
+	// loopback address naming another host is the SDK's to refuse.
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil && loopback(la.String()) && !loopback(r.Host) {
 		return false
 	}
 	var jsonOK, streamOK bool
@@ -115,7 +124,26 @@ func directHeaders(r *http.Request) bool {
 			}
 		}
 	}
-	return jsonOK && streamOK && slices.Contains(ProtocolVersions, r.Header.Get("Mcp-Protocol-Version"))
+	v := r.Header.Get("Mcp-Protocol-Version")
+	if version != "" {
+		return jsonOK && streamOK && v == version
+	}
+	return jsonOK && streamOK && v < StatelessVersion && slices.Contains(ProtocolVersions, v)
+}
+
+// loopback reports whether addr (a host, or host:port) is a loopback
+// address or localhost.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // plainID reports whether id is a JSON-RPC request id: a string or a
@@ -182,4 +210,91 @@ func (s *session) serverSession() *mcp.ServerSession {
 		return ss
 	}
 	return nil
+}
+
+// directStateless is the direct path of a stateless request (protocol
+// StatelessVersion) on run: one plain tools/call — no progress token, no
+// requestState, no card this client is to answer through a round trip —
+// whose headers and _meta are what the SDK's stateless handler accepts
+// (Mcp-Method and Mcp-Name naming the call, the version header equal to
+// _meta's, the client's capabilities given) is answered by berth as
+// application/json, with resultType and serverInfo as the SDK would set
+// them, without a server and an ephemeral session made for it. It reports
+// whether it answered; when it did not, r's body is as it came and the SDK
+// serves r.
+func (h *HTTP) directStateless(w http.ResponseWriter, r *http.Request, run *controller.Run, opts Options) bool {
+	if r.Method != http.MethodPost || !directHeaders(r, StatelessVersion) || r.Header.Get("Mcp-Method") != "tools/call" {
+		return false
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	var req directRequest
+	if err := json.Unmarshal(body, &req); err != nil || req.JSONRPC != "2.0" || req.Method != "tools/call" ||
+		req.Params == nil || !plainID(req.ID) || req.Params.Name == "" || r.Header.Get("Mcp-Name") != req.Params.Name {
+		return false
+	}
+	var meta map[string]json.RawMessage
+	if json.Unmarshal(req.Params.Meta, &meta) != nil {
+		return false
+	}
+	var version string
+	var caps struct {
+		Elicitation json.RawMessage `json:"elicitation"`
+	}
+	if json.Unmarshal(meta["io.modelcontextprotocol/protocolVersion"], &version) != nil || version != r.Header.Get("Mcp-Protocol-Version") ||
+		json.Unmarshal(meta["io.modelcontextprotocol/clientCapabilities"], &caps) != nil || meta["progressToken"] != nil {
+		return false
+	}
+	for k := range meta { // anything else the SDK reads (a log level, …) goes to it
+		switch k {
+		case "io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientCapabilities", "io.modelcontextprotocol/clientInfo":
+		default:
+			return false
+		}
+	}
+	opts = opts.withDefaults()
+	name := req.Params.Name
+	if caps.Elicitation != nil && string(caps.Elicitation) != "null" && (name == "ask_user" || opts.ClientIsOperator) {
+		return false
+	}
+	var retry struct {
+		Params struct {
+			RequestState   json.RawMessage `json:"requestState"`
+			InputResponses json.RawMessage `json:"inputResponses"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &retry) != nil || retry.Params.RequestState != nil || retry.Params.InputResponses != nil {
+		return false
+	}
+	args := req.Params.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	hd := &handler{run: run, opts: opts}
+	ctx, cancel := context.WithCancel(r.Context()) // a client that drops the POST cancels the call
+	defer cancel()
+	tres, cerr := run.Call(ctx, opts.Surface, name, args)
+	res, err := hd.finish(name, tres, cerr)
+	out := map[string]any{"jsonrpc": "2.0", "id": req.ID}
+	if err != nil {
+		out["error"] = err
+	} else {
+		res.Meta = mcp.Meta{"io.modelcontextprotocol/serverInfo": &mcp.Implementation{Name: ServerName, Version: opts.Version}}
+		if opts.announceRun {
+			res.Meta[MetaRun] = run.ID()
+		}
+		out["result"] = withResultType(res, "complete")
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		b, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req.ID,
+			"error": &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "mcp: encoding the result: " + err.Error()}})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+	return true
 }

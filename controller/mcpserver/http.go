@@ -58,7 +58,10 @@ const postHeader = "X-Berth-Mcp-Post"
 // Its zero value is not usable; call [NewHTTP].
 type HTTP struct {
 	sdk *mcp.StreamableHTTPHandler
-	log *slog.Logger
+	// stateless serves the requests at StatelessVersion (stateless.go):
+	// each is whole in itself, on a server made for it.
+	stateless *mcp.StreamableHTTPHandler
+	log       *slog.Logger
 
 	caps Caps
 
@@ -73,6 +76,9 @@ type HTTP struct {
 	// tenant and by run id; a key with none is absent.
 	tenants map[string]int
 	runs    map[string]int
+	// keyed are the runs the run-opening endpoint opened for stateless
+	// requests, by tenant and URL parameters (stateless.go).
+	keyed map[keyedKey]*keyedRun
 }
 
 type session struct {
@@ -105,11 +111,13 @@ func NewHTTP(log *slog.Logger, caps Caps) *HTTP {
 	if caps.PerTenant == 0 {
 		caps.PerTenant = DefaultMaxSessionsPerTenant
 	}
-	h := &HTTP{log: log, caps: caps, sessions: map[string]*session{}, tenants: map[string]int{}, runs: map[string]int{}}
-	h.sdk = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	h := &HTTP{log: log, caps: caps, sessions: map[string]*session{}, tenants: map[string]int{}, runs: map[string]int{}, keyed: map[keyedKey]*keyedRun{}}
+	server := func(r *http.Request) *mcp.Server {
 		s, _ := r.Context().Value(serverKey{}).(*mcp.Server)
 		return s
-	}, &mcp.StreamableHTTPOptions{Logger: log})
+	}
+	h.sdk = mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Logger: log})
+	h.stateless = mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Logger: log, Stateless: true})
 	return h
 }
 
@@ -182,7 +190,20 @@ func (s *session) expire() {
 // ServeRun serves an MCP request on run, which the caller looked up for
 // the request's tenant. A session id that is not one of run's sessions is
 // refused as unknown.
+//
+// A request at StatelessVersion (or later) is served without a session,
+// whatever its headers say of one: the URL names the run.
 func (h *HTTP) ServeRun(w http.ResponseWriter, r *http.Request, run *controller.Run, opts Options) {
+	if Stateless(r) {
+		h.serveStateless(w, r, func() (*mcp.Server, bool) {
+			if h.directStateless(w, r, run, opts) {
+				return nil, false
+			}
+			srv, _ := newServer(run, opts)
+			return srv, true
+		})
+		return
+	}
 	sid := r.Header.Get(SessionHeader)
 	if sid != "" {
 		s := h.session(sid)
@@ -207,11 +228,24 @@ func (h *HTTP) ServeRun(w http.ResponseWriter, r *http.Request, run *controller.
 // request without a session id opens one with open (and a session that
 // never initializes closes it at once); a request with one is served only
 // when lookup (the caller's tenant lookup) still finds the session's run.
-func (h *HTTP) ServeOpen(w http.ResponseWriter, r *http.Request, open func() (*controller.Run, error), lookup func(id string) error, fail func(error), opts Options) {
+//
+// A request at StatelessVersion (or later) has no session: its tools/list
+// and tools/call are served by the run this endpoint opened for the same
+// tenant and the same URL parameters (key), opened by the first such
+// request (serveOpenStateless).
+func (h *HTTP) ServeOpen(w http.ResponseWriter, r *http.Request, key string, open func() (*controller.Run, error), lookup func(id string) (*controller.Run, error), fail func(error), opts Options) {
+	if Stateless(r) {
+		h.serveOpenStateless(w, r, key, open, lookup, fail, opts)
+		return
+	}
 	sid := r.Header.Get(SessionHeader)
 	if sid != "" {
 		s := h.session(sid)
-		if s == nil || !s.owned || lookup(s.run.ID()) != nil {
+		if s == nil || !s.owned {
+			unknownSession(w, sid)
+			return
+		}
+		if _, err := lookup(s.run.ID()); err != nil {
 			unknownSession(w, sid)
 			return
 		}
@@ -367,9 +401,14 @@ func (h *HTTP) session(sid string) *session {
 	return h.sessions[sid]
 }
 
-// serve hands r to the SDK with srv as its server. A POST's calls are
-// cancelled when its client goes away before they answer.
+// serve hands r to the SDK's session handler with srv as its server.
 func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, srv *mcp.Server) {
+	h.serveWith(h.sdk, w, r, srv)
+}
+
+// serveWith hands r to sdk with srv as its server. A POST's calls are
+// cancelled when its client goes away before they answer.
+func (h *HTTP) serveWith(sdk *mcp.StreamableHTTPHandler, w http.ResponseWriter, r *http.Request, srv *mcp.Server) {
 	r.Header.Del(postHeader)
 	ctx := context.WithValue(r.Context(), serverKey{}, srv)
 	var p *post
@@ -391,7 +430,7 @@ func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, srv *mcp.Server) {
 		return
 	}
 	pw := &plainErrors{ResponseWriter: w}
-	h.sdk.ServeHTTP(pw, r.WithContext(ctx))
+	sdk.ServeHTTP(pw, r.WithContext(ctx))
 	pw.finish()
 	if p != nil && r.Context().Err() != nil {
 		p.cancelAll()
@@ -448,7 +487,7 @@ func (p *plainErrors) finish() {
 		msg += ": send one JSON-RPC message as a JSON body"
 	case strings.Contains(msg, "not handled"):
 		code = jsonrpc.CodeMethodNotFound
-		msg += ": the methods served are those of MCP's tools feature (initialize, ping, tools/list, tools/call, …)"
+		msg += ": the methods served are those of MCP's tools feature (server/discover, initialize, ping, tools/list, tools/call, …)"
 	}
 	p.Header().Del("Content-Length")
 	p.Header().Set("Content-Type", "application/json")

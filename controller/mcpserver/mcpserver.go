@@ -37,10 +37,11 @@
 // (notifications/cancelled) and, over HTTP, a client that drops the POST
 // of a call cancel the call.
 //
-// The server negotiates the protocol versions in [ProtocolVersions]: up to
-// 2025-11-25, where a server may send elicitation/create while it serves a
-// call. (2026-07-28 replaces that with multi round-trip results, which
-// berth's blocking cards do not fit yet.)
+// The server negotiates the protocol versions in [ProtocolVersions]:
+// 2026-07-28 ([StatelessVersion]), where every request stands alone
+// (stateless.go) and cards are multi round-trip requests (mrtr.go), and
+// 2025-11-25 and older, with sessions, where a server may send
+// elicitation/create while it serves a call.
 package mcpserver
 
 import (
@@ -63,8 +64,21 @@ import (
 )
 
 // ProtocolVersions are the MCP protocol versions the server negotiates,
-// newest first.
-var ProtocolVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
+// newest first: [StatelessVersion], without sessions, and those of the
+// initialize handshake, with them.
+var ProtocolVersions = []string{StatelessVersion, "2025-11-25", "2025-06-18", "2025-03-26"}
+
+// StatelessVersion is the first protocol version without sessions
+// (2026-07-28): no initialize, the client's version, capabilities and
+// identity in each request's _meta, server/discover, and a run named by
+// the URL rather than by a session.
+const StatelessVersion = "2026-07-28"
+
+// ListTTL is the ttlMs of a tools/list result (and of server/discover's):
+// a run's tool list is fixed while it is open (its mode and registry do
+// not change), so a client may keep it this long. Its cacheScope is
+// private: the list is that of one tenant's run.
+const ListTTL = 5 * time.Minute
 
 // CodeCallError is the JSON-RPC error code of a call error other than an
 // unknown tool or bad arguments; its data carries berth's error code.
@@ -100,10 +114,22 @@ type Options struct {
 	// messages of every call, or "" for none: berth sets it to say that it
 	// is building its sandbox agent, which the first calls wait for.
 	Status func() string
+	// Principal names the credential of the request, which a requestState
+	// is bound to (mrtr.go).
+	Principal string
 
 	// sessionID makes the ids of Streamable HTTP sessions ([HTTP]).
 	sessionID func() string
+	// announceRun puts the run's id in the _meta of tools/list and
+	// tools/call results (MetaRun): the run-opening endpoint's stateless
+	// clients learn which run serves them.
+	announceRun bool
 }
+
+// MetaRun is the _meta key, in results of the run-opening endpoint
+// (/v1/mcp) at StatelessVersion, whose value is the id of the run that
+// served the request: /v1/runs/{id}/mcp serves that run too.
+const MetaRun = "dev.berth/run"
 
 // New returns an MCP server for run. One server may serve several sessions;
 // each sees the run's tools at opts.Surface.
@@ -114,6 +140,24 @@ func New(run *controller.Run, opts Options) *mcp.Server {
 
 // newServer is New, with the handler that answers the server's calls.
 func newServer(run *controller.Run, opts Options) (*mcp.Server, *handler) {
+	opts = opts.withDefaults()
+	h := &handler{run: run, opts: opts}
+	srv := mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: opts.Version}, serverOptions(opts,
+		fmt.Sprintf("berth run %s: the tools of one conversation's sandbox (%s, workspace %s).",
+			run.ID(), run.Sandbox(), run.Info().Workspace)))
+	srv.AddReceivingMiddleware(h.middleware)
+	return srv, h
+}
+
+// newBareServer is a server without a run, for the requests of the
+// run-opening endpoint that need none (server/discover, a notification):
+// it answers them with instructions and serves no tool.
+func newBareServer(opts Options, instructions string) *mcp.Server {
+	opts = opts.withDefaults()
+	return mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: opts.Version}, serverOptions(opts, instructions))
+}
+
+func (opts Options) withDefaults() Options {
 	if opts.Classify == nil {
 		opts.Classify = Classify
 	}
@@ -123,16 +167,26 @@ func newServer(run *controller.Run, opts Options) (*mcp.Server, *handler) {
 	if opts.Version == "" {
 		opts.Version = "devel"
 	}
-	h := &handler{run: run, opts: opts}
-	srv := mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: opts.Version}, &mcp.ServerOptions{
-		Instructions: fmt.Sprintf("berth run %s: the tools of one conversation's sandbox (%s, workspace %s).",
-			run.ID(), run.Sandbox(), run.Info().Workspace),
+	return opts
+}
+
+func serverOptions(opts Options, instructions string) *mcp.ServerOptions {
+	return &mcp.ServerOptions{
+		Instructions:              instructions,
 		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		SupportedProtocolVersions: ProtocolVersions,
 		GetSessionID:              opts.sessionID,
-	})
-	srv.AddReceivingMiddleware(h.middleware)
-	return srv, h
+		// server/discover's result: what it says changes only with the
+		// berth's version.
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
+			if c.TTLMs == 0 {
+				c.TTLMs = int(ListTTL / time.Millisecond)
+			}
+			if c.CacheScope == "" {
+				c.CacheScope = "private"
+			}
+		},
+	}
 }
 
 type handler struct {
@@ -153,9 +207,20 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch r := req.(type) {
 		case *mcp.ListToolsRequest:
-			return h.list(), nil
+			res := h.list()
+			if h.opts.announceRun {
+				res.Meta = mcp.Meta{MetaRun: h.run.ID()}
+			}
+			return res, nil
 		case *mcp.CallToolRequest:
-			return h.call(ctx, r)
+			res, err := h.call(ctx, r)
+			if res != nil && h.opts.announceRun {
+				res.Meta = mcp.Meta{MetaRun: h.run.ID()}
+			}
+			if res != nil && stateless(r.Session) && !res.NeedsInput() {
+				res = withResultType(res, "complete")
+			}
+			return res, err
 		case *mcp.ServerRequest[*mcp.CancelledParams]:
 			if r.Params != nil {
 				if id, err := json.Marshal(r.Params.RequestID); err == nil {
@@ -165,6 +230,38 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return next(ctx, method, req)
 	}
+}
+
+// stateless reports whether ss serves a request of the stateless
+// protocol (StatelessVersion or later), whose results carry a resultType.
+func stateless(ss *mcp.ServerSession) bool {
+	if ss == nil {
+		return false
+	}
+	ip := ss.InitializeParams()
+	return ip != nil && ip.ProtocolVersion >= StatelessVersion
+}
+
+// withResultType is res with its resultType set to rt. The SDK sets it
+// only on the results of tools registered with it, and berth answers
+// tools/call itself; the field is unexported, and decoding is the one way
+// to set it.
+func withResultType(res *mcp.CallToolResult, rt string) *mcp.CallToolResult {
+	b, err := json.Marshal(res)
+	if err != nil || len(b) < 2 || b[0] != '{' {
+		return res
+	}
+	typed, _ := json.Marshal(rt)
+	sep := ","
+	if string(b) == "{}" {
+		sep = ""
+	}
+	b = append(append([]byte(`{"resultType":`), typed...), append([]byte(sep), b[1:]...)...)
+	out := new(mcp.CallToolResult)
+	if err := json.Unmarshal(b, out); err != nil {
+		return res
+	}
+	return out
 }
 
 // annotations are a tool's MCP annotations, every hint set explicitly:
@@ -178,9 +275,12 @@ func annotations(in tools.Info) *mcp.ToolAnnotations {
 		IdempotentHint: readOnly || in.Hints.Idempotent, OpenWorldHint: &open}
 }
 
+// list is the run's tools at the surface, in name order.
 func (h *handler) list() *mcp.ListToolsResult {
 	infos := h.run.Tools(h.opts.Surface)
 	out := &mcp.ListToolsResult{Tools: make([]*mcp.Tool, 0, len(infos))}
+	out.TTLMs = int(ListTTL / time.Millisecond)
+	out.CacheScope = "private"
 	for _, in := range infos {
 		t := &mcp.Tool{Name: in.Name, Description: in.Description, InputSchema: in.InputSchema}
 		if in.InputSchema == nil {
@@ -206,6 +306,9 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	if rel, ok := cancelOf(req); ok {
 		defer rel.track(cancel)()
 	}
+	if roundTrips(req.Session) && (p.Name == "ask_user" || h.opts.ClientIsOperator) {
+		return h.callRoundTrip(ctx, req, args)
+	}
 	if stop := h.elicit(ctx, req.Session, p.Name, args); stop != nil {
 		defer stop()
 	}
@@ -215,13 +318,7 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		defer stop()
 	}
 	res, err := h.run.Call(ctx, h.opts.Surface, p.Name, args)
-	if err != nil {
-		if r := h.inputErrorResult(p.Name, err); r != nil {
-			return r, nil
-		}
-		return nil, h.callError(p.Name, err)
-	}
-	return Result(res), nil
+	return h.finish(p.Name, res, err)
 }
 
 // inputErrorResult is err as a tool result with isError set when it is an
@@ -372,25 +469,7 @@ func (h *handler) elicit(ctx context.Context, ss *mcp.ServerSession, tool string
 	if tool != "ask_user" && !h.opts.ClientIsOperator {
 		return nil
 	}
-	// Other sessions' calls draw cards on the same run at the same time:
-	// only the cards this call draws go to this client.
-	var question string
-	if tool == "ask_user" {
-		var in struct {
-			Question string `json:"question"`
-		}
-		json.Unmarshal(args, &in) // a bad argument fails the call itself
-		question = strings.TrimSpace(in.Question)
-	}
-	mine := func(c questions.Card) bool {
-		switch c.Kind {
-		case questions.KindQuestion:
-			return tool == "ask_user" && c.Question == question
-		case questions.KindPermission:
-			return h.opts.ClientIsOperator && c.Tool == tool
-		}
-		return false
-	}
+	mine := h.mine(tool, args)
 	sub := port.Subscribe(^uint64(0)) // only what opens from now on
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -428,9 +507,35 @@ func (h *handler) elicit(ctx context.Context, ss *mcp.ServerSession, tool string
 	}
 }
 
+// mine reports whether a card is one a call of tool with args draws and
+// that goes to its client: other calls draw cards on the same run at the
+// same time.
+func (h *handler) mine(tool string, args json.RawMessage) func(questions.Card) bool {
+	var question string
+	if tool == "ask_user" {
+		var in struct {
+			Question string `json:"question"`
+		}
+		json.Unmarshal(args, &in) // a bad argument fails the call itself
+		question = strings.TrimSpace(in.Question)
+	}
+	return func(c questions.Card) bool {
+		switch c.Kind {
+		case questions.KindQuestion:
+			return tool == "ask_user" && c.Question == question
+		case questions.KindPermission:
+			return h.opts.ClientIsOperator && c.Tool == tool
+		}
+		return false
+	}
+}
+
+// canElicit reports whether berth may send ss's client elicitation/create
+// while it serves a call: the client declared elicitation at a protocol
+// version that has server-to-client requests (before StatelessVersion).
 func canElicit(ss *mcp.ServerSession) bool {
 	ip := ss.InitializeParams()
-	return ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil
+	return ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil && ip.ProtocolVersion < StatelessVersion
 }
 
 // answer sends card c to the client and answers it with the client's reply.
@@ -449,16 +554,8 @@ func (h *handler) answer(ctx context.Context, ss *mcp.ServerSession, port *quest
 	}
 	a, err := AnswerOf(c, res)
 	if err == nil {
-		rights := questions.MayAnswerQuestions
-		a.By = "the MCP client over stdio"
-		if id := ss.ID(); id != "" {
-			a.By = "the MCP client of session " + id
-		}
-		if h.opts.ClientIsOperator {
-			rights = questions.Operator
-			a.By += " (its user is the operator)"
-		}
-		err = port.Answer(c.N, a, rights)
+		a.By = h.answerer("session " + ss.ID())
+		err = port.Answer(c.N, a, h.rights())
 	}
 	if err != nil && !errors.Is(err, questions.ErrNoCard) {
 		h.opts.Logger.Warn("mcp: the client's elicitation answer was refused; the card stays open", "run", h.run.ID(), "card", c.N, "err", err)

@@ -1,9 +1,13 @@
 package mcpserver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -160,5 +164,32 @@ func TestClassify(t *testing.T) {
 	err := h.callError("write", fmt.Errorf("refused: %w", tools.ErrDenied))
 	if !strings.Contains(fmt.Sprint(err), "refused") {
 		t.Errorf("the message is lost: %v", err)
+	}
+}
+
+// TestDirectLeavesRebindingToSDK: a call that came to a loopback address
+// naming another host is never answered by the direct paths, so the SDK's
+// DNS rebinding protection refuses it.
+func TestDirectLeavesRebindingToSDK(t *testing.T) {
+	for _, c := range []struct {
+		local, host string
+		direct      bool
+	}{
+		{"127.0.0.1:7450", "127.0.0.1:7450", true},
+		{"127.0.0.1:7450", "localhost:7450", true},
+		{"[::1]:7450", "[::1]:7450", true},
+		{"127.0.0.1:7450", "evil.example:7450", false},
+		{"10.0.0.5:7450", "berth.example", true},
+	} {
+		r := httptest.NewRequest("POST", "http://"+c.host+"/v1/runs/x/mcp", nil)
+		r.Host = c.host
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Accept", "application/json, text/event-stream")
+		r.Header.Set("Mcp-Protocol-Version", StatelessVersion)
+		addr, _ := net.ResolveTCPAddr("tcp", c.local)
+		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, addr))
+		if got := directHeaders(r, StatelessVersion); got != c.direct {
+			t.Errorf("local %s, Host %s: direct %v, want %v", c.local, c.host, got, c.direct)
+		}
 	}
 }

@@ -117,9 +117,21 @@ func (h *human) handle(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Elicit
 	return h.answer(req.Params), nil
 }
 
-// connect opens an MCP session at endpoint with tok; h, when not nil,
-// declares elicitation.
+// legacy connects at 2025-11-25, the newest protocol with sessions and
+// server-to-client elicitation; the go-sdk client would otherwise speak
+// 2026-07-28 (era_test.go drives that).
+var legacy = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+
+// connect opens an MCP session at endpoint with tok at 2025-11-25; h,
+// when not nil, declares elicitation.
 func connect(t *testing.T, endpoint, tok string, h *human) *mcp.ClientSession {
+	t.Helper()
+	return connectAt(t, endpoint, tok, h, legacy)
+}
+
+// connectAt is connect with the client's session options (its protocol
+// version).
+func connectAt(t *testing.T, endpoint, tok string, h *human, so *mcp.ClientSessionOptions) *mcp.ClientSession {
 	t.Helper()
 	opts := &mcp.ClientOptions{}
 	if h != nil {
@@ -132,7 +144,7 @@ func connect(t *testing.T, endpoint, tok string, h *human) *mcp.ClientSession {
 		Endpoint:   endpoint,
 		HTTPClient: bearerClient(tok),
 		MaxRetries: -1,
-	}, nil)
+	}, so)
 	if err != nil {
 		t.Fatalf("connect %s: %v", endpoint, err)
 	}
@@ -580,7 +592,7 @@ func TestStdio(t *testing.T) {
 		c := mcp.NewClient(&mcp.Implementation{Name: "berth-test", Version: "1"}, opts)
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
-		cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, legacy)
 		if err != nil {
 			t.Fatalf("berth mcp %v: %v", args, err)
 		}
@@ -622,28 +634,31 @@ func TestOperatorRule(t *testing.T) {
 		h := newHuman(func(*mcp.ElicitParams) *mcp.ElicitResult {
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}
 		})
-		cs := connect(t, fmt.Sprintf("%s/v1/mcp?sandbox=host&workspace=%s", s.URL, ws), tok, h)
-		res, err := call(t, cs, "write", map[string]any{"path": "gated.txt", "content": "x"})
-		if err != nil || !res.IsError {
-			t.Errorf("write in a hosted run without the operator: want a refusal result, got %v %v", err, res)
-		} else if got := text(res); !strings.Contains(got, "no approver is connected") {
-			t.Errorf("write refused for another reason than nobody to approve it: %q", got)
-		}
-		select {
-		case p := <-h.asked:
-			t.Errorf("the session whose call a permission card gates was asked to approve it: %q", p.Message)
-		default:
-		}
-		if _, err := os.Stat(filepath.Join(ws, "gated.txt")); !os.IsNotExist(err) {
-			t.Errorf("gated.txt was written (stat: %v)", err)
+		for _, era := range eras { // a session, and a stateless client answered through a round trip
+			cs := connectAt(t, fmt.Sprintf("%s/v1/mcp?sandbox=host&workspace=%s", s.URL, ws), tok, h, &mcp.ClientSessionOptions{ProtocolVersion: era})
+			res, err := call(t, cs, "write", map[string]any{"path": "gated.txt", "content": "x"})
+			if err != nil || !res.IsError {
+				t.Errorf("%s: write in a hosted run without the operator: want a refusal result, got %v %v", era, err, res)
+			} else if got := text(res); !strings.Contains(got, "no approver is connected") {
+				t.Errorf("%s: write refused for another reason than nobody to approve it: %q", era, got)
+			}
+			select {
+			case p := <-h.asked:
+				t.Errorf("%s: the session whose call a permission card gates was asked to approve it: %q", era, p.Message)
+			default:
+			}
+			if _, err := os.Stat(filepath.Join(ws, "gated.txt")); !os.IsNotExist(err) {
+				t.Errorf("%s: gated.txt was written (stat: %v)", era, err)
+			}
 		}
 	})
 	t.Run("stdio client is the operator", func(t *testing.T) {
 		bin := berthtest.Build(t)
 		for _, tc := range []struct {
+			era     string
 			action  string
 			written bool
-		}{{"accept", true}, {"decline", false}} {
+		}{{"2025-11-25", "accept", true}, {"2025-11-25", "decline", false}, {"2026-07-28", "accept", true}, {"2026-07-28", "decline", false}} {
 			h := newHuman(func(*mcp.ElicitParams) *mcp.ElicitResult {
 				if tc.action == "accept" {
 					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}
@@ -654,12 +669,15 @@ func TestOperatorRule(t *testing.T) {
 			cmd.Stderr = os.Stderr
 			c := mcp.NewClient(&mcp.Implementation{Name: "berth-test", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: h.handle})
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+			cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: tc.era})
 			cancel()
 			if err != nil {
 				t.Fatal(err)
 			}
-			name := tc.action + ".txt"
+			if got := cs.InitializeResult().ProtocolVersion; got != tc.era {
+				t.Fatalf("negotiated %s, want %s", got, tc.era)
+			}
+			name := tc.era + "-" + tc.action + ".txt"
 			res, err := call(t, cs, "write", map[string]any{"path": name, "content": "x"})
 			cs.Close()
 			if err != nil {
@@ -728,7 +746,7 @@ func TestStdioContainer(t *testing.T) {
 	h := newHuman(pickBlue)
 	c := mcp.NewClient(&mcp.Implementation{Name: "berth-test", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: h.handle})
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, legacy)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -910,6 +928,12 @@ func TestProgress(t *testing.T) {
 	tn := startServe(t)
 	ws := workspace(t)
 	api := &berthtest.Client{URL: tn.s.URL, Token: tn.a}
+	for _, era := range eras { // in both, the notes come on the call's own stream
+		t.Run(era, func(t *testing.T) { progressAt(t, tn, api, ws, era) })
+	}
+}
+
+func progressAt(t *testing.T, tn *tenants, api *berthtest.Client, ws, era string) {
 	run, err := api.OpenRun(context.Background(), map[string]any{"sandbox": "host", "workspace": ws})
 	if err != nil {
 		t.Fatal(err)
@@ -925,11 +949,14 @@ func TestProgress(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tn.s.URL + "/v1/runs/" + run.ID + "/mcp", HTTPClient: bearerClient(tn.a), MaxRetries: -1}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tn.s.URL + "/v1/runs/" + run.ID + "/mcp", HTTPClient: bearerClient(tn.a), MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: era})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.Close()
+	if got := cs.InitializeResult().ProtocolVersion; got != era {
+		t.Fatalf("negotiated %s, want %s", got, era)
+	}
 	// The kernel starts, then the cell prints three lines over 4.5 s and
 	// sleeps on: its notes come as they happen, the periodic ones between.
 	params := &mcp.CallToolParams{Name: "eval", Arguments: map[string]any{
