@@ -186,10 +186,26 @@ func pyQuestions(t *testing.T, root string, max int) []question {
 // is given a typeshed without it (typeshed.go): its answers are complete
 // but for uses as an attribute of an object of a type it cannot infer.
 func TestTruthPython(t *testing.T) {
-	const src = "/usr/lib/python3.11/email"
+	truthPython(t, "/usr/lib/python3.11/email")
+}
+
+// TestTruthPythonDistPackages: Debian's parso (a dist-packages package,
+// pure Python, several subpackages), a workspace of its own that shadows
+// the installed parso, asked the same questions as TestTruthPython with
+// the same assertions.
+func TestTruthPythonDistPackages(t *testing.T) {
+	truthPython(t, "/usr/lib/python3/dist-packages/parso")
+}
+
+// truthPython copies the Python package src into a workspace as a
+// top-level package of the same name and asks pylsp and pyright (where
+// tests/run installed it) who refers to up to 20 of its most used
+// top-level functions and classes; Python's ast is the truth.
+func truthPython(t *testing.T, src string) {
 	if _, err := os.Stat(src); err != nil {
 		t.Skipf("no %s", src)
 	}
+	pkg := filepath.Base(src)
 	servers := []string{"pylsp"}
 	if os.Getenv("BERTH_LSP_NPM_BIN") != "" {
 		servers = append(servers, "pyright-langserver")
@@ -205,30 +221,31 @@ func TestTruthPython(t *testing.T) {
 			} else {
 				h, _ = npmRun(t, server)
 			}
-			copyTree(t, src, filepath.Join(h.dir, "email"), func(rel string) bool { return strings.HasSuffix(rel, ".py") })
-			os.WriteFile(filepath.Join(h.dir, "pyproject.toml"), []byte("[project]\nname = \"mail\"\nversion = \"0\"\n"), 0o644)
+			copyTree(t, src, filepath.Join(h.dir, pkg), func(rel string) bool { return strings.HasSuffix(rel, ".py") })
+			os.WriteFile(filepath.Join(h.dir, "pyproject.toml"), []byte("[project]\nname = \"corpus-"+pkg+"\"\nversion = \"0\"\n"), 0o644)
 			var tl tally
-			for _, q := range pyQuestions(t, filepath.Join(h.dir, "email"), 20) {
-				q.File = "email/" + q.File
+			for _, q := range pyQuestions(t, filepath.Join(h.dir, pkg), 20) {
+				q.File = pkg + "/" + q.File
 				for i := range q.Files {
-					q.Files[i] = "email/" + q.Files[i]
+					q.Files[i] = pkg + "/" + q.Files[i]
 				}
 				for i := range q.AttrFiles {
-					q.AttrFiles[i] = "email/" + q.AttrFiles[i]
+					q.AttrFiles[i] = pkg + "/" + q.AttrFiles[i]
 				}
 				askTruth(t, h, "references", q, &tl)
 			}
-			t.Logf("%s references on email/: %d complete, %d incomplete and said so (%d of them leaving out only uses as an attribute of an object), %d incomplete and silent, %d failed saying why", server, tl.complete, tl.said, tl.saidAttr, tl.silent, tl.failed)
+			t.Logf("%s references on %s/: %d complete, %d incomplete and said so (%d of them leaving out only uses as an attribute of an object), %d incomplete and silent, %d failed saying why", server, pkg, tl.complete, tl.said, tl.saidAttr, tl.silent, tl.failed)
 			if server == "pylsp" {
 				return
 			}
-			// pyright is given a typeshed without the stub of email: the
-			// workspace's email is what its imports resolve to, so every
-			// answer is complete but for uses as an attribute of an
-			// object whose type pyright cannot infer (an unannotated
-			// parameter's msg.walk()), and no note blames the stub.
+			// The workspace's package is what its imports resolve to (for
+			// email, pyright is given a typeshed without the stdlib stub:
+			// typeshed.go), so every answer is complete but for uses as an
+			// attribute of an object whose type pyright cannot infer (an
+			// unannotated parameter's msg.walk()), and no note blames a
+			// stub.
 			if tl.said != tl.saidAttr || tl.failed > 0 || tl.stub > 0 || tl.complete+tl.said+tl.silent < 10 {
-				t.Errorf("pyright on a workspace email: %d complete, %d incomplete and said so, of which %d leave out only attribute uses and %d blame the bundled stub; %d failed. Every answer must be complete but for attribute uses, and none blame the stub", tl.complete, tl.said, tl.saidAttr, tl.stub, tl.failed)
+				t.Errorf("pyright on a workspace %s: %d complete, %d incomplete and said so, of which %d leave out only attribute uses and %d blame the bundled stub; %d failed. Every answer must be complete but for attribute uses, and none blame the stub", pkg, tl.complete, tl.said, tl.saidAttr, tl.stub, tl.failed)
 			}
 		})
 	}
@@ -647,21 +664,27 @@ func TestRenameRefusesWhatTheEditLeavesOut(t *testing.T) {
 	}
 }
 
-// jsRequire matches a CommonJS require of a relative path, and
-// jsExports the names a module exports: module.exports = name,
-// module.exports = { a, b: c }, exports.name = / module.exports.name =.
+// jsRequire matches a CommonJS require of a relative path and jsImport an
+// ES module's import (or re-export) from one, and the jsExport patterns
+// the names a module exports: module.exports = name, module.exports =
+// { a, b: c }, exports.name = / module.exports.name =; export function /
+// class / const name, export { a, b as c } (without from: its own names).
 var (
 	jsRequire      = regexp.MustCompile(`require\(['"](\.{1,2}/[^'"]+)['"]\)`)
+	jsImport       = regexp.MustCompile(`(?m)^\s*(?:import|export)\b[^'";]*?\bfrom\s*['"](\.{1,2}/[^'"]+)['"]|\bimport\(\s*['"](\.{1,2}/[^'"]+)['"]\s*\)`)
 	jsExportOne    = regexp.MustCompile(`(?m)^module\.exports\s*=\s*([A-Za-z_$][\w$]*)\s*;?\s*$`)
 	jsExportObject = regexp.MustCompile(`(?s)module\.exports\s*=\s*\{([^}]*)\}`)
 	jsExportDot    = regexp.MustCompile(`(?m)^(?:module\.)?exports\.([A-Za-z_$][\w$]*)\s*=`)
-	jsDeclared     = regexp.MustCompile(`^(?:async\s+)?(?:function\*?\s+|class\s+|const\s+|let\s+)([A-Za-z_$][\w$]*)`)
+	jsExportDecl   = regexp.MustCompile(`(?m)^export\s+(?:async\s+)?(?:function\*?\s+|class\s+|const\s+|let\s+|var\s+)([A-Za-z_$][\w$]*)`)
+	jsExportList   = regexp.MustCompile(`(?m)^export\s*\{([^}]*)\}\s*;`)
+	jsDeclared     = regexp.MustCompile(`^(?:export\s+)?(?:async\s+)?(?:function\*?\s+|class\s+|const\s+|let\s+)([A-Za-z_$][\w$]*)`)
 )
 
-// jsQuestions picks up to max functions and classes that a file under
-// dir of root declares at its top level and exports (CommonJS), with the
-// truth: the files that require that file by a relative path and whose
-// code (not comments or literals) names it; most used first.
+// jsQuestions picks up to max functions, classes and constants that a
+// file under dir of root declares at its top level and exports (CommonJS
+// or ES module), with the truth: the files that require or import that
+// file by a relative path and whose code (not comments or literals) names
+// it; most used first.
 func jsQuestions(t *testing.T, root, dir string, max int) []question {
 	t.Helper()
 	src := map[string]string{}
@@ -680,17 +703,26 @@ func jsQuestions(t *testing.T, root, dir string, max int) []question {
 	// requirers[f]: the files that require f.
 	requirers := map[string][]string{}
 	for f, text := range src {
+		var paths []string
 		for _, m := range jsRequire.FindAllStringSubmatch(text, -1) {
-			target := filepath.Join(filepath.Dir(f), m[1])
+			paths = append(paths, m[1])
+		}
+		for _, m := range jsImport.FindAllStringSubmatch(text, -1) {
+			paths = append(paths, m[1]+m[2])
+		}
+		for _, p := range paths {
+			target := filepath.Join(filepath.Dir(f), p)
 			if !strings.HasSuffix(target, ".js") {
 				target += ".js"
 			}
-			requirers[target] = append(requirers[target], f)
+			if !slices.Contains(requirers[target], f) {
+				requirers[target] = append(requirers[target], f)
+			}
 		}
 	}
 	var qs []question
 	for file, text := range src {
-		if !strings.HasPrefix(file, dir+"/") {
+		if dir != "" && !strings.HasPrefix(file, dir+"/") {
 			continue
 		}
 		exported := map[string]bool{}
@@ -699,6 +731,15 @@ func jsQuestions(t *testing.T, root, dir string, max int) []question {
 		}
 		for _, m := range jsExportDot.FindAllStringSubmatch(text, -1) {
 			exported[m[1]] = true
+		}
+		for _, m := range jsExportDecl.FindAllStringSubmatch(text, -1) {
+			exported[m[1]] = true
+		}
+		for _, m := range jsExportList.FindAllStringSubmatch(text, -1) {
+			for _, part := range strings.Split(m[1], ",") {
+				local, _, _ := strings.Cut(strings.TrimSpace(part), " ")
+				exported[local] = true
+			}
 		}
 		for _, m := range jsExportObject.FindAllStringSubmatch(text, -1) {
 			for _, part := range strings.Split(m[1], ",") {
@@ -741,26 +782,50 @@ func jsQuestions(t *testing.T, root, dir string, max int) []question {
 // module and name the export in their code (comments and literals left
 // out).
 func TestTruthJavaScript(t *testing.T) {
-	const src = "/usr/lib/node_modules/npm/lib"
+	truthJS(t, "/usr/lib/node_modules/npm/lib", "utils", `{"name":"npm-lib-copy","version":"0.0.0"}`, "npm's lib/")
+}
+
+// TestTruthJavaScriptESM: the MCP TypeScript SDK's dist/esm (ES modules,
+// as tests/run installs it for the MCP tests), asked who refers to 20 of
+// the functions, classes and constants its modules export. The truth: the
+// files that import the module by a relative path and name the export in
+// their code.
+func TestTruthJavaScriptESM(t *testing.T) {
+	dir := os.Getenv("BERTH_MCP_SDK_DIR")
+	if dir == "" {
+		t.Skip("BERTH_MCP_SDK_DIR is not set (tests/run installs the MCP SDK)")
+	}
+	truthJS(t, filepath.Join(dir, "node_modules/@modelcontextprotocol/sdk/dist/esm"), "", `{"name":"mcp-sdk-esm-copy","version":"0.0.0","type":"module"}`, "the MCP SDK's dist/esm")
+}
+
+// truthJS copies the .js files of src into lib/ of a workspace with
+// packageJSON and asks typescript-language-server who refers to, and who
+// calls, up to 20 of the names the modules under lib/dir export.
+func truthJS(t *testing.T, src, dir, packageJSON, label string) {
 	if _, err := os.Stat(src); err != nil {
 		t.Skipf("no %s", src)
 	}
 	h, _ := npmRun(t, "typescript-language-server")
 	copyTree(t, src, filepath.Join(h.dir, "lib"), func(rel string) bool { return strings.HasSuffix(rel, ".js") })
-	os.WriteFile(filepath.Join(h.dir, "package.json"), []byte(`{"name":"npm-lib-copy","version":"0.0.0"}`+"\n"), 0o644)
+	os.WriteFile(filepath.Join(h.dir, "package.json"), []byte(packageJSON+"\n"), 0o644)
+	qs := jsQuestions(t, filepath.Join(h.dir, "lib"), dir, 20)
 	var tl tally
-	for _, q := range jsQuestions(t, filepath.Join(h.dir, "lib"), "utils", 20) {
+	for _, q := range qs {
 		q.File = "lib/" + q.File
+		q.Files = slices.Clone(q.Files)
 		for i := range q.Files {
 			q.Files[i] = "lib/" + q.Files[i]
 		}
 		askTruth(t, h, "references", q, &tl)
 	}
-	t.Logf("typescript-language-server references on npm's lib/: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
+	t.Logf("typescript-language-server references on %s: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", label, tl.complete, tl.said, tl.silent, tl.failed)
+	if n := tl.complete + tl.said + tl.silent + tl.failed; n < 20 {
+		t.Errorf("only %d references questions on %s: the truth's parse is broken", n, label)
+	}
 
 	// incoming_calls: the files among those that call it, "name(" in code.
 	var cl tally
-	for _, q := range jsQuestions(t, filepath.Join(h.dir, "lib"), "utils", 20) {
+	for _, q := range qs {
 		call := regexp.MustCompile(`\b` + regexp.QuoteMeta(q.Name) + `\s*\(`)
 		cq := question{Name: q.Name, File: "lib/" + q.File, Line: q.Line}
 		for _, f := range q.Files {
@@ -773,7 +838,7 @@ func TestTruthJavaScript(t *testing.T) {
 			askTruth(t, h, "incoming_calls", cq, &cl)
 		}
 	}
-	t.Logf("typescript-language-server incoming_calls on npm's lib/: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", cl.complete, cl.said, cl.silent, cl.failed)
+	t.Logf("typescript-language-server incoming_calls on %s: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", label, cl.complete, cl.said, cl.silent, cl.failed)
 }
 
 // TestStatusLeadsWithTheFilesServer: status for a file says first which
@@ -829,7 +894,7 @@ func goQuestions(t *testing.T, dir string, max int) []question {
 		files = append(files, f)
 	}
 	info := &types.Info{Defs: map[*ast.Ident]types.Object{}, Uses: map[*ast.Ident]types.Object{}}
-	pkg, err := (&types.Config{Importer: importer.ForCompiler(fset, "source", nil)}).Check("flate", fset, files, info)
+	pkg, err := (&types.Config{Importer: importer.ForCompiler(fset, "source", nil)}).Check(filepath.Base(dir), fset, files, info)
 	if err != nil {
 		t.Fatalf("type-checking %s: %v", dir, err)
 	}
@@ -873,22 +938,39 @@ func isMethod(obj types.Object) bool {
 // is the truth. gopls type-checks the whole module, so its answers are
 // not checked against the text: they must be complete.
 func TestTruthGo(t *testing.T) {
+	truthGo(t, "compress/flate")
+}
+
+// TestTruthGoTemplateParse: the same with text/template/parse, whose
+// lexer, nodes and parser are three files that use each other's types,
+// constants and methods throughout.
+func TestTruthGoTemplateParse(t *testing.T) {
+	truthGo(t, "text/template/parse")
+}
+
+// truthGo copies the package pkg of Go's source tree (not its tests) into
+// a workspace, a module of its own, and asks gopls who uses up to 20 of
+// its package-level names and methods; every answer must be complete.
+func truthGo(t *testing.T, pkg string) {
 	need(t, "gopls")
-	src := filepath.Join(runtime.GOROOT(), "src", "compress", "flate")
-	if _, err := os.Stat(filepath.Join(src, "deflate.go")); err != nil {
+	src := filepath.Join(runtime.GOROOT(), "src", filepath.FromSlash(pkg))
+	if ents, err := os.ReadDir(src); err != nil || len(ents) == 0 {
 		t.Skipf("no Go source tree: %v", err)
 	}
 	h := newHostRun(t, lsp.Options{})
 	copyTree(t, src, h.dir, func(rel string) bool {
 		return !strings.Contains(rel, "/") && strings.HasSuffix(rel, ".go") && !strings.HasSuffix(rel, "_test.go")
 	})
-	os.WriteFile(filepath.Join(h.dir, "go.mod"), []byte("module example.com/flate\n\ngo 1.22\n"), 0o644)
+	os.WriteFile(filepath.Join(h.dir, "go.mod"), []byte("module example.com/"+filepath.Base(pkg)+"\n\ngo 1.22\n"), 0o644)
 	var tl tally
 	for _, q := range goQuestions(t, h.dir, 20) {
 		askTruth(t, h, "references", q, &tl)
 	}
-	t.Logf("gopls references on compress/flate: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
+	t.Logf("gopls references on %s: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", pkg, tl.complete, tl.said, tl.silent, tl.failed)
 	if tl.said > 0 {
 		t.Errorf("gopls's answers are complete by type, yet %d were not", tl.said)
+	}
+	if n := tl.complete + tl.said + tl.silent + tl.failed; n < 20 {
+		t.Errorf("only %d questions on %s: the truth's parse is broken", n, pkg)
 	}
 }
