@@ -301,7 +301,8 @@ func cTokens(src string) map[string]int {
 var cKeywords = map[string]bool{"void": true, "int": true, "char": true, "unsigned": true, "const": true, "struct": true, "return": true, "if": true, "while": true, "for": true, "switch": true, "sizeof": true}
 
 // cQuestions picks up to max functions declared in a header of root (a
-// prototype at the start of a line: "Type name(" ending in ";") that code
+// prototype at the start of a line: "Type name(" ending in ";", or in GNU
+// style "name(" below a line holding only its type) that code
 // in other files refers to, most referred first, with the files whose
 // code (not comments) names them.
 func cQuestions(t *testing.T, root string, max int) []question {
@@ -340,6 +341,15 @@ func cQuestions(t *testing.T, root string, max int) []question {
 				continue
 			}
 			fields := strings.FieldsFunc(line[:open], func(r rune) bool { return r == ' ' || r == '*' })
+			if len(fields) == 1 && i > 0 {
+				// GNU style: the type on the line above ("kern_return_t"
+				// then "name(args);"), a line of its own at column 0.
+				prev := strings.Split(string(b), "\n")[i-1]
+				if prev == "" || prev[0] == ' ' || prev[0] == '\t' || prev[0] == '#' || strings.ContainsAny(prev, ";(){}/*") {
+					continue
+				}
+				fields = append(strings.Fields(prev), fields...)
+			}
 			if len(fields) < 2 {
 				continue
 			}
@@ -373,8 +383,8 @@ func cQuestions(t *testing.T, root string, max int) []question {
 // to 20 of the functions its headers declare, through clangd. A scan of
 // the code that leaves out comments and literals is the truth.
 func TestTruthC(t *testing.T) {
-	h := newCCorpus(t, false)
-	truthC(t, h, false)
+	h := newCCorpus(t, treeSitterRuntime, false)
+	truthC(t, h, treeSitterRuntime, false)
 }
 
 // TestTruthCWithCompileCommands: the same corpus with its include/
@@ -384,40 +394,132 @@ func TestTruthC(t *testing.T) {
 // background index covers every file: every references and
 // incoming_calls answer is complete, and none carries a note.
 func TestTruthCWithCompileCommands(t *testing.T) {
-	h := newCCorpus(t, true)
+	h := newCCorpus(t, treeSitterRuntime, true)
 	r := h.env().Call(t, "lsp", map[string]any{"action": "status", "file": "src/parser.c"})
 	if !strings.Contains(r.Text, "compilation database: out/compile_commands.json (passed as --compile-commands-dir=out)") {
 		t.Errorf("status does not name out/compile_commands.json as passed to clangd:\n%s", r.Text)
 	}
-	truthC(t, h, true)
+	truthC(t, h, treeSitterRuntime, true)
 	r = h.env().Call(t, "lsp", map[string]any{"action": "status", "file": "src/parser.c"})
 	if !strings.Contains(r.Text, "clangd: running") || !strings.Contains(r.Text, "compilation database: out/compile_commands.json (passed as --compile-commands-dir=out)") {
 		t.Errorf("status of the running clangd does not name out/compile_commands.json:\n%s", r.Text)
 	}
 }
 
-// newCCorpus copies tree-sitter's C runtime into a host run's workspace:
-// src/ without lib.c (which includes every other source file) and the
-// wasm code; with compDB also include/ and out/compile_commands.json.
-func newCCorpus(t *testing.T, compDB bool) *hostRun {
+// cCorpus is a C project of the Go module cache (module) or, with module
+// an absolute path, of the machine: the files of its dir that keep
+// accepts are copied to src/ of a workspace, and include (if any) to
+// include/; flags are added to each compile_commands.json entry (what
+// the project's config.h would say). completeWithDB says clangd links
+// every use with the compilation database (every file compiles here, and
+// nothing defeats its index), so that every answer must be complete and
+// carry no note; min is the fewest incoming_calls and
+// definition questions its truth yields (fewer: the parse is broken).
+type cCorpus struct {
+	label, module, dir, include string
+	keep                        func(rel string) bool
+	flags                       []string
+	completeWithDB              bool
+	min                         int
+}
+
+// treeSitterRuntime: src/ without lib.c (which includes every other
+// source file) and the wasm code.
+var treeSitterRuntime = cCorpus{
+	label: "tree-sitter's runtime", module: "github.com/tree-sitter/go-tree-sitter@v0.25.0", dir: "src", include: "include",
+	keep: func(rel string) bool {
+		return (strings.HasSuffix(rel, ".c") || strings.HasSuffix(rel, ".h")) && !strings.HasPrefix(rel, "wasm") && rel != "lib.c"
+	},
+	completeWithDB: true, min: 10,
+}
+
+// delveDarwin: delve's native macOS backend, C in GNU style (the type on
+// a line of its own) whose five sources call each other through five
+// headers (and are called from Go, through cgo), and include the macOS
+// SDK's, absent here: even with the compilation database clangd cannot
+// link every call, and must say so.
+var delveDarwin = cCorpus{
+	label: "delve's darwin backend", module: "github.com/go-delve/delve@v1.27.2", dir: "pkg/proc/native",
+	keep: func(rel string) bool {
+		return !strings.Contains(rel, "/") && (strings.HasSuffix(rel, ".c") || strings.HasSuffix(rel, ".h"))
+	},
+	min: 1,
+}
+
+// nettleExamples: the examples Debian's nettle-dev installs, a dozen
+// programs that share io.c through io.h (GNU style), built against the
+// installed nettle headers; not the benchmarks, which include headers of
+// nettle's source tree that Debian does not install. io.h declares werror
+// with PRINTF_STYLE, which nettle's config.h defines: without it (no
+// compilation database) the declaration does not parse.
+var nettleExamples = cCorpus{
+	label: "nettle's examples", module: "/usr/share/doc/nettle-dev", dir: "examples",
+	keep: func(rel string) bool {
+		return (strings.HasSuffix(rel, ".c") || strings.HasSuffix(rel, ".h")) && !strings.Contains(rel, "benchmark") && rel != "nettle-openssl.c"
+	},
+	flags: []string{"-I/usr/include/nettle", "-DHAVE_CONFIG_H=0", "-DWITH_HOGWEED=1", "-DPRINTF_STYLE(f,a)=__attribute__((format(printf,f,a)))"},
+	min:   4,
+}
+
+// TestTruthCNettle: nettle's examples with no compile_commands.json,
+// asked the questions of TestTruthC.
+func TestTruthCNettle(t *testing.T) {
+	h := newCCorpus(t, nettleExamples, false)
+	truthC(t, h, nettleExamples, false)
+}
+
+// TestTruthCNettleWithCompileCommands: the same with a
+// compile_commands.json in out/ that names the installed nettle headers
+// and defines what config.h would. Every file compiles and every
+// references answer is complete, but each example is a program with its
+// own main, which clangd's index holds as one symbol: incoming_calls
+// lists the calls of one main only, and must say what it leaves out.
+func TestTruthCNettleWithCompileCommands(t *testing.T) {
+	h := newCCorpus(t, nettleExamples, true)
+	truthC(t, h, nettleExamples, true)
+}
+
+// TestTruthCDelve: delve's darwin backend with no compile_commands.json,
+// asked the questions of TestTruthC.
+func TestTruthCDelve(t *testing.T) {
+	h := newCCorpus(t, delveDarwin, false)
+	truthC(t, h, delveDarwin, false)
+}
+
+// TestTruthCDelveWithCompileCommands: the same with a compile_commands.json
+// in out/. Its includes of the macOS SDK are not found here, so clangd
+// links only part of the calls even with the database: the answers it
+// leaves incomplete must say so.
+func TestTruthCDelveWithCompileCommands(t *testing.T) {
+	h := newCCorpus(t, delveDarwin, true)
+	truthC(t, h, delveDarwin, true)
+}
+
+// newCCorpus copies c into a host run's workspace; with compDB also its
+// include/ and out/compile_commands.json (an entry with -I include -I src
+// for each source file).
+func newCCorpus(t *testing.T, c cCorpus, compDB bool) *hostRun {
 	t.Helper()
 	need(t, "clangd")
 	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := filepath.Join(strings.TrimSpace(string(out)), "github.com/tree-sitter/go-tree-sitter@v0.25.0")
-	if _, err := os.Stat(filepath.Join(src, "src", "parser.c")); err != nil {
-		t.Skipf("no tree-sitter runtime in the module cache: %v", err)
+	src := c.module
+	if !filepath.IsAbs(src) {
+		src = filepath.Join(strings.TrimSpace(string(out)), c.module)
+	}
+	if _, err := os.Stat(filepath.Join(src, c.dir)); err != nil {
+		t.Skipf("no %s: %v", c.label, err)
 	}
 	h := newHostRun(t, lsp.Options{})
-	copyTree(t, filepath.Join(src, "src"), filepath.Join(h.dir, "src"), func(rel string) bool {
-		return (strings.HasSuffix(rel, ".c") || strings.HasSuffix(rel, ".h")) && !strings.HasPrefix(rel, "wasm") && rel != "lib.c"
-	})
+	copyTree(t, filepath.Join(src, c.dir), filepath.Join(h.dir, "src"), c.keep)
 	if !compDB {
 		return h
 	}
-	copyTree(t, filepath.Join(src, "include"), filepath.Join(h.dir, "include"), func(rel string) bool { return strings.HasSuffix(rel, ".h") })
+	if c.include != "" {
+		copyTree(t, filepath.Join(src, c.include), filepath.Join(h.dir, "include"), func(rel string) bool { return strings.HasSuffix(rel, ".h") })
+	}
 	files, _ := filepath.Glob(filepath.Join(h.dir, "src", "*.c"))
 	type entry struct {
 		Directory string   `json:"directory"`
@@ -427,7 +529,7 @@ func newCCorpus(t *testing.T, compDB bool) *hostRun {
 	var db []entry
 	for _, f := range files {
 		rel, _ := filepath.Rel(h.dir, f)
-		db = append(db, entry{Directory: h.dir, File: rel, Arguments: []string{"cc", "-std=c11", "-Iinclude", "-Isrc", "-c", rel}})
+		db = append(db, entry{Directory: h.dir, File: rel, Arguments: slices.Concat([]string{"cc", "-std=c11", "-Iinclude", "-Isrc"}, c.flags, []string{"-c", rel})})
 	}
 	b, _ := json.MarshalIndent(db, "", "  ")
 	if err := os.MkdirAll(filepath.Join(h.dir, "out"), 0o755); err != nil {
@@ -441,7 +543,8 @@ func newCCorpus(t *testing.T, compDB bool) *hostRun {
 
 // truthC asks clangd the corpus's questions; complete says every
 // references and incoming_calls answer must be complete, with no note.
-func truthC(t *testing.T, h *hostRun, complete bool) {
+func truthC(t *testing.T, h *hostRun, c cCorpus, compDB bool) {
+	label, complete := c.label, compDB && c.completeWithDB
 	qs := cQuestions(t, filepath.Join(h.dir, "src"), 20)
 	var tl tally
 	for _, q := range qs {
@@ -451,7 +554,7 @@ func truthC(t *testing.T, h *hostRun, complete bool) {
 		}
 		askTruth(t, h, "references", q, &tl)
 	}
-	t.Logf("clangd references on tree-sitter's runtime: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
+	t.Logf("clangd references on %s: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", label, tl.complete, tl.said, tl.silent, tl.failed)
 
 	// incoming_calls, asked at the header's declaration: the truth is the
 	// source files whose code calls it ("name(" outside comments and
@@ -467,8 +570,8 @@ func truthC(t *testing.T, h *hostRun, complete bool) {
 			askTruth(t, h, "incoming_calls", cq, &cl)
 		}
 	}
-	t.Logf("clangd incoming_calls on tree-sitter's runtime: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", cl.complete, cl.said, cl.silent, cl.failed)
-	if cl.complete+cl.said+cl.silent < 10 {
+	t.Logf("clangd incoming_calls on %s: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", label, cl.complete, cl.said, cl.silent, cl.failed)
+	if cl.complete+cl.said+cl.silent < c.min {
 		t.Errorf("only %d incoming_calls questions: the truth's parse is broken", cl.complete+cl.said+cl.silent)
 	}
 	if complete {
@@ -508,8 +611,8 @@ func truthC(t *testing.T, h *hostRun, complete bool) {
 			t.Errorf("definition of %s at src/%s:%d gave %v, not src/%s, and said nothing of it:\n%s", q.Name, call.File, call.Line, got, def, r.Text)
 		}
 	}
-	t.Logf("clangd definition on tree-sitter's runtime: %d right, %d wrong and said so, %d wrong and silent, %d failed saying why", dl.complete, dl.said, dl.silent, dl.failed)
-	if dl.complete+dl.said+dl.silent < 10 {
+	t.Logf("clangd definition on %s: %d right, %d wrong and said so, %d wrong and silent, %d failed saying why", label, dl.complete, dl.said, dl.silent, dl.failed)
+	if dl.complete+dl.said+dl.silent < c.min {
 		t.Errorf("only %d definition questions: the truth's parse is broken", dl.complete+dl.said+dl.silent)
 	}
 }
