@@ -97,7 +97,7 @@ func askTruth(t *testing.T, h *hostRun, action string, q question, tl *tally) {
 	t.Helper()
 	e := h.env()
 	got := map[string]bool{}
-	var note string
+	var note, text string
 	var v verdictOf
 	for start := 0; ; {
 		r := e.Call(t, "lsp", map[string]any{"action": action, "file": q.File, "line": q.Line, "symbol": q.Name, "start": start})
@@ -106,6 +106,7 @@ func askTruth(t *testing.T, h *hostRun, action string, q question, tl *tally) {
 			tl.failed++
 			return
 		}
+		text = r.Text
 		v = verdictOf{}
 		if err := json.Unmarshal(r.Structured, &v); err != nil {
 			t.Fatalf("structuredContent: %v: %s", err, r.Structured)
@@ -144,13 +145,13 @@ func askTruth(t *testing.T, h *hostRun, action string, q question, tl *tally) {
 		t.Logf("%s of %s (%s:%d) left out %v and said so: %s", action, q.Name, q.File, q.Line, missing, note)
 	default:
 		tl.silent++
-		t.Errorf("%s of %s (%s:%d) left out %v, which refer to it, and said nothing of it (got %v)", action, q.Name, q.File, q.Line, missing, slices.Sorted(func(yield func(string) bool) {
+		t.Errorf("%s of %s (%s:%d) left out %v, which refer to it, and said nothing of it (got %v); the answer's last page:\n%s", action, q.Name, q.File, q.Line, missing, slices.Sorted(func(yield func(string) bool) {
 			for f := range got {
 				if !yield(f) {
 					return
 				}
 			}
-		}))
+		}), text)
 	}
 }
 
