@@ -333,7 +333,8 @@ func cQuestions(t *testing.T, root string, max int) []question {
 	seen := map[string]bool{}
 	for _, h := range headers {
 		b, _ := os.ReadFile(filepath.Join(root, h))
-		for i, line := range strings.Split(string(b), "\n") {
+		lines := strings.Split(string(b), "\n")
+		for i, line := range lines {
 			if !strings.HasSuffix(strings.TrimSpace(line), ");") || strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t") || strings.HasPrefix(line, "static") || strings.HasPrefix(line, "#") {
 				continue
 			}
@@ -345,8 +346,8 @@ func cQuestions(t *testing.T, root string, max int) []question {
 			if len(fields) == 1 && i > 0 {
 				// GNU style: the type on the line above ("kern_return_t"
 				// then "name(args);"), a line of its own at column 0.
-				prev := strings.Split(string(b), "\n")[i-1]
-				if prev == "" || prev[0] == ' ' || prev[0] == '\t' || prev[0] == '#' || strings.ContainsAny(prev, ";(){}/*") {
+				prev := lines[i-1]
+				if prev == "" || prev[0] == ' ' || prev[0] == '\t' || prev[0] == '#' || strings.ContainsAny(prev, ";(){}/") || strings.HasPrefix(prev, "*") {
 					continue
 				}
 				fields = append(strings.Fields(prev), fields...)
