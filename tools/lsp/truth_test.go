@@ -97,7 +97,7 @@ func askTruth(t *testing.T, h *hostRun, action string, q question, tl *tally) {
 	t.Helper()
 	e := h.env()
 	got := map[string]bool{}
-	var note string
+	var note, text string
 	var v verdictOf
 	for start := 0; ; {
 		r := e.Call(t, "lsp", map[string]any{"action": action, "file": q.File, "line": q.Line, "symbol": q.Name, "start": start})
@@ -106,6 +106,7 @@ func askTruth(t *testing.T, h *hostRun, action string, q question, tl *tally) {
 			tl.failed++
 			return
 		}
+		text = r.Text
 		v = verdictOf{}
 		if err := json.Unmarshal(r.Structured, &v); err != nil {
 			t.Fatalf("structuredContent: %v: %s", err, r.Structured)
@@ -144,13 +145,13 @@ func askTruth(t *testing.T, h *hostRun, action string, q question, tl *tally) {
 		t.Logf("%s of %s (%s:%d) left out %v and said so: %s", action, q.Name, q.File, q.Line, missing, note)
 	default:
 		tl.silent++
-		t.Errorf("%s of %s (%s:%d) left out %v, which refer to it, and said nothing of it (got %v)", action, q.Name, q.File, q.Line, missing, slices.Sorted(func(yield func(string) bool) {
+		t.Errorf("%s of %s (%s:%d) left out %v, which refer to it, and said nothing of it (got %v); the answer's last page:\n%s", action, q.Name, q.File, q.Line, missing, slices.Sorted(func(yield func(string) bool) {
 			for f := range got {
 				if !yield(f) {
 					return
 				}
 			}
-		}))
+		}), text)
 	}
 }
 
@@ -186,10 +187,26 @@ func pyQuestions(t *testing.T, root string, max int) []question {
 // is given a typeshed without it (typeshed.go): its answers are complete
 // but for uses as an attribute of an object of a type it cannot infer.
 func TestTruthPython(t *testing.T) {
-	const src = "/usr/lib/python3.11/email"
+	truthPython(t, "/usr/lib/python3.11/email")
+}
+
+// TestTruthPythonDistPackages: Debian's parso (a dist-packages package,
+// pure Python, several subpackages), a workspace of its own that shadows
+// the installed parso, asked the same questions as TestTruthPython with
+// the same assertions.
+func TestTruthPythonDistPackages(t *testing.T) {
+	truthPython(t, "/usr/lib/python3/dist-packages/parso")
+}
+
+// truthPython copies the Python package src into a workspace as a
+// top-level package of the same name and asks pylsp and pyright (where
+// tests/run installed it) who refers to up to 20 of its most used
+// top-level functions and classes; Python's ast is the truth.
+func truthPython(t *testing.T, src string) {
 	if _, err := os.Stat(src); err != nil {
 		t.Skipf("no %s", src)
 	}
+	pkg := filepath.Base(src)
 	servers := []string{"pylsp"}
 	if os.Getenv("BERTH_LSP_NPM_BIN") != "" {
 		servers = append(servers, "pyright-langserver")
@@ -205,30 +222,31 @@ func TestTruthPython(t *testing.T) {
 			} else {
 				h, _ = npmRun(t, server)
 			}
-			copyTree(t, src, filepath.Join(h.dir, "email"), func(rel string) bool { return strings.HasSuffix(rel, ".py") })
-			os.WriteFile(filepath.Join(h.dir, "pyproject.toml"), []byte("[project]\nname = \"mail\"\nversion = \"0\"\n"), 0o644)
+			copyTree(t, src, filepath.Join(h.dir, pkg), func(rel string) bool { return strings.HasSuffix(rel, ".py") })
+			os.WriteFile(filepath.Join(h.dir, "pyproject.toml"), []byte("[project]\nname = \"corpus-"+pkg+"\"\nversion = \"0\"\n"), 0o644)
 			var tl tally
-			for _, q := range pyQuestions(t, filepath.Join(h.dir, "email"), 20) {
-				q.File = "email/" + q.File
+			for _, q := range pyQuestions(t, filepath.Join(h.dir, pkg), 20) {
+				q.File = pkg + "/" + q.File
 				for i := range q.Files {
-					q.Files[i] = "email/" + q.Files[i]
+					q.Files[i] = pkg + "/" + q.Files[i]
 				}
 				for i := range q.AttrFiles {
-					q.AttrFiles[i] = "email/" + q.AttrFiles[i]
+					q.AttrFiles[i] = pkg + "/" + q.AttrFiles[i]
 				}
 				askTruth(t, h, "references", q, &tl)
 			}
-			t.Logf("%s references on email/: %d complete, %d incomplete and said so (%d of them leaving out only uses as an attribute of an object), %d incomplete and silent, %d failed saying why", server, tl.complete, tl.said, tl.saidAttr, tl.silent, tl.failed)
+			t.Logf("%s references on %s/: %d complete, %d incomplete and said so (%d of them leaving out only uses as an attribute of an object), %d incomplete and silent, %d failed saying why", server, pkg, tl.complete, tl.said, tl.saidAttr, tl.silent, tl.failed)
 			if server == "pylsp" {
 				return
 			}
-			// pyright is given a typeshed without the stub of email: the
-			// workspace's email is what its imports resolve to, so every
-			// answer is complete but for uses as an attribute of an
-			// object whose type pyright cannot infer (an unannotated
-			// parameter's msg.walk()), and no note blames the stub.
+			// The workspace's package is what its imports resolve to (for
+			// email, pyright is given a typeshed without the stdlib stub:
+			// typeshed.go), so every answer is complete but for uses as an
+			// attribute of an object whose type pyright cannot infer (an
+			// unannotated parameter's msg.walk()), and no note blames a
+			// stub.
 			if tl.said != tl.saidAttr || tl.failed > 0 || tl.stub > 0 || tl.complete+tl.said+tl.silent < 10 {
-				t.Errorf("pyright on a workspace email: %d complete, %d incomplete and said so, of which %d leave out only attribute uses and %d blame the bundled stub; %d failed. Every answer must be complete but for attribute uses, and none blame the stub", tl.complete, tl.said, tl.saidAttr, tl.stub, tl.failed)
+				t.Errorf("pyright on a workspace %s: %d complete, %d incomplete and said so, of which %d leave out only attribute uses and %d blame the bundled stub; %d failed. Every answer must be complete but for attribute uses, and none blame the stub", pkg, tl.complete, tl.said, tl.saidAttr, tl.stub, tl.failed)
 			}
 		})
 	}
@@ -284,7 +302,8 @@ func cTokens(src string) map[string]int {
 var cKeywords = map[string]bool{"void": true, "int": true, "char": true, "unsigned": true, "const": true, "struct": true, "return": true, "if": true, "while": true, "for": true, "switch": true, "sizeof": true}
 
 // cQuestions picks up to max functions declared in a header of root (a
-// prototype at the start of a line: "Type name(" ending in ";") that code
+// prototype at the start of a line: "Type name(" ending in ";", or in GNU
+// style "name(" below a line holding only its type) that code
 // in other files refers to, most referred first, with the files whose
 // code (not comments) names them.
 func cQuestions(t *testing.T, root string, max int) []question {
@@ -314,7 +333,8 @@ func cQuestions(t *testing.T, root string, max int) []question {
 	seen := map[string]bool{}
 	for _, h := range headers {
 		b, _ := os.ReadFile(filepath.Join(root, h))
-		for i, line := range strings.Split(string(b), "\n") {
+		lines := strings.Split(string(b), "\n")
+		for i, line := range lines {
 			if !strings.HasSuffix(strings.TrimSpace(line), ");") || strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t") || strings.HasPrefix(line, "static") || strings.HasPrefix(line, "#") {
 				continue
 			}
@@ -323,6 +343,15 @@ func cQuestions(t *testing.T, root string, max int) []question {
 				continue
 			}
 			fields := strings.FieldsFunc(line[:open], func(r rune) bool { return r == ' ' || r == '*' })
+			if len(fields) == 1 && i > 0 {
+				// GNU style: the type on the line above ("kern_return_t"
+				// then "name(args);"), a line of its own at column 0.
+				prev := lines[i-1]
+				if prev == "" || prev[0] == ' ' || prev[0] == '\t' || prev[0] == '#' || strings.ContainsAny(prev, ";(){}/") || strings.HasPrefix(prev, "*") {
+					continue
+				}
+				fields = append(strings.Fields(prev), fields...)
+			}
 			if len(fields) < 2 {
 				continue
 			}
@@ -356,8 +385,8 @@ func cQuestions(t *testing.T, root string, max int) []question {
 // to 20 of the functions its headers declare, through clangd. A scan of
 // the code that leaves out comments and literals is the truth.
 func TestTruthC(t *testing.T) {
-	h := newCCorpus(t, false)
-	truthC(t, h, false)
+	h := newCCorpus(t, treeSitterRuntime, false)
+	truthC(t, h, treeSitterRuntime, false)
 }
 
 // TestTruthCWithCompileCommands: the same corpus with its include/
@@ -367,40 +396,132 @@ func TestTruthC(t *testing.T) {
 // background index covers every file: every references and
 // incoming_calls answer is complete, and none carries a note.
 func TestTruthCWithCompileCommands(t *testing.T) {
-	h := newCCorpus(t, true)
+	h := newCCorpus(t, treeSitterRuntime, true)
 	r := h.env().Call(t, "lsp", map[string]any{"action": "status", "file": "src/parser.c"})
 	if !strings.Contains(r.Text, "compilation database: out/compile_commands.json (passed as --compile-commands-dir=out)") {
 		t.Errorf("status does not name out/compile_commands.json as passed to clangd:\n%s", r.Text)
 	}
-	truthC(t, h, true)
+	truthC(t, h, treeSitterRuntime, true)
 	r = h.env().Call(t, "lsp", map[string]any{"action": "status", "file": "src/parser.c"})
 	if !strings.Contains(r.Text, "clangd: running") || !strings.Contains(r.Text, "compilation database: out/compile_commands.json (passed as --compile-commands-dir=out)") {
 		t.Errorf("status of the running clangd does not name out/compile_commands.json:\n%s", r.Text)
 	}
 }
 
-// newCCorpus copies tree-sitter's C runtime into a host run's workspace:
-// src/ without lib.c (which includes every other source file) and the
-// wasm code; with compDB also include/ and out/compile_commands.json.
-func newCCorpus(t *testing.T, compDB bool) *hostRun {
+// cCorpus is a C project of the Go module cache (module) or, with module
+// an absolute path, of the machine: the files of its dir that keep
+// accepts are copied to src/ of a workspace, and include (if any) to
+// include/; flags are added to each compile_commands.json entry (what
+// the project's config.h would say). completeWithDB says clangd links
+// every use with the compilation database (every file compiles here, and
+// nothing defeats its index), so that every answer must be complete and
+// carry no note; min is the fewest incoming_calls and
+// definition questions its truth yields (fewer: the parse is broken).
+type cCorpus struct {
+	label, module, dir, include string
+	keep                        func(rel string) bool
+	flags                       []string
+	completeWithDB              bool
+	min                         int
+}
+
+// treeSitterRuntime: src/ without lib.c (which includes every other
+// source file) and the wasm code.
+var treeSitterRuntime = cCorpus{
+	label: "tree-sitter's runtime", module: "github.com/tree-sitter/go-tree-sitter@v0.25.0", dir: "src", include: "include",
+	keep: func(rel string) bool {
+		return (strings.HasSuffix(rel, ".c") || strings.HasSuffix(rel, ".h")) && !strings.HasPrefix(rel, "wasm") && rel != "lib.c"
+	},
+	completeWithDB: true, min: 10,
+}
+
+// delveDarwin: delve's native macOS backend, C in GNU style (the type on
+// a line of its own) whose five sources call each other through five
+// headers (and are called from Go, through cgo), and include the macOS
+// SDK's, absent here: even with the compilation database clangd cannot
+// link every call, and must say so.
+var delveDarwin = cCorpus{
+	label: "delve's darwin backend", module: "github.com/go-delve/delve@v1.27.2", dir: "pkg/proc/native",
+	keep: func(rel string) bool {
+		return !strings.Contains(rel, "/") && (strings.HasSuffix(rel, ".c") || strings.HasSuffix(rel, ".h"))
+	},
+	min: 1,
+}
+
+// nettleExamples: the examples Debian's nettle-dev installs, a dozen
+// programs that share io.c through io.h (GNU style), built against the
+// installed nettle headers; not the benchmarks, which include headers of
+// nettle's source tree that Debian does not install. io.h declares werror
+// with PRINTF_STYLE, which nettle's config.h defines: without it (no
+// compilation database) the declaration does not parse.
+var nettleExamples = cCorpus{
+	label: "nettle's examples", module: "/usr/share/doc/nettle-dev", dir: "examples",
+	keep: func(rel string) bool {
+		return (strings.HasSuffix(rel, ".c") || strings.HasSuffix(rel, ".h")) && !strings.Contains(rel, "benchmark") && rel != "nettle-openssl.c"
+	},
+	flags: []string{"-I/usr/include/nettle", "-DHAVE_CONFIG_H=0", "-DWITH_HOGWEED=1", "-DPRINTF_STYLE(f,a)=__attribute__((format(printf,f,a)))"},
+	min:   4,
+}
+
+// TestTruthCNettle: nettle's examples with no compile_commands.json,
+// asked the questions of TestTruthC.
+func TestTruthCNettle(t *testing.T) {
+	h := newCCorpus(t, nettleExamples, false)
+	truthC(t, h, nettleExamples, false)
+}
+
+// TestTruthCNettleWithCompileCommands: the same with a
+// compile_commands.json in out/ that names the installed nettle headers
+// and defines what config.h would. Every file compiles and every
+// references answer is complete, but each example is a program with its
+// own main, which clangd's index holds as one symbol: incoming_calls
+// lists the calls of one main only, and must say what it leaves out.
+func TestTruthCNettleWithCompileCommands(t *testing.T) {
+	h := newCCorpus(t, nettleExamples, true)
+	truthC(t, h, nettleExamples, true)
+}
+
+// TestTruthCDelve: delve's darwin backend with no compile_commands.json,
+// asked the questions of TestTruthC.
+func TestTruthCDelve(t *testing.T) {
+	h := newCCorpus(t, delveDarwin, false)
+	truthC(t, h, delveDarwin, false)
+}
+
+// TestTruthCDelveWithCompileCommands: the same with a compile_commands.json
+// in out/. Its includes of the macOS SDK are not found here, so clangd
+// links only part of the calls even with the database: the answers it
+// leaves incomplete must say so.
+func TestTruthCDelveWithCompileCommands(t *testing.T) {
+	h := newCCorpus(t, delveDarwin, true)
+	truthC(t, h, delveDarwin, true)
+}
+
+// newCCorpus copies c into a host run's workspace; with compDB also its
+// include/ and out/compile_commands.json (an entry with -I include -I src
+// for each source file).
+func newCCorpus(t *testing.T, c cCorpus, compDB bool) *hostRun {
 	t.Helper()
 	need(t, "clangd")
 	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := filepath.Join(strings.TrimSpace(string(out)), "github.com/tree-sitter/go-tree-sitter@v0.25.0")
-	if _, err := os.Stat(filepath.Join(src, "src", "parser.c")); err != nil {
-		t.Skipf("no tree-sitter runtime in the module cache: %v", err)
+	src := c.module
+	if !filepath.IsAbs(src) {
+		src = filepath.Join(strings.TrimSpace(string(out)), c.module)
+	}
+	if _, err := os.Stat(filepath.Join(src, c.dir)); err != nil {
+		t.Skipf("no %s: %v", c.label, err)
 	}
 	h := newHostRun(t, lsp.Options{})
-	copyTree(t, filepath.Join(src, "src"), filepath.Join(h.dir, "src"), func(rel string) bool {
-		return (strings.HasSuffix(rel, ".c") || strings.HasSuffix(rel, ".h")) && !strings.HasPrefix(rel, "wasm") && rel != "lib.c"
-	})
+	copyTree(t, filepath.Join(src, c.dir), filepath.Join(h.dir, "src"), c.keep)
 	if !compDB {
 		return h
 	}
-	copyTree(t, filepath.Join(src, "include"), filepath.Join(h.dir, "include"), func(rel string) bool { return strings.HasSuffix(rel, ".h") })
+	if c.include != "" {
+		copyTree(t, filepath.Join(src, c.include), filepath.Join(h.dir, "include"), func(rel string) bool { return strings.HasSuffix(rel, ".h") })
+	}
 	files, _ := filepath.Glob(filepath.Join(h.dir, "src", "*.c"))
 	type entry struct {
 		Directory string   `json:"directory"`
@@ -410,7 +531,7 @@ func newCCorpus(t *testing.T, compDB bool) *hostRun {
 	var db []entry
 	for _, f := range files {
 		rel, _ := filepath.Rel(h.dir, f)
-		db = append(db, entry{Directory: h.dir, File: rel, Arguments: []string{"cc", "-std=c11", "-Iinclude", "-Isrc", "-c", rel}})
+		db = append(db, entry{Directory: h.dir, File: rel, Arguments: slices.Concat([]string{"cc", "-std=c11", "-Iinclude", "-Isrc"}, c.flags, []string{"-c", rel})})
 	}
 	b, _ := json.MarshalIndent(db, "", "  ")
 	if err := os.MkdirAll(filepath.Join(h.dir, "out"), 0o755); err != nil {
@@ -424,7 +545,8 @@ func newCCorpus(t *testing.T, compDB bool) *hostRun {
 
 // truthC asks clangd the corpus's questions; complete says every
 // references and incoming_calls answer must be complete, with no note.
-func truthC(t *testing.T, h *hostRun, complete bool) {
+func truthC(t *testing.T, h *hostRun, c cCorpus, compDB bool) {
+	label, complete := c.label, compDB && c.completeWithDB
 	qs := cQuestions(t, filepath.Join(h.dir, "src"), 20)
 	var tl tally
 	for _, q := range qs {
@@ -434,7 +556,7 @@ func truthC(t *testing.T, h *hostRun, complete bool) {
 		}
 		askTruth(t, h, "references", q, &tl)
 	}
-	t.Logf("clangd references on tree-sitter's runtime: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
+	t.Logf("clangd references on %s: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", label, tl.complete, tl.said, tl.silent, tl.failed)
 
 	// incoming_calls, asked at the header's declaration: the truth is the
 	// source files whose code calls it ("name(" outside comments and
@@ -450,8 +572,8 @@ func truthC(t *testing.T, h *hostRun, complete bool) {
 			askTruth(t, h, "incoming_calls", cq, &cl)
 		}
 	}
-	t.Logf("clangd incoming_calls on tree-sitter's runtime: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", cl.complete, cl.said, cl.silent, cl.failed)
-	if cl.complete+cl.said+cl.silent < 10 {
+	t.Logf("clangd incoming_calls on %s: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", label, cl.complete, cl.said, cl.silent, cl.failed)
+	if cl.complete+cl.said+cl.silent < c.min {
 		t.Errorf("only %d incoming_calls questions: the truth's parse is broken", cl.complete+cl.said+cl.silent)
 	}
 	if complete {
@@ -491,8 +613,8 @@ func truthC(t *testing.T, h *hostRun, complete bool) {
 			t.Errorf("definition of %s at src/%s:%d gave %v, not src/%s, and said nothing of it:\n%s", q.Name, call.File, call.Line, got, def, r.Text)
 		}
 	}
-	t.Logf("clangd definition on tree-sitter's runtime: %d right, %d wrong and said so, %d wrong and silent, %d failed saying why", dl.complete, dl.said, dl.silent, dl.failed)
-	if dl.complete+dl.said+dl.silent < 10 {
+	t.Logf("clangd definition on %s: %d right, %d wrong and said so, %d wrong and silent, %d failed saying why", label, dl.complete, dl.said, dl.silent, dl.failed)
+	if dl.complete+dl.said+dl.silent < c.min {
 		t.Errorf("only %d definition questions: the truth's parse is broken", dl.complete+dl.said+dl.silent)
 	}
 }
@@ -647,21 +769,27 @@ func TestRenameRefusesWhatTheEditLeavesOut(t *testing.T) {
 	}
 }
 
-// jsRequire matches a CommonJS require of a relative path, and
-// jsExports the names a module exports: module.exports = name,
-// module.exports = { a, b: c }, exports.name = / module.exports.name =.
+// jsRequire matches a CommonJS require of a relative path and jsImport an
+// ES module's import (or re-export) from one, and the jsExport patterns
+// the names a module exports: module.exports = name, module.exports =
+// { a, b: c }, exports.name = / module.exports.name =; export function /
+// class / const name, export { a, b as c } (without from: its own names).
 var (
 	jsRequire      = regexp.MustCompile(`require\(['"](\.{1,2}/[^'"]+)['"]\)`)
+	jsImport       = regexp.MustCompile(`(?m)^\s*(?:import|export)\b[^'";]*?\bfrom\s*['"](\.{1,2}/[^'"]+)['"]|\bimport\(\s*['"](\.{1,2}/[^'"]+)['"]\s*\)`)
 	jsExportOne    = regexp.MustCompile(`(?m)^module\.exports\s*=\s*([A-Za-z_$][\w$]*)\s*;?\s*$`)
 	jsExportObject = regexp.MustCompile(`(?s)module\.exports\s*=\s*\{([^}]*)\}`)
 	jsExportDot    = regexp.MustCompile(`(?m)^(?:module\.)?exports\.([A-Za-z_$][\w$]*)\s*=`)
-	jsDeclared     = regexp.MustCompile(`^(?:async\s+)?(?:function\*?\s+|class\s+|const\s+|let\s+)([A-Za-z_$][\w$]*)`)
+	jsExportDecl   = regexp.MustCompile(`(?m)^export\s+(?:async\s+)?(?:function\*?\s+|class\s+|const\s+|let\s+|var\s+)([A-Za-z_$][\w$]*)`)
+	jsExportList   = regexp.MustCompile(`(?m)^export\s*\{([^}]*)\}\s*;`)
+	jsDeclared     = regexp.MustCompile(`^(?:export\s+)?(?:async\s+)?(?:function\*?\s+|class\s+|const\s+|let\s+)([A-Za-z_$][\w$]*)`)
 )
 
-// jsQuestions picks up to max functions and classes that a file under
-// dir of root declares at its top level and exports (CommonJS), with the
-// truth: the files that require that file by a relative path and whose
-// code (not comments or literals) names it; most used first.
+// jsQuestions picks up to max functions, classes and constants that a
+// file under dir of root declares at its top level and exports (CommonJS
+// or ES module), with the truth: the files that require or import that
+// file by a relative path and whose code (not comments or literals) names
+// it; most used first.
 func jsQuestions(t *testing.T, root, dir string, max int) []question {
 	t.Helper()
 	src := map[string]string{}
@@ -680,17 +808,26 @@ func jsQuestions(t *testing.T, root, dir string, max int) []question {
 	// requirers[f]: the files that require f.
 	requirers := map[string][]string{}
 	for f, text := range src {
+		var paths []string
 		for _, m := range jsRequire.FindAllStringSubmatch(text, -1) {
-			target := filepath.Join(filepath.Dir(f), m[1])
+			paths = append(paths, m[1])
+		}
+		for _, m := range jsImport.FindAllStringSubmatch(text, -1) {
+			paths = append(paths, m[1]+m[2])
+		}
+		for _, p := range paths {
+			target := filepath.Join(filepath.Dir(f), p)
 			if !strings.HasSuffix(target, ".js") {
 				target += ".js"
 			}
-			requirers[target] = append(requirers[target], f)
+			if !slices.Contains(requirers[target], f) {
+				requirers[target] = append(requirers[target], f)
+			}
 		}
 	}
 	var qs []question
 	for file, text := range src {
-		if !strings.HasPrefix(file, dir+"/") {
+		if dir != "" && !strings.HasPrefix(file, dir+"/") {
 			continue
 		}
 		exported := map[string]bool{}
@@ -699,6 +836,15 @@ func jsQuestions(t *testing.T, root, dir string, max int) []question {
 		}
 		for _, m := range jsExportDot.FindAllStringSubmatch(text, -1) {
 			exported[m[1]] = true
+		}
+		for _, m := range jsExportDecl.FindAllStringSubmatch(text, -1) {
+			exported[m[1]] = true
+		}
+		for _, m := range jsExportList.FindAllStringSubmatch(text, -1) {
+			for _, part := range strings.Split(m[1], ",") {
+				local, _, _ := strings.Cut(strings.TrimSpace(part), " ")
+				exported[local] = true
+			}
 		}
 		for _, m := range jsExportObject.FindAllStringSubmatch(text, -1) {
 			for _, part := range strings.Split(m[1], ",") {
@@ -741,26 +887,50 @@ func jsQuestions(t *testing.T, root, dir string, max int) []question {
 // module and name the export in their code (comments and literals left
 // out).
 func TestTruthJavaScript(t *testing.T) {
-	const src = "/usr/lib/node_modules/npm/lib"
+	truthJS(t, "/usr/lib/node_modules/npm/lib", "utils", `{"name":"npm-lib-copy","version":"0.0.0"}`, "npm's lib/")
+}
+
+// TestTruthJavaScriptESM: the MCP TypeScript SDK's dist/esm (ES modules,
+// as tests/run installs it for the MCP tests), asked who refers to 20 of
+// the functions, classes and constants its modules export. The truth: the
+// files that import the module by a relative path and name the export in
+// their code.
+func TestTruthJavaScriptESM(t *testing.T) {
+	dir := os.Getenv("BERTH_MCP_SDK_DIR")
+	if dir == "" {
+		t.Skip("BERTH_MCP_SDK_DIR is not set (tests/run installs the MCP SDK)")
+	}
+	truthJS(t, filepath.Join(dir, "node_modules/@modelcontextprotocol/sdk/dist/esm"), "", `{"name":"mcp-sdk-esm-copy","version":"0.0.0","type":"module"}`, "the MCP SDK's dist/esm")
+}
+
+// truthJS copies the .js files of src into lib/ of a workspace with
+// packageJSON and asks typescript-language-server who refers to, and who
+// calls, up to 20 of the names the modules under lib/dir export.
+func truthJS(t *testing.T, src, dir, packageJSON, label string) {
 	if _, err := os.Stat(src); err != nil {
 		t.Skipf("no %s", src)
 	}
 	h, _ := npmRun(t, "typescript-language-server")
 	copyTree(t, src, filepath.Join(h.dir, "lib"), func(rel string) bool { return strings.HasSuffix(rel, ".js") })
-	os.WriteFile(filepath.Join(h.dir, "package.json"), []byte(`{"name":"npm-lib-copy","version":"0.0.0"}`+"\n"), 0o644)
+	os.WriteFile(filepath.Join(h.dir, "package.json"), []byte(packageJSON+"\n"), 0o644)
+	qs := jsQuestions(t, filepath.Join(h.dir, "lib"), dir, 20)
 	var tl tally
-	for _, q := range jsQuestions(t, filepath.Join(h.dir, "lib"), "utils", 20) {
+	for _, q := range qs {
 		q.File = "lib/" + q.File
+		q.Files = slices.Clone(q.Files)
 		for i := range q.Files {
 			q.Files[i] = "lib/" + q.Files[i]
 		}
 		askTruth(t, h, "references", q, &tl)
 	}
-	t.Logf("typescript-language-server references on npm's lib/: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
+	t.Logf("typescript-language-server references on %s: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", label, tl.complete, tl.said, tl.silent, tl.failed)
+	if n := tl.complete + tl.said + tl.silent + tl.failed; n < 20 {
+		t.Errorf("only %d references questions on %s: the truth's parse is broken", n, label)
+	}
 
 	// incoming_calls: the files among those that call it, "name(" in code.
 	var cl tally
-	for _, q := range jsQuestions(t, filepath.Join(h.dir, "lib"), "utils", 20) {
+	for _, q := range qs {
 		call := regexp.MustCompile(`\b` + regexp.QuoteMeta(q.Name) + `\s*\(`)
 		cq := question{Name: q.Name, File: "lib/" + q.File, Line: q.Line}
 		for _, f := range q.Files {
@@ -773,7 +943,7 @@ func TestTruthJavaScript(t *testing.T) {
 			askTruth(t, h, "incoming_calls", cq, &cl)
 		}
 	}
-	t.Logf("typescript-language-server incoming_calls on npm's lib/: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", cl.complete, cl.said, cl.silent, cl.failed)
+	t.Logf("typescript-language-server incoming_calls on %s: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", label, cl.complete, cl.said, cl.silent, cl.failed)
 }
 
 // TestStatusLeadsWithTheFilesServer: status for a file says first which
@@ -829,7 +999,7 @@ func goQuestions(t *testing.T, dir string, max int) []question {
 		files = append(files, f)
 	}
 	info := &types.Info{Defs: map[*ast.Ident]types.Object{}, Uses: map[*ast.Ident]types.Object{}}
-	pkg, err := (&types.Config{Importer: importer.ForCompiler(fset, "source", nil)}).Check("flate", fset, files, info)
+	pkg, err := (&types.Config{Importer: importer.ForCompiler(fset, "source", nil)}).Check(filepath.Base(dir), fset, files, info)
 	if err != nil {
 		t.Fatalf("type-checking %s: %v", dir, err)
 	}
@@ -873,22 +1043,39 @@ func isMethod(obj types.Object) bool {
 // is the truth. gopls type-checks the whole module, so its answers are
 // not checked against the text: they must be complete.
 func TestTruthGo(t *testing.T) {
+	truthGo(t, "compress/flate")
+}
+
+// TestTruthGoTemplateParse: the same with text/template/parse, whose
+// lexer, nodes and parser are three files that use each other's types,
+// constants and methods throughout.
+func TestTruthGoTemplateParse(t *testing.T) {
+	truthGo(t, "text/template/parse")
+}
+
+// truthGo copies the package pkg of Go's source tree (not its tests) into
+// a workspace, a module of its own, and asks gopls who uses up to 20 of
+// its package-level names and methods; every answer must be complete.
+func truthGo(t *testing.T, pkg string) {
 	need(t, "gopls")
-	src := filepath.Join(runtime.GOROOT(), "src", "compress", "flate")
-	if _, err := os.Stat(filepath.Join(src, "deflate.go")); err != nil {
+	src := filepath.Join(runtime.GOROOT(), "src", filepath.FromSlash(pkg))
+	if ents, err := os.ReadDir(src); err != nil || len(ents) == 0 {
 		t.Skipf("no Go source tree: %v", err)
 	}
 	h := newHostRun(t, lsp.Options{})
 	copyTree(t, src, h.dir, func(rel string) bool {
 		return !strings.Contains(rel, "/") && strings.HasSuffix(rel, ".go") && !strings.HasSuffix(rel, "_test.go")
 	})
-	os.WriteFile(filepath.Join(h.dir, "go.mod"), []byte("module example.com/flate\n\ngo 1.22\n"), 0o644)
+	os.WriteFile(filepath.Join(h.dir, "go.mod"), []byte("module example.com/"+filepath.Base(pkg)+"\n\ngo 1.22\n"), 0o644)
 	var tl tally
 	for _, q := range goQuestions(t, h.dir, 20) {
 		askTruth(t, h, "references", q, &tl)
 	}
-	t.Logf("gopls references on compress/flate: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", tl.complete, tl.said, tl.silent, tl.failed)
+	t.Logf("gopls references on %s: %d complete, %d incomplete and said so, %d incomplete and silent, %d failed saying why", pkg, tl.complete, tl.said, tl.silent, tl.failed)
 	if tl.said > 0 {
 		t.Errorf("gopls's answers are complete by type, yet %d were not", tl.said)
+	}
+	if n := tl.complete + tl.said + tl.silent + tl.failed; n < 20 {
+		t.Errorf("only %d questions on %s: the truth's parse is broken", n, pkg)
 	}
 }
