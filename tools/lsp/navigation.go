@@ -134,7 +134,14 @@ func calls(incoming bool) answer {
 			return nil, err
 		}
 		if len(items) == 0 {
-			return tools.Textf("%s: %s knows no function or method here; point at one's name, in its declaration or a call", at.t.head(strings.ReplaceAll(at.action, "_", " ")), q.in.spec.ID), nil
+			res := tools.Textf("%s: %s resolves no function or method here: the spot is not a function's name, or the server could not make sense of its declaration (a macro it does not know, a header it cannot find); point at a name in its declaration or at a call", at.t.head(strings.ReplaceAll(at.action, "_", " ")), q.in.spec.ID)
+			if incoming {
+				// Nothing linked is not "no callers": the text says where
+				// the name occurs (calls of a function whose declaration
+				// clangd cannot parse were left out whole).
+				s.addVerdict(ctx, q, at, res, nil)
+			}
+			return res, nil
 		}
 		var all []site
 		for i := range items {
