@@ -198,9 +198,15 @@ func TestPrepareBuilds(t *testing.T) {
 	}
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	t.Setenv(EnvBinary, "")
-	locateMu.Lock()
-	delete(locateCalls, runtime.GOARCH) // a lookup of an earlier test
-	locateMu.Unlock()
+	forget := func() {
+		locateMu.Lock()
+		delete(locateCalls, runtime.GOARCH)
+		locateMu.Unlock()
+	}
+	forget() // a lookup of an earlier test
+	// The agent this test builds goes with its temporary cache: the
+	// package's later tests must look again, not exec a removed file.
+	t.Cleanup(forget)
 
 	type report struct {
 		level    slog.Level
