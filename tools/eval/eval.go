@@ -64,8 +64,11 @@ const (
 	// shutdown_reply, and then for its process to end, before TERM and
 	// KILL. Both waits end early when the process ends.
 	ShutdownWait = 2 * time.Second
-	// stopTimeout bounds stopping a kernel (shutdown_request, TERM, KILL).
-	stopTimeout = 10 * time.Second
+	// stopTimeout bounds stopping a kernel (shutdown_request, TERM, KILL,
+	// and hearing of its exit). It is only reached by a kernel that does
+	// not die; through containerd on a loaded machine (two busy loops on
+	// two cores) hearing of a killed kernel's exit took more than 10 s.
+	stopTimeout = 30 * time.Second
 	// probeTimeout bounds the discovery probe.
 	probeTimeout = 30 * time.Second
 )
