@@ -1023,17 +1023,16 @@ func (r *Run) surface(s tools.Surface, name string) (tools.Surface, error) {
 func (r *Run) Call(ctx context.Context, s tools.Surface, name string, args json.RawMessage) (res *tools.Result, err error) {
 	start := time.Now()
 	label := name
-	if _, ok := r.reg.Lookup(name); !ok {
+	level := "unknown"
+	if t, ok := r.reg.Lookup(name); ok {
+		level = t.Level.String()
+	} else {
 		label = "_unknown" // keep the metric's cardinality bounded
 	}
 	defer func() {
 		o := outcome(res, err)
 		r.c.m.calls.WithLabelValues(label, o).Inc()
 		r.c.m.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
-		level := "unknown"
-		if t, ok := r.reg.Lookup(name); ok {
-			level = t.Level.String()
-		}
 		r.log.Info("tool call", "tenant", r.info.Tenant, "tool", name, "tool_level", level, "surface", s, "outcome", o, "duration", time.Since(start))
 	}()
 

@@ -554,7 +554,11 @@ func (h *handler) answer(ctx context.Context, ss *mcp.ServerSession, port *quest
 	}
 	a, err := AnswerOf(c, res)
 	if err == nil {
-		a.By = h.answerer("session " + ss.ID())
+		via := "over stdio"
+		if id := ss.ID(); id != "" {
+			via = "session " + id
+		}
+		a.By = h.answerer(via)
 		err = port.Answer(c.N, a, h.rights())
 	}
 	if err != nil && !errors.Is(err, questions.ErrNoCard) {

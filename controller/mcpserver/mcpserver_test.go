@@ -193,3 +193,25 @@ func TestDirectLeavesRebindingToSDK(t *testing.T) {
 		}
 	}
 }
+
+// TestAnnotations: every hint is set explicitly, so MCP's defaults
+// (destructive, open world) never describe a tool that only stages or
+// stays in the workspace.
+func TestAnnotations(t *testing.T) {
+	for _, tc := range []struct {
+		in                                 tools.Info
+		readOnly, destructive, idem, world bool
+	}{
+		{tools.Info{Name: "read", Level: tools.LevelRead, Hints: tools.Hints{Idempotent: true, Confined: true}}, true, false, true, false},
+		{tools.Info{Name: "ask_user", Level: tools.LevelRead}, true, false, true, true},
+		{tools.Info{Name: "ast_edit", Level: tools.LevelWrite, Hints: tools.Hints{Additive: true, Confined: true}}, false, false, false, false},
+		{tools.Info{Name: "edit", Level: tools.LevelWrite, Hints: tools.Hints{Confined: true}}, false, true, false, false},
+		{tools.Info{Name: "eval", Level: tools.LevelExec}, false, true, false, true},
+	} {
+		a := annotations(tc.in)
+		if a.Title != tc.in.Name || a.ReadOnlyHint != tc.readOnly || a.DestructiveHint == nil || *a.DestructiveHint != tc.destructive ||
+			a.IdempotentHint != tc.idem || a.OpenWorldHint == nil || *a.OpenWorldHint != tc.world {
+			t.Errorf("%s: %+v, want readOnly %v destructive %v idempotent %v openWorld %v", tc.in.Name, a, tc.readOnly, tc.destructive, tc.idem, tc.world)
+		}
+	}
+}

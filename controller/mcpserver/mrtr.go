@@ -227,7 +227,7 @@ func (h *handler) callRoundTrip(ctx context.Context, req *mcp.CallToolRequest, a
 				if given != nil && cardDigest(c) == st.Card {
 					a, err := AnswerOf(c, given)
 					if err == nil {
-						a.By = h.answerer("request round trip")
+						a.By = h.answerer("a request round trip")
 						err = port.Answer(c.N, a, h.rights())
 					}
 					given = nil // taken once
@@ -254,16 +254,10 @@ func (h *handler) callRoundTrip(ctx context.Context, req *mcp.CallToolRequest, a
 
 // rights are those of the client's answers to cards.
 // answerer names, for the audit trail, the MCP client that answers a card
-// through via ("session ID", or a 2026-07-28 request round trip), and its
-// credential when it came over HTTP.
+// through via ("over stdio", "session ID", or a 2026-07-28 request round
+// trip), and its credential when it came over HTTP.
 func (h *handler) answerer(via string) string {
-	who := "the MCP client"
-	switch {
-	case via == "session ":
-		who += " over stdio"
-	default:
-		who += " (" + via + ")"
-	}
+	who := "the MCP client (" + via + ")"
 	if p := h.opts.Principal; len(p) >= 12 {
 		who += ", token sha256:" + p[:12] + "…"
 	}
